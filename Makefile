@@ -1,0 +1,41 @@
+# Two commands set everything up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.installed
+# CPU build locally; on a machine with CUDA the same pin resolves to the CUDA build.
+TORCH_PIN := torch==2.13.0
+
+export RAY_AUTH_MODE ?= disabled
+export PYTHONUNBUFFERED := 1
+
+.PHONY: venv demo test test-slow test-cluster lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(TORCH_PIN)
+	$(PIP) install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/raydp-hpo demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check raydp_hpo search_algs trainables cluster tests benchmarks
+	$(VENV)/bin/mypy raydp_hpo search_algs trainables
+
+bench: $(STAMP)
+	$(PY) benchmarks/ledger.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

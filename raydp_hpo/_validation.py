@@ -1,0 +1,52 @@
+"""Eager argument validation helpers: every message names the parameter and its value."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+from raydp_hpo.errors import InvalidParameterError
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def positive_float(name: str, value: object) -> float:
+    """Return ``value`` as a float after checking it is finite and > 0."""
+    if not _is_real(value) or not math.isfinite(float(value)) or float(value) <= 0:  # type: ignore[arg-type]
+        raise InvalidParameterError(f"{name} must be a finite number > 0, got {name}={value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def nonnegative_float(name: str, value: object) -> float:
+    """Return ``value`` as a float after checking it is finite and >= 0."""
+    if not _is_real(value) or not math.isfinite(float(value)) or float(value) < 0:  # type: ignore[arg-type]
+        raise InvalidParameterError(f"{name} must be a finite number >= 0, got {name}={value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def open_unit_float(name: str, value: object) -> float:
+    """Return ``value`` as a float after checking 0 < value < 1."""
+    if not _is_real(value) or not (0.0 < float(value) < 1.0):  # type: ignore[arg-type]
+        raise InvalidParameterError(f"{name} must be in (0, 1), got {name}={value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def unit_interval_float(name: str, value: object, *, include_zero: bool = False) -> float:
+    """Return ``value`` as a float in (0, 1] (or [0, 1] with ``include_zero``)."""
+    ok = _is_real(value) and math.isfinite(float(value))  # type: ignore[arg-type]
+    if ok:
+        v = float(value)  # type: ignore[arg-type]
+        ok = (0.0 <= v <= 1.0) if include_zero else (0.0 < v <= 1.0)
+    if not ok:
+        interval = "[0, 1]" if include_zero else "(0, 1]"
+        raise InvalidParameterError(f"{name} must be in {interval}, got {name}={value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def positive_int(name: str, value: object) -> int:
+    """Return ``value`` as an int after checking it is an integer >= 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
+        raise InvalidParameterError(f"{name} must be an integer >= 1, got {name}={value!r}")
+    return int(value)

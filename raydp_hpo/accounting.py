@@ -1,0 +1,198 @@
+"""Public privacy accounting: ε(δ), δ(ε) and noise calibration for lists of mechanisms.
+
+Accountants (an enum, never a string flag):
+
+* ``RDP``  — Rényi DP composition on :data:`~raydp_hpo.rdp.DEFAULT_ORDERS`, improved
+  conversion (Canonne, Kamath & Steinke 2020, Prop. 12); composes every mechanism here.
+* ``PLD``  — dp-accounting privacy loss distributions (pessimistic, both directions of
+  add/remove); mechanisms without a PLD enter through an (ε, δ) guarantee with the δ split
+  documented in :mod:`raydp_hpo.pld`.
+* ``BEST`` — the minimum of the two. Both are valid upper bounds for a composition whose
+  mechanisms are fixed in advance, so their minimum is one too.
+
+Every figure is additionally capped by a pure-DP bound when one exists (:mod:`raydp_hpo.pure`).
+These are statements about a *fixed* list of mechanisms; the ledger's halting rule under
+adaptive charges is in :mod:`raydp_hpo.ledger`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from enum import Enum
+
+from raydp_hpo._validation import (
+    nonnegative_float,
+    open_unit_float,
+    positive_float,
+    positive_int,
+    unit_interval_float,
+)
+from raydp_hpo.errors import InvalidParameterError
+from raydp_hpo.mechanisms import Composition, Mechanism, SubsampledGaussian
+from raydp_hpo.pld import pld_delta, pld_epsilon
+from raydp_hpo.pure import pure_epsilon
+from raydp_hpo.rdp import RdpProfile, rdp_profile
+
+__all__ = ["Accountant", "epsilon", "delta", "calibrate_noise", "epsilons"]
+
+
+class Accountant(Enum):
+    """Which accountant turns a composition of mechanisms into (ε, δ)."""
+
+    RDP = "rdp"
+    PLD = "pld"
+    BEST = "best"
+
+
+def _as_list(mechanisms: Mechanism | Iterable[Mechanism]) -> list[Mechanism]:
+    if isinstance(mechanisms, (list, tuple)):
+        mechs = list(mechanisms)
+    elif hasattr(mechanisms, "__dataclass_fields__"):
+        mechs = [mechanisms]  # type: ignore[list-item]
+    else:
+        mechs = list(mechanisms)  # type: ignore[arg-type]
+    if not mechs:
+        raise InvalidParameterError("at least one mechanism is needed, got none")
+    Composition(tuple(mechs))  # validates every element
+    return mechs
+
+
+def _pure_total(mechs: Sequence[Mechanism]) -> float | None:
+    parts = [pure_epsilon(m) for m in mechs]
+    return None if any(p is None for p in parts) else float(sum(parts))  # type: ignore[arg-type]
+
+
+def _rdp_total(mechs: Sequence[Mechanism]) -> RdpProfile:
+    total = RdpProfile.zero()
+    for m in mechs:
+        total = total + rdp_profile(m)
+    return total
+
+
+def _coerce_accountant(accountant: Accountant | str) -> Accountant:
+    if isinstance(accountant, Accountant):
+        return accountant
+    try:
+        return Accountant(accountant)
+    except ValueError:
+        names = ", ".join(a.value for a in Accountant)
+        raise InvalidParameterError(
+            f"unknown accountant {accountant!r}; use one of {names}"
+        ) from None
+
+
+def epsilon(
+    mechanisms: Mechanism | Iterable[Mechanism],
+    delta: float,
+    accountant: Accountant = Accountant.BEST,
+) -> float:
+    """Upper bound on ε at ``delta`` for the composition of ``mechanisms``.
+
+    >>> from raydp_hpo.mechanisms import SubsampledGaussian
+    >>> round(epsilon(SubsampledGaussian(1.1, 256 / 60000, 14063), 1e-5, Accountant.RDP), 2)
+    2.92
+    """
+    delta = open_unit_float("delta", delta)
+    mechs = _as_list(mechanisms)
+    accountant = _coerce_accountant(accountant)
+    candidates: list[float] = []
+    if accountant in (Accountant.RDP, Accountant.BEST):
+        candidates.append(_rdp_total(mechs).epsilon(delta))
+    if accountant in (Accountant.PLD, Accountant.BEST):
+        candidates.append(pld_epsilon(mechs, delta))
+    pure = _pure_total(mechs)
+    if pure is not None:
+        candidates.append(pure)
+    return float(min(candidates))
+
+
+def epsilons(mechanisms: Mechanism | Iterable[Mechanism], delta: float) -> dict[Accountant, float]:
+    """ε at ``delta`` under every accountant, as a dict keyed by :class:`Accountant`."""
+    return {a: epsilon(mechanisms, delta, a) for a in Accountant}
+
+
+def delta(
+    mechanisms: Mechanism | Iterable[Mechanism],
+    epsilon: float,
+    accountant: Accountant = Accountant.BEST,
+) -> float:
+    """Upper bound on δ at ``epsilon`` for the composition of ``mechanisms``.
+
+    Under ``PLD`` every mechanism needs its own PLD (no ε split is invented for random
+    stopping / subsampled tuning); ``BEST`` falls back to RDP for those.
+    """
+    eps = nonnegative_float("epsilon", epsilon)
+    mechs = _as_list(mechanisms)
+    accountant = _coerce_accountant(accountant)
+    pure = _pure_total(mechs)
+    if pure is not None and pure <= eps:
+        return 0.0
+    candidates: list[float] = []
+    if accountant in (Accountant.RDP, Accountant.BEST):
+        candidates.append(_rdp_total(mechs).delta(eps))
+    if accountant is Accountant.PLD:
+        candidates.append(pld_delta(mechs, eps))
+    if accountant is Accountant.BEST:
+        from raydp_hpo.pld import has_pld
+
+        if all(has_pld(m) for m in mechs):
+            candidates.append(pld_delta(mechs, eps))
+    return float(min(candidates))
+
+
+def calibrate_noise(
+    target_epsilon: float,
+    delta: float,
+    sample_rate: float,
+    steps: int,
+    accountant: Accountant = Accountant.RDP,
+    *,
+    tolerance: float = 1e-3,
+    max_noise_multiplier: float = 1e4,
+) -> float:
+    """Smallest noise multiplier σ (to within ``tolerance``, relative) such that DP-SGD with
+    ``steps`` Poisson-subsampled steps at ``sample_rate`` is (``target_epsilon``, ``delta``)-DP.
+
+    Bisection on σ ↦ ε(σ), which is non-increasing; the returned σ is always the upper end of
+    the final bracket, so ε(σ) ≤ target_epsilon holds exactly under the chosen accountant
+    ("round toward more privacy").
+
+    >>> sigma = calibrate_noise(3.0, 1e-5, 256 / 60000, 14063)
+    >>> epsilon(SubsampledGaussian(sigma, 256 / 60000, 14063), 1e-5, Accountant.RDP) <= 3.0
+    True
+    """
+    target = positive_float("target_epsilon", target_epsilon)
+    delta = open_unit_float("delta", delta)
+    q = unit_interval_float("sample_rate", sample_rate)
+    steps = positive_int("steps", steps)
+    tolerance = positive_float("tolerance", tolerance)
+    accountant = _coerce_accountant(accountant)
+
+    def eps_of(sigma: float) -> float:
+        return epsilon(SubsampledGaussian(sigma, q, steps), delta, accountant)
+
+    hi = 1.0
+    while eps_of(hi) > target:
+        hi *= 2.0
+        if hi > max_noise_multiplier:
+            raise InvalidParameterError(
+                f"no noise multiplier <= {max_noise_multiplier:g} reaches "
+                f"target_epsilon={target_epsilon} at delta={delta} with sample_rate={q}, "
+                f"steps={steps}; raise the target or lower the sample rate / steps"
+            )
+    lo = hi / 2.0 if hi > 1.0 else 0.0
+    if lo == 0.0:
+        # ε(1) ≤ target: search downward for the smallest admissible σ.
+        lo = 1.0
+        while lo > 1e-3 and eps_of(lo) <= target:
+            hi, lo = lo, lo / 2.0
+    while (hi - lo) > tolerance * hi:
+        mid = (lo + hi) / 2.0
+        if eps_of(mid) > target:
+            lo = mid
+        else:
+            hi = mid
+    if not math.isfinite(eps_of(hi)) or eps_of(hi) > target:  # pragma: no cover - invariant
+        raise AssertionError("calibration invariant violated")
+    return hi

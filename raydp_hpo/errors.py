@@ -1,0 +1,109 @@
+"""Exception hierarchy of raydp-hpo.
+
+Every error the package raises on purpose derives from :class:`RayDPHPOError`, so callers can
+catch the whole family with one ``except``. Validation errors also derive from ``ValueError``
+so generic code that expects ``ValueError`` for bad arguments keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "RayDPHPOError",
+    "InvalidParameterError",
+    "UnsupportedMechanismError",
+    "BudgetExhaustedError",
+    "ChargeConflictError",
+    "LedgerCorruptedError",
+    "LedgerMismatchError",
+    "DataValidationError",
+    "SearchSpaceError",
+    "ConfigError",
+]
+
+
+class RayDPHPOError(Exception):
+    """Root of every error raised deliberately by raydp-hpo."""
+
+
+class InvalidParameterError(RayDPHPOError, ValueError):
+    """A parameter (budget, mechanism, distribution, ...) has an invalid value.
+
+    The message always names the parameter and the offending value.
+    """
+
+
+class UnsupportedMechanismError(RayDPHPOError, TypeError):
+    """An accountant cannot bound the privacy loss of the given mechanism."""
+
+
+class BudgetExhaustedError(RayDPHPOError):
+    """The ledger refused a charge because it would exceed the privacy budget.
+
+    Attributes:
+        charge_id: the id of the refused charge.
+        requested_epsilon: ε the ledger would have spent *after* admitting the charge.
+        spent_epsilon: ε spent before the charge (unchanged by the refusal).
+        budget_epsilon: the ledger's total ε budget.
+        delta: the δ at which the ε figures are stated.
+    """
+
+    def __init__(
+        self,
+        charge_id: str,
+        requested_epsilon: float,
+        spent_epsilon: float,
+        budget_epsilon: float,
+        delta: float,
+    ) -> None:
+        self.charge_id = charge_id
+        self.requested_epsilon = requested_epsilon
+        self.spent_epsilon = spent_epsilon
+        self.budget_epsilon = budget_epsilon
+        self.delta = delta
+        remaining = max(budget_epsilon - spent_epsilon, 0.0)
+        super().__init__(
+            f"privacy budget exhausted: charge {charge_id!r} would bring total spend to "
+            f"ε={requested_epsilon:.4g} at δ={delta:g}, above the budget ε={budget_epsilon:.4g} "
+            f"(spent so far ε={spent_epsilon:.4g}, remaining ε={remaining:.4g}). Nothing was "
+            "charged. Use fewer/cheaper trials (more noise, fewer steps, lower sample rate) or a "
+            "ledger with a larger budget."
+        )
+
+    def __reduce__(self):  # keep the attributes across Ray's pickling
+        return (
+            type(self),
+            (
+                self.charge_id,
+                self.requested_epsilon,
+                self.spent_epsilon,
+                self.budget_epsilon,
+                self.delta,
+            ),
+        )
+
+
+class ChargeConflictError(RayDPHPOError):
+    """A charge id was reused with a different mechanism (ids must identify one charge)."""
+
+
+class LedgerCorruptedError(RayDPHPOError):
+    """The ledger journal is damaged in a way that cannot be recovered safely.
+
+    Raised instead of silently resetting a budget: a reset budget is a privacy breach.
+    """
+
+
+class LedgerMismatchError(RayDPHPOError):
+    """A ledger was attached with a budget or settings that differ from its journal."""
+
+
+class DataValidationError(RayDPHPOError, ValueError):
+    """Training data is unusable (missing column, NaN, wrong dtype, unknown label, ...)."""
+
+
+class SearchSpaceError(RayDPHPOError, ValueError):
+    """A search space cannot be used by the chosen search algorithm."""
+
+
+class ConfigError(RayDPHPOError, ValueError):
+    """An experiment configuration (file or dict) is invalid."""

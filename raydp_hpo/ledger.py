@@ -1,0 +1,461 @@
+"""The privacy ledger: a privacy filter that admits each charge before its mechanism runs.
+
+The budget (ε, δ) is fixed up front. :meth:`PrivacyLedger.try_charge` admits a mechanism only
+if the guarantee of everything admitted so far *plus* the new mechanism stays within the
+budget; otherwise it refuses and nothing changes (check, then commit). Charges are never
+refunded, reordered or lost: a crashed trial still spent its privacy.
+
+Halting rules (:class:`Adaptivity`):
+
+``ADAPTIVE`` (default) — an RDP privacy filter valid when each charge's mechanism is chosen
+adaptively from earlier outputs. Feldman & Zrnic (2021, "Individual Privacy Accounting via a
+Rényi Filter", Thm. 3.1) prove that for a *fixed* order α, halting before Σₜ εₜ(α) exceeds B
+yields (α, B)-RDP under fully adaptive composition. Choosing the best α afterwards is not
+covered by that theorem, so this filter uses a union bound over the finite halting grid
+Λ = :data:`HALTING_ORDERS`: each α ∈ Λ gets δ/|Λ|, and a charge is admitted iff
+
+    ε_filter = min_{α∈Λ} [ Σₜ εₜ(α) + log(1 − 1/α) − log(α·δ/|Λ|)/(α − 1) ] ≤ ε_budget
+
+(conversion of Canonne, Kamath & Steinke 2020, Prop. 12). Proof sketch: partition outcomes by
+the first α ∈ Λ whose budget was never exceeded on that run; on that part the ledger behaves
+exactly like the fixed-α Feldman–Zrnic filter, which is (ε, δ/|Λ|)-DP; summing over the
+partition gives (ε, δ)-DP. This costs ≈ log|Λ|/(α − 1) in ε against a fixed-sequence
+analysis — the conservative choice; the report states both figures.
+(ε, δ)-only mechanisms (:class:`~raydp_hpo.mechanisms.ApproxDP`) are refused in this mode.
+
+``FIXED_PLAN`` — the caller asserts that the sequence of mechanisms is fixed before any data
+is touched (e.g. a whole search plan admitted in one charge). Then standard composition
+theorems apply and any :class:`~raydp_hpo.accounting.Accountant` may halt, PLD included.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from raydp_hpo.accounting import Accountant
+from raydp_hpo.budget import PrivacyBudget
+from raydp_hpo.errors import (
+    BudgetExhaustedError,
+    ChargeConflictError,
+    InvalidParameterError,
+    LedgerMismatchError,
+    RayDPHPOError,
+)
+from raydp_hpo.journal import Journal, read_journal
+from raydp_hpo.mechanisms import Mechanism, mechanism_from_dict, mechanism_to_dict
+from raydp_hpo.pld import PldComposer
+from raydp_hpo.pure import pure_epsilon
+from raydp_hpo.rdp import DEFAULT_ORDERS, RdpProfile, rdp_profile
+
+__all__ = [
+    "Adaptivity",
+    "HALTING_ORDERS",
+    "Charge",
+    "ChargeDecision",
+    "LedgerReport",
+    "PrivacyLedger",
+    "filter_epsilon",
+]
+
+#: Orders of the adaptive RDP filter's union bound (each gets δ/|Λ|).
+HALTING_ORDERS: tuple[float, ...] = (
+    1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 32, 48, 64, 96, 128, 256,
+    512, 1024,
+)
+_HALT_INDEX = np.array([int(np.argmin(np.abs(DEFAULT_ORDERS - a))) for a in HALTING_ORDERS])
+assert np.allclose(DEFAULT_ORDERS[_HALT_INDEX], HALTING_ORDERS)
+
+
+class Adaptivity(Enum):
+    """Whether charges may be chosen adaptively (decides which halting rule is valid)."""
+
+    ADAPTIVE = "adaptive"
+    FIXED_PLAN = "fixed_plan"
+
+
+def filter_epsilon(profile: RdpProfile, delta: float) -> float:
+    """ε guaranteed by the adaptive RDP filter (union bound over :data:`HALTING_ORDERS`)."""
+    if profile.side_delta > 0 or profile.side_epsilon > 0:
+        return math.inf
+    alphas = DEFAULT_ORDERS[_HALT_INDEX]
+    rdp = profile.values[_HALT_INDEX]
+    delta_each = delta / len(HALTING_ORDERS)
+    with np.errstate(invalid="ignore"):
+        eps = rdp + np.log1p(-1.0 / alphas) - np.log(delta_each * alphas) / (alphas - 1.0)
+    eps = np.where(np.isnan(eps), np.inf, eps)
+    return float(max(0.0, np.min(eps)))
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One admitted charge as recorded in the ledger (and its journal)."""
+
+    seq: int
+    charge_id: str
+    owner: str
+    time: float
+    mechanism: Mechanism
+    epsilon_after: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "charge_id": self.charge_id,
+            "owner": self.owner,
+            "time": self.time,
+            "mechanism": mechanism_to_dict(self.mechanism),
+            "epsilon_after": self.epsilon_after,
+        }
+
+
+@dataclass(frozen=True)
+class ChargeDecision:
+    """The answer to :meth:`PrivacyLedger.try_charge`.
+
+    ``epsilon_after`` is the spend the ledger would have (refused) or has (admitted) with the
+    charge included; ``spent_epsilon`` is the spend after the call. ``replayed`` marks a repeat
+    of an already admitted charge id (idempotent: nothing was charged again).
+    """
+
+    admitted: bool
+    charge_id: str
+    epsilon_after: float
+    spent_epsilon: float
+    budget: PrivacyBudget
+    replayed: bool = False
+
+    def raise_if_refused(self) -> ChargeDecision:
+        if not self.admitted:
+            raise BudgetExhaustedError(
+                self.charge_id,
+                self.epsilon_after,
+                self.spent_epsilon,
+                self.budget.epsilon,
+                self.budget.delta,
+            )
+        return self
+
+
+@dataclass(frozen=True)
+class LedgerReport:
+    """State of a ledger: budget, spend under the halting rule and under each accountant."""
+
+    budget: PrivacyBudget
+    adaptivity: Adaptivity
+    halting_accountant: Accountant
+    spent_epsilon: float
+    remaining_epsilon: float
+    epsilon_by_accountant: dict[str, float]
+    charges: tuple[Charge, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "budget": self.budget.to_dict(),
+            "adaptivity": self.adaptivity.value,
+            "halting_accountant": self.halting_accountant.value,
+            "spent_epsilon": self.spent_epsilon,
+            "remaining_epsilon": self.remaining_epsilon,
+            "epsilon_by_accountant": dict(self.epsilon_by_accountant),
+            "charges": [c.to_dict() for c in self.charges],
+        }
+
+    def format(self) -> str:
+        lines = [
+            f"budget            ε={self.budget.epsilon:g}, δ={self.budget.delta:g}",
+            f"halting rule      {self.adaptivity.value} / {self.halting_accountant.value}",
+            f"spent (halting)   ε={self.spent_epsilon:.4f}",
+            f"remaining         ε={self.remaining_epsilon:.4f}",
+        ]
+        for name, eps in self.epsilon_by_accountant.items():
+            lines.append(f"  {name:<16}ε={eps:.4f} at δ={self.budget.delta:g}")
+        lines.append(f"charges           {len(self.charges)}")
+        for c in self.charges:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(c.time))
+            lines.append(
+                f"  #{c.seq:<4} {stamp}  {c.charge_id}  owner={c.owner or '-'}  "
+                f"ε_after={c.epsilon_after:.4f}  {type(c.mechanism).__name__}"
+            )
+        return "\n".join(lines)
+
+
+class PrivacyLedger:
+    """A privacy filter over one dataset's budget, optionally backed by a durable journal.
+
+    Lifecycle: construct (replays the journal if it exists, else writes its header) →
+    :meth:`try_charge` / :meth:`charge` any number of times → :meth:`close`.
+
+    Concurrency: methods are serialised by an internal lock, so check-and-charge is atomic
+    within a process; across processes use one ledger actor (:mod:`raydp_hpo.ledger_actor`).
+    The journal is ``flock``'d so a second live ledger cannot open the same file.
+    """
+
+    def __init__(
+        self,
+        budget: PrivacyBudget,
+        journal: str | Path | None = None,
+        *,
+        adaptivity: Adaptivity = Adaptivity.ADAPTIVE,
+        accountant: Accountant = Accountant.RDP,
+    ) -> None:
+        if not isinstance(budget, PrivacyBudget):
+            raise InvalidParameterError(f"budget must be a PrivacyBudget, got {budget!r}")
+        if not isinstance(adaptivity, Adaptivity):
+            raise InvalidParameterError(f"adaptivity must be an Adaptivity, got {adaptivity!r}")
+        if not isinstance(accountant, Accountant):
+            raise InvalidParameterError(f"accountant must be an Accountant, got {accountant!r}")
+        if adaptivity is Adaptivity.ADAPTIVE and accountant is not Accountant.RDP:
+            raise InvalidParameterError(
+                f"halting with accountant={accountant.value!r} is only justified for a plan "
+                "fixed up front; use accountant=Accountant.RDP (adaptive RDP filter) or "
+                "adaptivity=Adaptivity.FIXED_PLAN"
+            )
+        self._budget = budget
+        self._adaptivity = adaptivity
+        self._accountant = accountant
+        self._lock = threading.RLock()
+        self._charges: list[Charge] = []
+        self._by_id: dict[str, Charge] = {}
+        self._rdp = RdpProfile.zero()
+        self._pld = PldComposer()
+        self._pure: float | None = 0.0
+        self._journal: Journal | None = None
+        if journal is not None:
+            self._journal = Journal(journal)
+            try:
+                self._load_or_init()
+            except BaseException:
+                self._journal.close()
+                raise
+
+    # -- persistence -------------------------------------------------------------------
+    def _settings(self) -> dict[str, Any]:
+        return {
+            "budget": self._budget.to_dict(),
+            "adaptivity": self._adaptivity.value,
+            "accountant": self._accountant.value,
+        }
+
+    def _load_or_init(self) -> None:
+        assert self._journal is not None
+        header, records = self._journal.load()
+        if header is None:
+            self._journal.write_header({**self._settings(), "created": time.time()})
+            return
+        stored = {k: header.get(k) for k in ("budget", "adaptivity", "accountant")}
+        if stored != self._settings():
+            raise LedgerMismatchError(
+                f"journal {self._journal.path} was created with {stored}, but this ledger was "
+                f"opened with {self._settings()}. A budget cannot be changed after charges; "
+                "open it with the journal's settings (or use `raydp-hpo ledger show`)."
+            )
+        for rec in records:
+            mech = mechanism_from_dict(rec["mechanism"])
+            self._commit(
+                Charge(
+                    seq=rec["seq"],
+                    charge_id=rec["charge_id"],
+                    owner=rec.get("owner", ""),
+                    time=rec["time"],
+                    mechanism=mech,
+                    epsilon_after=rec["epsilon_after"],
+                ),
+                rdp_profile(mech),
+            )
+
+    @classmethod
+    def open(cls, journal: str | Path) -> PrivacyLedger:
+        """Open an existing journal with the settings stored in its header."""
+        header, _ = read_journal(journal)
+        if header is None:
+            raise RayDPHPOError(f"no ledger journal at {journal}")
+        return cls(
+            PrivacyBudget.from_dict(header["budget"]),
+            journal,
+            adaptivity=Adaptivity(header["adaptivity"]),
+            accountant=Accountant(header["accountant"]),
+        )
+
+    def close(self) -> None:
+        if self._journal is not None:
+            self._journal.close()
+
+    def __enter__(self) -> PrivacyLedger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- accounting ----------------------------------------------------------------------
+    def _halting_epsilon(self, rdp: RdpProfile, extra: Mechanism | None) -> float:
+        delta = self._budget.delta
+        if self._adaptivity is Adaptivity.ADAPTIVE:
+            eps = filter_epsilon(rdp, delta)
+        else:
+            candidates = []
+            if self._accountant in (Accountant.RDP, Accountant.BEST):
+                candidates.append(rdp.epsilon(delta))
+            if self._accountant in (Accountant.PLD, Accountant.BEST):
+                candidates.append(self._pld_epsilon(extra))
+            eps = min(candidates)
+        pure = self._pure
+        if pure is not None and extra is not None:
+            extra_pure = pure_epsilon(extra)
+            pure = None if extra_pure is None else pure + extra_pure
+        # Basic composition of pure-DP charges is a valid filter too (Rogers et al. 2016).
+        return eps if pure is None else min(eps, pure)
+
+    def _pld_epsilon(self, extra: Mechanism | None) -> float:
+        if extra is None:
+            return self._pld.epsilon(self._budget.delta)
+        trial = PldComposer()
+        trial._composed = self._pld._composed  # noqa: SLF001 - immutable PLD object, shared
+        trial._non_pld = list(self._pld._non_pld)  # noqa: SLF001
+        trial.add(extra)
+        return trial.epsilon(self._budget.delta)
+
+    def _commit(self, charge: Charge, profile: RdpProfile) -> None:
+        self._charges.append(charge)
+        self._by_id[charge.charge_id] = charge
+        self._rdp = self._rdp + profile
+        if self._pure is not None:
+            p = pure_epsilon(charge.mechanism)
+            self._pure = None if p is None else self._pure + p
+        self._pld.add(charge.mechanism)
+
+    # -- public API ----------------------------------------------------------------------
+    @property
+    def budget(self) -> PrivacyBudget:
+        return self._budget
+
+    @property
+    def adaptivity(self) -> Adaptivity:
+        return self._adaptivity
+
+    @property
+    def halting_accountant(self) -> Accountant:
+        return self._accountant
+
+    @property
+    def journal_path(self) -> Path | None:
+        return None if self._journal is None else self._journal.path
+
+    def epsilon_if_charged(self, mechanism: Mechanism) -> float:
+        """ε the ledger would report after admitting ``mechanism`` (changes nothing)."""
+        with self._lock:
+            profile = rdp_profile(mechanism)
+            self._check_supported(profile)
+            return self._halting_epsilon(self._rdp + profile, mechanism)
+
+    def would_admit(self, mechanism: Mechanism) -> bool:
+        return self.epsilon_if_charged(mechanism) <= self._budget.epsilon
+
+    def _check_supported(self, profile: RdpProfile) -> None:
+        if self._adaptivity is Adaptivity.ADAPTIVE and (
+            profile.side_delta > 0 or profile.side_epsilon > 0
+        ):
+            raise InvalidParameterError(
+                "an ApproxDP (ε, δ)-only mechanism has no RDP curve, so the adaptive RDP filter "
+                "cannot admit it; use a ledger with adaptivity=Adaptivity.FIXED_PLAN"
+            )
+
+    def try_charge(self, charge_id: str, mechanism: Mechanism, owner: str = "") -> ChargeDecision:
+        """Admit ``mechanism`` under ``charge_id`` iff the budget still covers it.
+
+        Repeating an admitted ``charge_id`` with the same mechanism returns the original
+        admission (``replayed=True``) without charging again; with a different mechanism it
+        raises :class:`~raydp_hpo.errors.ChargeConflictError`. A refusal changes nothing.
+        """
+        if not isinstance(charge_id, str) or not charge_id:
+            raise InvalidParameterError(f"charge_id must be a non-empty string, got {charge_id!r}")
+        mechanism_to_dict(mechanism)  # validates the type
+        with self._lock:
+            existing = self._by_id.get(charge_id)
+            if existing is not None:
+                if existing.mechanism != mechanism:
+                    raise ChargeConflictError(
+                        f"charge id {charge_id!r} was already used for {existing.mechanism!r}; "
+                        f"a different mechanism {mechanism!r} needs a new id"
+                    )
+                return ChargeDecision(
+                    True, charge_id, existing.epsilon_after, self._spent(), self._budget, True
+                )
+            profile = rdp_profile(mechanism)
+            self._check_supported(profile)
+            after = self._halting_epsilon(self._rdp + profile, mechanism)
+            spent = self._spent()
+            if not (after <= self._budget.epsilon):
+                return ChargeDecision(False, charge_id, after, spent, self._budget)
+            charge = Charge(
+                seq=len(self._charges) + 1,
+                charge_id=charge_id,
+                owner=str(owner),
+                time=time.time(),
+                mechanism=mechanism,
+                epsilon_after=after,
+            )
+            if self._journal is not None:
+                record = charge.to_dict()
+                record.pop("seq")
+                self._journal.append_charge(record)  # durable before we acknowledge
+            self._commit(charge, profile)
+            return ChargeDecision(True, charge_id, after, after, self._budget)
+
+    def charge(self, charge_id: str, mechanism: Mechanism, owner: str = "") -> ChargeDecision:
+        """Like :meth:`try_charge` but raises :class:`BudgetExhaustedError` on refusal."""
+        return self.try_charge(charge_id, mechanism, owner).raise_if_refused()
+
+    def has_charge(self, charge_id: str) -> bool:
+        with self._lock:
+            return charge_id in self._by_id
+
+    def _spent(self) -> float:
+        if not self._charges:
+            return 0.0
+        return self._halting_epsilon(self._rdp, None)
+
+    def spent(self) -> float:
+        """ε spent so far under the ledger's halting rule (at the budget's δ)."""
+        with self._lock:
+            return self._spent()
+
+    def remaining(self) -> float:
+        """ε still available under the halting rule (never negative)."""
+        with self._lock:
+            return max(0.0, self._budget.epsilon - self._spent())
+
+    def charges(self) -> tuple[Charge, ...]:
+        with self._lock:
+            return tuple(self._charges)
+
+    def report(self) -> LedgerReport:
+        """Budget, spend and every charge; ε under RDP and PLD as fixed-sequence figures."""
+        with self._lock:
+            delta = self._budget.delta
+            by_acc: dict[str, float] = {}
+            if self._charges:
+                by_acc["rdp_filter"] = filter_epsilon(self._rdp, delta)
+                by_acc["rdp"] = self._rdp.epsilon(delta)
+                try:
+                    by_acc["pld"] = self._pld.epsilon(delta)
+                except RayDPHPOError:
+                    by_acc["pld"] = math.inf
+                if self._pure is not None:
+                    by_acc["pure"] = self._pure
+            spent = self._spent()
+            return LedgerReport(
+                budget=self._budget,
+                adaptivity=self._adaptivity,
+                halting_accountant=self._accountant,
+                spent_epsilon=spent,
+                remaining_epsilon=max(0.0, self._budget.epsilon - spent),
+                epsilon_by_accountant=by_acc,
+                charges=tuple(self._charges),
+            )

@@ -1,0 +1,206 @@
+"""The privacy ledger as a named, detached, restartable Ray actor.
+
+One actor per ledger name (in an explicit namespace) serialises every admission: a plain
+(non-threaded, non-async) Ray actor runs one method at a time, so check-and-charge is atomic
+across every trial, node and experiment that attaches to it. The actor has ``num_cpus=0`` so
+it never takes a trial's slot, ``max_restarts=-1`` and ``max_task_retries=-1`` so a crash is
+survived: a restarted actor re-runs ``__init__``, which replays the journal, and a retried
+call is idempotent through its charge id.
+
+The journal is what makes the budget durable (a detached actor does not survive a head-node
+restart without GCS fault tolerance). On a multi-node cluster put it on shared storage
+(NFS); the default path is only right for single-node use.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from raydp_hpo.accounting import Accountant
+from raydp_hpo.budget import PrivacyBudget
+from raydp_hpo.errors import LedgerMismatchError, RayDPHPOError
+from raydp_hpo.ledger import Adaptivity, Charge, ChargeDecision, LedgerReport, PrivacyLedger
+from raydp_hpo.mechanisms import Mechanism
+
+__all__ = ["DEFAULT_NAMESPACE", "LedgerHandle", "get_ledger", "default_journal_path"]
+
+DEFAULT_NAMESPACE = "raydp_hpo"
+
+
+def default_journal_path(name: str, namespace: str = DEFAULT_NAMESPACE) -> Path:
+    """``$RAYDP_HPO_HOME/ledgers/<namespace>/<name>.journal`` (default home ``~/.raydp_hpo``)."""
+    home = Path(os.environ.get("RAYDP_HPO_HOME", "~/.raydp_hpo")).expanduser()
+    return (home / "ledgers" / namespace / f"{name}.journal").resolve()
+
+
+class _LedgerActor:
+    def __init__(self, budget: PrivacyBudget, journal: str, adaptivity: str, accountant: str):
+        self._ledger = PrivacyLedger(
+            budget,
+            journal,
+            adaptivity=Adaptivity(adaptivity),
+            accountant=Accountant(accountant),
+        )
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "budget": self._ledger.budget,
+            "journal": str(self._ledger.journal_path),
+            "adaptivity": self._ledger.adaptivity.value,
+            "accountant": self._ledger.halting_accountant.value,
+        }
+
+    def try_charge(self, charge_id: str, mechanism: Mechanism, owner: str) -> ChargeDecision:
+        return self._ledger.try_charge(charge_id, mechanism, owner)
+
+    def epsilon_if_charged(self, mechanism: Mechanism) -> float:
+        return self._ledger.epsilon_if_charged(mechanism)
+
+    def has_charge(self, charge_id: str) -> bool:
+        return self._ledger.has_charge(charge_id)
+
+    def spent(self) -> float:
+        return self._ledger.spent()
+
+    def remaining(self) -> float:
+        return self._ledger.remaining()
+
+    def charges(self) -> tuple[Charge, ...]:
+        return self._ledger.charges()
+
+    def report(self) -> LedgerReport:
+        return self._ledger.report()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class LedgerHandle:
+    """Synchronous client of a ledger actor, with the same methods as :class:`PrivacyLedger`.
+
+    Picklable: trials receive it (or just the name/namespace) and call it from any node.
+    """
+
+    def __init__(self, name: str, namespace: str, actor: Any) -> None:
+        self.name = name
+        self.namespace = namespace
+        self._actor = actor
+
+    def __reduce__(self):
+        return (_reattach, (self.name, self.namespace))
+
+    @property
+    def actor(self) -> Any:
+        return self._actor
+
+    def settings(self) -> dict[str, Any]:
+        return ray.get(self._actor.settings.remote())
+
+    @property
+    def budget(self) -> PrivacyBudget:
+        return self.settings()["budget"]
+
+    def try_charge(self, charge_id: str, mechanism: Mechanism, owner: str = "") -> ChargeDecision:
+        return ray.get(self._actor.try_charge.remote(charge_id, mechanism, owner))
+
+    def charge(self, charge_id: str, mechanism: Mechanism, owner: str = "") -> ChargeDecision:
+        return self.try_charge(charge_id, mechanism, owner).raise_if_refused()
+
+    def epsilon_if_charged(self, mechanism: Mechanism) -> float:
+        return ray.get(self._actor.epsilon_if_charged.remote(mechanism))
+
+    def would_admit(self, mechanism: Mechanism) -> bool:
+        return self.epsilon_if_charged(mechanism) <= self.budget.epsilon
+
+    def has_charge(self, charge_id: str) -> bool:
+        return ray.get(self._actor.has_charge.remote(charge_id))
+
+    def spent(self) -> float:
+        return ray.get(self._actor.spent.remote())
+
+    def remaining(self) -> float:
+        return ray.get(self._actor.remaining.remote())
+
+    def charges(self) -> tuple[Charge, ...]:
+        return ray.get(self._actor.charges.remote())
+
+    def report(self) -> LedgerReport:
+        return ray.get(self._actor.report.remote())
+
+    def kill(self) -> None:
+        """Terminate the actor for good (its journal stays; re-create to resume)."""
+        ray.kill(self._actor, no_restart=True)
+
+
+def _reattach(name: str, namespace: str) -> LedgerHandle:
+    return get_ledger(name, namespace=namespace)
+
+
+def get_ledger(
+    name: str,
+    budget: PrivacyBudget | None = None,
+    journal: str | Path | None = None,
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+    adaptivity: Adaptivity = Adaptivity.ADAPTIVE,
+    accountant: Accountant = Accountant.RDP,
+) -> LedgerHandle:
+    """Create or attach to the ledger actor ``name`` in ``namespace``.
+
+    * With ``budget``: creates the actor if it does not exist (replaying ``journal`` if that
+      file exists), else attaches; either way the live ledger's budget and settings must equal
+      the ones given, or :class:`~raydp_hpo.errors.LedgerMismatchError` is raised.
+    * Without ``budget``: attaches to an existing actor, or raises if there is none.
+
+    ``journal`` defaults to :func:`default_journal_path`. Ray must be initialised.
+    """
+    if not name or not isinstance(name, str):
+        raise RayDPHPOError(f"ledger name must be a non-empty string, got {name!r}")
+    if not ray.is_initialized():
+        raise RayDPHPOError("Ray is not initialised; call ray.init() before get_ledger()")
+    if budget is None:
+        try:
+            actor = ray.get_actor(name, namespace=namespace)
+        except ValueError:
+            raise RayDPHPOError(
+                f"no ledger named {name!r} in namespace {namespace!r}; create it with a budget: "
+                f"get_ledger({name!r}, budget=PrivacyBudget(epsilon, delta))"
+            ) from None
+        return LedgerHandle(name, namespace, actor)
+
+    journal_path = Path(journal).expanduser().resolve() if journal else default_journal_path(
+        name, namespace
+    )
+    remote_cls = ray.remote(_LedgerActor).options(  # type: ignore[attr-defined]
+        name=name,
+        namespace=namespace,
+        lifetime="detached",
+        get_if_exists=True,
+        num_cpus=0,
+        max_restarts=-1,
+        max_task_retries=-1,
+    )
+    actor = remote_cls.remote(budget, str(journal_path), adaptivity.value, accountant.value)
+    handle = LedgerHandle(name, namespace, actor)
+    try:
+        settings = handle.settings()
+    except ray.exceptions.RayActorError as exc:
+        cause = getattr(exc, "cause", None) or exc
+        raise RayDPHPOError(f"ledger actor {name!r} failed to start: {cause}") from None
+    wanted = {
+        "budget": budget,
+        "adaptivity": adaptivity.value,
+        "accountant": accountant.value,
+    }
+    live = {k: settings[k] for k in wanted}
+    if live != wanted or (journal is not None and settings["journal"] != str(journal_path)):
+        raise LedgerMismatchError(
+            f"ledger {name!r} already exists with {live} (journal {settings['journal']}); "
+            f"asked for {wanted} (journal {journal_path}). Attach without a budget, or use "
+            "another ledger name."
+        )
+    return handle

@@ -1,0 +1,46 @@
+"""Pure ε-DP bounds, where a mechanism has one.
+
+A pure bound is exact bookkeeping (basic composition, Dwork et al. 2006) and is used in
+addition to the RDP/PLD figures: every reported ε is the minimum of valid upper bounds.
+"""
+
+from __future__ import annotations
+
+from raydp_hpo.mechanisms import (
+    Composition,
+    Laplace,
+    Mechanism,
+    PureDP,
+    RandomStopping,
+    StoppingDistribution,
+    WorstCase,
+)
+
+__all__ = ["pure_epsilon"]
+
+
+def pure_epsilon(m: Mechanism) -> float | None:
+    """The ε of a pure ε-DP guarantee of ``m``, or ``None`` if it has none.
+
+    * Laplace / PureDP: count·ε (basic composition).
+    * Composition: the sum, if every part is pure.
+    * WorstCase: the maximum, if every candidate is pure.
+    * RandomStopping with a pure ε-DP base and K from the truncated negative binomial family
+      (η ≥ 0: logarithmic η = 0, geometric η = 1): (2 + η)·ε — Papernot & Steinke (2022),
+      Cor. 4 (the λ, λ̂ → ∞ limit of their Thm. 2); for geometric this is Liu & Talwar
+      (2019)'s 3ε. Poisson K has no pure bound here (``None``).
+    """
+    if isinstance(m, (Laplace, PureDP)):
+        return m.epsilon * m.count
+    if isinstance(m, Composition):
+        parts = [pure_epsilon(p) for p in m.mechanisms]
+        return None if any(p is None for p in parts) else float(sum(parts))  # type: ignore[arg-type]
+    if isinstance(m, WorstCase):
+        parts = [pure_epsilon(p) for p in m.candidates]
+        return None if any(p is None for p in parts) else float(max(parts))  # type: ignore[type-var]
+    if isinstance(m, RandomStopping):
+        if m.distribution is StoppingDistribution.POISSON:
+            return None
+        base = pure_epsilon(m.base)
+        return None if base is None else (2.0 + m.eta) * base
+    return None

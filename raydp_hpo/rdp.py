@@ -1,0 +1,340 @@
+"""Rényi-DP curves of every mechanism, and RDP → (ε, δ) conversion.
+
+An :class:`RdpProfile` holds an upper bound on the RDP ε(α) of a mechanism at each order α of
+:data:`DEFAULT_ORDERS`, plus an (ε₀, δ₀) part for components that only have an approximate-DP
+guarantee (:class:`~raydp_hpo.mechanisms.ApproxDP`), composed on the side by basic composition
+(Dwork et al. 2006): if the RDP part gives (ε_R, δ − δ₀), the whole is (ε_R + ε₀, δ)-DP.
+
+Sources of each curve:
+
+* Poisson-subsampled Gaussian, Gaussian, Laplace, repeat-and-select: dp-accounting's
+  ``RdpAccountant`` (Mironov 2017; Mironov, Talwar & Zhang 2019; Papernot & Steinke 2022).
+* Pure ε-DP: min(ε, αε²/2) (Mironov 2017, Prop. 3; Bun & Steinke 2016, Prop. 3.3).
+* Worst case over candidates: pointwise maximum.
+* Random stopping over any base curve: Papernot & Steinke (2022) Thm. 2 (truncated negative
+  binomial) / Thm. 6 (Poisson), via dp-accounting's implementation of those formulas.
+* Subsampled tuning: Koskela & Kulkarni (2023), theorem in
+  ../shared/papers/koskela-kulkarni-2023-subsampled-dp-hpo.txt, integer orders, log-space.
+
+Conversions: :func:`rdp_to_epsilon` uses the improved bound of Canonne, Kamath & Steinke
+(2020, Prop. 12) / Asoodeh et al. (2020) (dp-accounting's ``compute_epsilon``);
+:func:`classic_rdp_to_epsilon` is Mironov (2017, Prop. 3), ε = ε(α) + log(1/δ)/(α − 1).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from dp_accounting import dp_event
+from dp_accounting.rdp import rdp_privacy_accountant as _rdp_lib
+from scipy.special import gammaln, logsumexp
+
+from raydp_hpo.errors import InvalidParameterError, UnsupportedMechanismError
+from raydp_hpo.mechanisms import (
+    ApproxDP,
+    Composition,
+    Gaussian,
+    Laplace,
+    Mechanism,
+    PureDP,
+    RandomStopping,
+    SubsampledGaussian,
+    SubsampledTuning,
+    WorstCase,
+)
+
+__all__ = [
+    "DEFAULT_ORDERS",
+    "MAX_INTEGER_ORDER",
+    "RdpProfile",
+    "rdp_profile",
+    "rdp_to_epsilon",
+    "rdp_to_delta",
+    "classic_rdp_to_epsilon",
+    "koskela_kulkarni_rdp",
+    "repeat_and_select_rdp",
+    "subsampled_gaussian_rdp",
+]
+
+#: Largest integer order at which every order 2..N is present (Koskela–Kulkarni needs them all).
+MAX_INTEGER_ORDER = 256
+
+
+def _default_orders() -> np.ndarray:
+    fractional_low = [1.01, 1.05] + [1.0 + x / 10.0 for x in range(1, 10)]
+    fractional_mid = [k + f for k in range(2, 12) for f in (0.25, 0.5, 0.75)]
+    integers = list(range(2, MAX_INTEGER_ORDER + 1))
+    large = [320, 384, 448, 512, 768, 1024, 2048, 4096]
+    return np.array(sorted(set(fractional_low + fractional_mid + integers + large)), dtype=float)
+
+
+#: The RDP order grid: fractional orders near 1, quarter orders up to 12, every integer
+#: 2..256 (needed by the Koskela–Kulkarni theorem) and large orders for small-δ regimes.
+DEFAULT_ORDERS: np.ndarray = _default_orders()
+DEFAULT_ORDERS.setflags(write=False)
+_INTEGER_INDEX = {int(a): i for i, a in enumerate(DEFAULT_ORDERS) if float(a).is_integer()}
+
+
+@dataclass(frozen=True, eq=False)
+class RdpProfile:
+    """RDP upper bounds ε(α) on :data:`DEFAULT_ORDERS`, plus a basic-composition (ε₀, δ₀) part."""
+
+    values: np.ndarray
+    side_epsilon: float = 0.0
+    side_delta: float = 0.0
+
+    def __post_init__(self) -> None:
+        values = np.asarray(self.values, dtype=float)
+        if values.shape != DEFAULT_ORDERS.shape:
+            raise InvalidParameterError(
+                f"RDP values have shape {values.shape}, orders have {DEFAULT_ORDERS.shape}"
+            )
+        values = values.copy()
+        values.setflags(write=False)
+        object.__setattr__(self, "values", values)
+
+    @classmethod
+    def zero(cls) -> RdpProfile:
+        return cls(np.zeros_like(DEFAULT_ORDERS))
+
+    def __add__(self, other: RdpProfile) -> RdpProfile:
+        """Sequential composition: RDP adds order-wise (Mironov 2017, Prop. 1)."""
+        return RdpProfile(
+            self.values + other.values,
+            self.side_epsilon + other.side_epsilon,
+            self.side_delta + other.side_delta,
+        )
+
+    def scaled(self, count: int) -> RdpProfile:
+        return RdpProfile(
+            self.values * count, self.side_epsilon * count, self.side_delta * count
+        )
+
+    def epsilon(self, delta: float) -> float:
+        """ε at ``delta`` (improved conversion), +inf when δ₀ already uses all of δ."""
+        if self.side_delta >= delta:
+            return math.inf
+        return rdp_to_epsilon(self.values, delta - self.side_delta) + self.side_epsilon
+
+    def delta(self, epsilon: float) -> float:
+        """δ at ``epsilon`` (improved conversion), 1 when ε₀ already exceeds ε."""
+        if self.side_epsilon > epsilon:
+            return 1.0
+        return min(1.0, rdp_to_delta(self.values, epsilon - self.side_epsilon) + self.side_delta)
+
+
+def rdp_to_epsilon(values: np.ndarray, delta: float, orders: np.ndarray = DEFAULT_ORDERS) -> float:
+    """Smallest ε over orders for which the RDP curve implies (ε, δ)-DP.
+
+    Canonne, Kamath & Steinke (2020), Prop. 12: (α, ρ)-RDP implies (ε, δ)-DP with
+    ε = ρ + log1p(−1/α) − log(δ·α)/(α − 1). Computed by dp-accounting's ``compute_epsilon``.
+    """
+    if np.any(np.isnan(values)):
+        return math.inf
+    eps, _ = _rdp_lib.compute_epsilon(orders, values, delta)
+    return float(eps)
+
+
+def rdp_to_delta(values: np.ndarray, epsilon: float, orders: np.ndarray = DEFAULT_ORDERS) -> float:
+    """Smallest δ over orders for which the RDP curve implies (ε, δ)-DP (same proposition)."""
+    delta, _ = _rdp_lib.compute_delta(orders, values, epsilon)
+    return float(delta)
+
+
+def classic_rdp_to_epsilon(
+    values: np.ndarray, delta: float, orders: np.ndarray = DEFAULT_ORDERS
+) -> float:
+    """Mironov (2017), Prop. 3: ε = min_α ε(α) + log(1/δ)/(α − 1). Used by Abadi et al.'s figure."""
+    orders = np.asarray(orders, dtype=float)
+    mask = orders > 1
+    eps = np.asarray(values)[mask] + math.log(1 / delta) / (orders[mask] - 1)
+    return float(np.min(eps))
+
+
+def _dp_accounting_rdp(event: dp_event.DpEvent) -> np.ndarray:
+    accountant = _rdp_lib.RdpAccountant(orders=list(DEFAULT_ORDERS))
+    accountant.compose(event)
+    return accountant.rdp
+
+
+@functools.lru_cache(maxsize=4096)
+def _rdp_cached(mechanism: Mechanism) -> RdpProfile:
+    return _compute_rdp(mechanism)
+
+
+def rdp_profile(mechanism: Mechanism) -> RdpProfile:
+    """The RDP profile of ``mechanism`` (cached: mechanisms are immutable values)."""
+    return _rdp_cached(mechanism)
+
+
+def _compute_rdp(m: Mechanism) -> RdpProfile:
+    if isinstance(m, SubsampledGaussian):
+        per_step = _subsampled_gaussian_rdp_cached(m.sample_rate, m.noise_multiplier)
+        return RdpProfile(per_step * m.steps)
+    if isinstance(m, Gaussian):
+        # Exact: ε(α) = α·count/(2σ²) (Mironov 2017, Prop. 7).
+        return RdpProfile(DEFAULT_ORDERS * m.count / (2.0 * m.noise_multiplier**2))
+    if isinstance(m, Laplace):
+        event = dp_event.SelfComposedDpEvent(dp_event.LaplaceDpEvent(1.0 / m.epsilon), m.count)
+        return RdpProfile(_dp_accounting_rdp(event))
+    if isinstance(m, PureDP):
+        per = np.minimum(m.epsilon, DEFAULT_ORDERS * m.epsilon**2 / 2.0)
+        return RdpProfile(per * m.count)
+    if isinstance(m, ApproxDP):
+        return RdpProfile(
+            np.zeros_like(DEFAULT_ORDERS), side_epsilon=m.epsilon * m.count, side_delta=m.delta * m.count
+        )
+    if isinstance(m, Composition):
+        total = RdpProfile.zero()
+        for part in m.mechanisms:
+            total = total + rdp_profile(part)
+        return total
+    if isinstance(m, WorstCase):
+        profiles = [rdp_profile(c) for c in m.candidates]
+        _require_pure_rdp("WorstCase", profiles)
+        return RdpProfile(np.max(np.stack([p.values for p in profiles]), axis=0))
+    if isinstance(m, RandomStopping):
+        base = rdp_profile(m.base)
+        _require_pure_rdp("RandomStopping.base", [base])
+        return RdpProfile(repeat_and_select_rdp(base.values, mean=m.mean, eta=m.eta))
+    if isinstance(m, SubsampledTuning):
+        tuning, final = rdp_profile(m.tuning), rdp_profile(m.final)
+        _require_pure_rdp("SubsampledTuning", [tuning, final])
+        return RdpProfile(koskela_kulkarni_rdp(tuning.values, final.values, m.subsample_rate))
+    raise UnsupportedMechanismError(f"no RDP bound for {m!r}")
+
+
+@functools.lru_cache(maxsize=4096)
+def _subsampled_gaussian_rdp_cached(q: float, sigma: float) -> np.ndarray:
+    values = subsampled_gaussian_rdp(q, sigma)
+    values.setflags(write=False)
+    return values
+
+
+def subsampled_gaussian_rdp(q: float, sigma: float) -> np.ndarray:
+    """RDP of one Poisson-subsampled Gaussian step on :data:`DEFAULT_ORDERS`.
+
+    Mironov, Talwar & Zhang (2019): ε(α) = log(A_α)/(α − 1). At integer α (Sec. 3.3),
+
+        A_α = Σ_{i=0}^{α} C(α, i) (1 − q)^{α−i} q^i exp((i² − i)/(2σ²)),
+
+    evaluated here as one vectorised log-sum-exp per order (the per-term Python loop of
+    dp-accounting is ~15× slower, too slow for ledger admission at 1000 charges); fractional
+    orders use dp-accounting's series (their Sec. 3.3, fractional case). Golden-tested against
+    dp-accounting at every order. q = 1 is the plain Gaussian, ε(α) = α/(2σ²).
+    """
+    orders = DEFAULT_ORDERS
+    if q == 1.0:
+        return orders / (2.0 * sigma**2)
+    out = np.empty_like(orders)
+    log_q, log_1q = math.log(q), math.log1p(-q)
+    for k, alpha in enumerate(orders):
+        if float(alpha).is_integer():
+            a = int(alpha)
+            i = np.arange(a + 1, dtype=float)
+            log_terms = (
+                gammaln(a + 1)
+                - gammaln(i + 1)
+                - gammaln(a - i + 1)
+                + i * log_q
+                + (a - i) * log_1q
+                + (i * i - i) / (2.0 * sigma**2)
+            )
+            out[k] = float(logsumexp(log_terms)) / (a - 1)
+        else:
+            out[k] = _rdp_lib._compute_log_a_frac(q, sigma, float(alpha)) / (alpha - 1)  # noqa: SLF001
+    return out
+
+
+def _require_pure_rdp(where: str, profiles: list[RdpProfile]) -> None:
+    if any(p.side_delta > 0 or p.side_epsilon > 0 for p in profiles):
+        raise UnsupportedMechanismError(
+            f"{where}: an ApproxDP component has no RDP curve, and this construction needs one"
+        )
+
+
+def repeat_and_select_rdp(base_rdp: np.ndarray, mean: float, eta: float) -> np.ndarray:
+    """RDP of Papernot & Steinke (2022) random stopping over a base RDP curve.
+
+    Truncated negative binomial D_{η,γ} (η ∈ [0, ∞), E[K] = ``mean``), Thm. 2:
+
+        ε'(λ) = ε(λ) + (1 + η)·min_λ̂ [(1 − 1/λ̂)·ε(λ̂) + log(1/γ)/λ̂] + log(E[K])/(λ − 1),
+
+    and Poisson (η = ∞), Thm. 6: ε'(λ) = ε(λ) + E[K]·δ̂ + log(E[K])/(λ − 1) with
+    δ̂ = δ(log(1 + 1/(λ − 1))) of the base. Monotonicity of RDP in λ tightens low orders.
+    Delegates to dp-accounting's implementation of these formulas (pinned by golden tests).
+    """
+    if math.isnan(mean) or mean < 1:
+        raise InvalidParameterError(f"mean must be >= 1, got mean={mean!r}")
+    values = _rdp_lib._compute_rdp_repeat_and_select(  # noqa: SLF001 - pinned, golden-tested
+        list(DEFAULT_ORDERS), list(base_rdp), mean, eta
+    )
+    return np.asarray(values, dtype=float)
+
+
+def koskela_kulkarni_rdp(
+    tuning_rdp: np.ndarray, final_rdp: np.ndarray, subsample_rate: float
+) -> np.ndarray:
+    """RDP of subsampled tuning + final run on the rest (Koskela & Kulkarni 2023, Theorem).
+
+    With ε₁ the RDP of the tuning mechanism M₁ (run on the q-subsample X₁) and ε₂ that of the
+    final mechanism M₂ (run on X ∖ X₁), for integer α ≥ 2 and Y = X ∪ {x'}:
+
+        D_α(M(Y) ‖ M(X)) ≤ 1/(α−1) · log( q^α e^{(α−1)ε₁(α)} + (1−q)^α e^{(α−1)ε₂(α)}
+              + Σ_{j=1}^{α−1} C(α, j) q^{α−j} (1−q)^j e^{(α−j−1)ε₁(α−j)} e^{(j−1)ε₂(j)} ).
+
+    The other direction, D_α(M(X) ‖ M(Y)) with M(Y) = q·P₁ + (1−q)·P₂ a mixture in the second
+    argument, is bounded by joint convexity of (P, Q) ↦ E_Q[(P/Q)^α] (an f-divergence):
+
+        D_α(M(X) ‖ M(Y)) ≤ 1/(α−1) · log( q e^{(α−1)ε₁(α)} + (1−q) e^{(α−1)ε₂(α)} ),
+
+    where ε₁, ε₂ bound both directions of their mechanisms (true for every curve produced
+    here: dp-accounting's subsampled Gaussian bound A_α dominates both directions, Mironov et
+    al. 2019, Thm. 5). The paper only says "a similar expression" for this direction; the
+    convexity bound is our conservative choice. The result is the maximum of both directions.
+
+    Sums are evaluated in log space. The theorem needs every integer order up to α, so only
+    integer orders 2..:data:`MAX_INTEGER_ORDER` get a direct value; fractional orders take the
+    value of the next integer order (RDP is non-decreasing in α, van Erven & Harremoës 2014),
+    orders above :data:`MAX_INTEGER_ORDER` are +inf (no bound claimed).
+    """
+    q = float(subsample_rate)
+    if not 0.0 < q < 1.0:
+        raise InvalidParameterError(f"subsample_rate must be in (0, 1), got {subsample_rate!r}")
+    eps1 = {a: float(tuning_rdp[i]) for a, i in _INTEGER_INDEX.items()}
+    eps2 = {a: float(final_rdp[i]) for a, i in _INTEGER_INDEX.items()}
+    eps1[1] = eps2[1] = 0.0  # only ever multiplied by (1 − 1) = 0
+    log_q, log_1q = math.log(q), math.log1p(-q)
+
+    integer_values: dict[int, float] = {}
+    for alpha in range(2, MAX_INTEGER_ORDER + 1):
+        j = np.arange(1, alpha)
+        log_binom = gammaln(alpha + 1) - gammaln(j + 1) - gammaln(alpha - j + 1)
+        e1 = np.array([eps1[alpha - k] for k in j])
+        e2 = np.array([eps2[k] for k in j])
+        cross = log_binom + (alpha - j) * log_q + j * log_1q + (alpha - j - 1) * e1 + (j - 1) * e2
+        terms = np.concatenate(
+            [
+                [alpha * log_q + (alpha - 1) * eps1[alpha]],
+                [alpha * log_1q + (alpha - 1) * eps2[alpha]],
+                cross,
+            ]
+        )
+        forward = float(logsumexp(terms)) / (alpha - 1)
+        backward = float(
+            logsumexp([log_q + (alpha - 1) * eps1[alpha], log_1q + (alpha - 1) * eps2[alpha]])
+        ) / (alpha - 1)
+        integer_values[alpha] = max(forward, backward)
+
+    out = np.full_like(DEFAULT_ORDERS, np.inf)
+    for i, order in enumerate(DEFAULT_ORDERS):
+        ceiling = math.ceil(order - 1e-12)
+        if order <= 1:
+            continue
+        if ceiling <= MAX_INTEGER_ORDER:
+            out[i] = integer_values[max(ceiling, 2)]
+    # Orders in (1, 2) are bounded by the value at 2 (monotonicity), which is what ceil gives.
+    return out
