@@ -46,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     "gdp_delta": "raydp_hpo.gdp",
     "gdp_mu": "raydp_hpo.gdp",
     "compose_mu": "raydp_hpo.gdp",
+    "is_covered": "raydp_hpo.coverage",
     "Optimizer": "raydp_hpo.trial_privacy",
     "DPSGDPrivacy": "raydp_hpo.trial_privacy",
     "privacy_from_config": "raydp_hpo.trial_privacy",
