@@ -1,0 +1,590 @@
+"""Common base of every differentially private searcher: the plan, the release, the lifecycle.
+
+A :class:`DPSearcher` is a Ray Tune :class:`~ray.tune.search.Searcher` that states its *whole*
+privacy cost as a :class:`PrivacyPlan` before any trial runs. The orchestrator (``DPTuner``)
+charges ``plan.mechanism`` to the privacy ledger under the id ``f"{experiment}/plan"`` and only
+then starts Ray Tune with ``search_alg=searcher, num_samples=-1``.
+
+Searchers talk to trials only through the trial config: the sampled hyperparameters plus the
+reserved key ``"raydp"`` (see :meth:`DPSearcher.suggest`). They never import ``trainables``.
+
+Privacy-relevant hyperparameters (those read by :func:`raydp_hpo.trial_privacy.
+privacy_from_config`: ``noise_multiplier``, ``target_epsilon``, ``target_delta``, ``mu``,
+``sample_rate``, ``batch_size``, ``epochs``, ``optimizer``) may vary in the space only over a
+finite set (``tune.choice``, ``tune.grid_search`` or a constant). Where they vary, a trial's
+base mechanism is :class:`~raydp_hpo.mechanisms.WorstCase` over their grid (pointwise maximum
+of RDP curves; Papernot & Steinke 2022, Sec. 3.5). When the space sets no noise at all, the
+searcher calibrates one ``noise_multiplier`` so that the plan is admissible.
+"""
+
+from __future__ import annotations
+
+import abc
+import itertools
+import math
+import os
+import pickle
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from ray.tune.search import Searcher
+from ray.tune.search.sample import Categorical, Domain, Function
+
+from raydp_hpo.accounting import Accountant, epsilon
+from raydp_hpo.budget import PrivacyBudget
+from raydp_hpo.errors import InvalidParameterError, SearchSpaceError
+from raydp_hpo.mechanisms import Mechanism, WorstCase, mechanism_to_dict
+from raydp_hpo.trial_privacy import DPSGDPrivacy, Optimizer, privacy_from_config
+
+__all__ = [
+    "RESERVED_KEY",
+    "PRIVACY_KEYS",
+    "NOISE_KEYS",
+    "Admissible",
+    "PrivacyPlan",
+    "Release",
+    "DPSearcher",
+    "Phase",
+]
+
+#: The config key carrying the privacy contract of a trial; never part of a release.
+RESERVED_KEY = "raydp"
+#: Keys read by :func:`raydp_hpo.trial_privacy.privacy_from_config`.
+PRIVACY_KEYS: tuple[str, ...] = (
+    "noise_multiplier",
+    "target_epsilon",
+    "target_delta",
+    "mu",
+    "sample_rate",
+    "batch_size",
+    "epochs",
+    "optimizer",
+)
+#: Keys that set the DP noise of a trial (at most one may appear in a space).
+NOISE_KEYS: tuple[str, ...] = ("noise_multiplier", "target_epsilon", "mu")
+
+#: Predicate deciding whether a plan mechanism fits the budget (the ledger's rule).
+Admissible = Callable[[Mechanism], bool]
+
+#: Largest noise multiplier a searcher will calibrate to before declaring the budget too small.
+MAX_NOISE_MULTIPLIER = 1e4
+
+
+class Phase:
+    """Values of ``config["raydp"]["phase"]``."""
+
+    TUNE = "tune"
+    FINAL = "final"
+
+
+@dataclass(frozen=True)
+class PrivacyPlan:
+    """The whole privacy cost of a search, fixed before any trial runs.
+
+    Attributes:
+        mechanism: the total mechanism charged up front (``None`` when every trial charges
+            itself, as in :class:`~search_algs.baselines.GridSearchComposed`).
+        base: per-trial base mechanism that every covered trial must be dominated by
+            (:func:`raydp_hpo.coverage.is_covered`), or ``None``.
+        per_trial_charges: ``True`` when trials charge the ledger individually.
+        algorithm: short algorithm name.
+        paper: citation of the algorithm and theorem the accounting follows.
+        description: one human-readable sentence on how the cost is composed.
+        expected_gradient_evaluations: expected number of per-example gradient evaluations
+            of the whole search (upper bound where the privacy grid varies).
+    """
+
+    mechanism: Mechanism | None
+    base: Mechanism | None
+    per_trial_charges: bool
+    algorithm: str
+    paper: str
+    description: str
+    expected_gradient_evaluations: float
+
+
+@dataclass(frozen=True)
+class Release:
+    """The public output of a search.
+
+    Attributes:
+        hyperparameters: the selected configuration without the ``"raydp"`` key, or ``None``
+            when the search selected nothing (e.g. Poisson random stopping drew K = 0).
+        trial_id: the trial whose model is released (the final run, or the best trial of a
+            selection without a final run), or ``None``.
+        algorithm: the algorithm that produced it.
+        extras: public, data-independent or selection-output extras (gradient evaluations,
+            flags). Per-trial metrics and the number of trials actually run are private and
+            never appear here.
+    """
+
+    hyperparameters: dict[str, Any] | None
+    trial_id: str | None
+    algorithm: str
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def selected(self) -> bool:
+        """Whether a configuration was selected."""
+        return self.hyperparameters is not None
+
+
+# --------------------------------------------------------------------------------------------
+# search-space helpers
+# --------------------------------------------------------------------------------------------
+
+
+def is_grid(value: object) -> bool:
+    """``tune.grid_search([...])`` is the dict ``{"grid_search": [...]}``."""
+    return isinstance(value, dict) and set(value) == {"grid_search"}
+
+
+def finite_values(key: str, value: object) -> list[Any] | None:
+    """The finite list of values of a constant / choice / grid entry, or ``None`` otherwise."""
+    if is_grid(value):
+        values = list(value["grid_search"])  # type: ignore[index]
+        if not values:
+            raise SearchSpaceError(f"search space key {key!r}: grid_search needs >= 1 value")
+        return values
+    if isinstance(value, Categorical):
+        if any(isinstance(c, Domain) for c in value.categories):
+            return None
+        return list(value.categories)
+    if isinstance(value, Domain):
+        return None
+    if isinstance(value, dict):
+        raise SearchSpaceError(
+            f"search space key {key!r} is a nested dict; DP searchers need a flat space "
+            "(flatten it, e.g. 'model_width' instead of {'model': {'width': ...}})"
+        )
+    return [value]
+
+
+def _check_space(param_space: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(param_space, Mapping):
+        raise SearchSpaceError(f"param_space must be a dict, got {param_space!r}")
+    space = dict(param_space)
+    if RESERVED_KEY in space:
+        raise SearchSpaceError(
+            f"search space key {RESERVED_KEY!r} is reserved for the privacy contract; rename it"
+        )
+    for key, value in space.items():
+        if not isinstance(key, str):
+            raise SearchSpaceError(f"search space keys must be strings, got {key!r}")
+        if isinstance(value, Function):
+            raise SearchSpaceError(
+                f"search space key {key!r} uses tune.sample_from, which depends on other keys; "
+                "DP searchers sample every key independently: use a Domain or a constant"
+            )
+        if isinstance(value, dict) and not is_grid(value):
+            finite_values(key, value)  # raises for nested dicts
+    noise = [k for k in NOISE_KEYS if k in space]
+    if len(noise) > 1:
+        raise SearchSpaceError(
+            f"search space sets the noise twice ({', '.join(noise)}); keep exactly one"
+        )
+    if "sample_rate" in space and "batch_size" in space:
+        raise SearchSpaceError("search space sets both 'sample_rate' and 'batch_size'; keep one")
+    if "epochs" not in space:
+        raise SearchSpaceError(
+            "search space needs 'epochs' (a constant or tune.choice): the privacy cost of a "
+            "trial depends on it"
+        )
+    return space
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temp file in the same folder, then replace)."""
+    folder = os.path.dirname(os.path.abspath(path)) or "."
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-searcher-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# --------------------------------------------------------------------------------------------
+# the base class
+# --------------------------------------------------------------------------------------------
+
+
+class DPSearcher(Searcher, abc.ABC):
+    """Abstract base of every DP searcher in ``search_algs``.
+
+    Lifecycle (call order, as driven by ``DPTuner`` and Ray Tune):
+
+    1. ``__init__`` validates the space and the budget eagerly and fixes the plan; a space the
+       algorithm cannot use raises :class:`~raydp_hpo.errors.SearchSpaceError`, a budget too
+       small for the plan raises :class:`~raydp_hpo.errors.InvalidParameterError` stating the
+       smallest budget that works. All secret randomness (K, subsample seeds) is drawn here or
+       later from the searcher's own seeded RNG, never from the data.
+    2. ``privacy_plan()`` (pure, repeatable) is charged to the ledger by the orchestrator
+       *before* the first ``suggest``.
+    3. Ray Tune calls ``suggest(trial_id)`` repeatedly; it returns a config, ``None`` ("not
+       now": only while some suggested trial is still running) or ``Searcher.FINISHED``.
+    4. ``on_trial_complete(trial_id, result, error)`` once per trial (``error=True`` after
+       Ray's retries are used up: the trial still spent privacy and is never retried here).
+    5. ``release()`` after the run: the public output.
+
+    ``save``/``restore`` pickle the mutable state (including the RNG and secret draws), so
+    ``Tuner.restore`` resumes the search exactly; restoring into a searcher whose plan differs
+    raises. The saved file contains secrets (K, seeds, per-trial metrics): it is a private
+    artefact like Tune's experiment directory.
+
+    Concurrency contract: Ray Tune calls a searcher from its single controller thread only;
+    instances are not thread-safe and must not be shared between experiments.
+
+    Args:
+        param_space: flat dict of ``ray.tune`` Domains, ``tune.grid_search`` dicts or
+            constants. The searcher samples every Domain itself with its own RNG.
+        metric: the reported metric to optimise.
+        mode: ``"max"`` or ``"min"``.
+        dataset_size: the (public) number of training records n.
+        budget: the total privacy budget of the search.
+        seed: seed of the searcher's RNG (hyperparameter draws and secret draws).
+        ledger_name: name of the ledger actor trials charge/check against.
+        namespace: Ray namespace of the ledger actor.
+        experiment: experiment name; prefixes every charge id.
+        admissible: ``admissible(mechanism) -> bool`` decides whether a plan fits the budget
+            (the orchestrator passes the ledger's actual rule). Default: ε under the RDP
+            accountant at ``budget.delta`` is at most ``budget.epsilon``.
+    """
+
+    #: short name of the algorithm (set by subclasses)
+    algorithm: str = ""
+    #: citation (set by subclasses)
+    paper: str = ""
+
+    def __init__(
+        self,
+        param_space: Mapping[str, Any],
+        *,
+        metric: str,
+        mode: str = "max",
+        dataset_size: int,
+        budget: PrivacyBudget,
+        seed: int | None = 0,
+        ledger_name: str | None = None,
+        namespace: str = "raydp_hpo",
+        experiment: str = "raydp",
+        admissible: Admissible | None = None,
+    ) -> None:
+        if not isinstance(metric, str) or not metric:
+            raise InvalidParameterError(f"metric must be a non-empty string, got {metric=!r}")
+        if mode not in ("max", "min"):
+            raise InvalidParameterError(f"mode must be 'max' or 'min', got {mode=!r}")
+        if not isinstance(budget, PrivacyBudget):
+            raise InvalidParameterError(f"budget must be a PrivacyBudget, got {budget=!r}")
+        if isinstance(dataset_size, bool) or not isinstance(dataset_size, int) or dataset_size < 1:
+            raise InvalidParameterError(
+                f"dataset_size must be an integer >= 1, got {dataset_size=!r}"
+            )
+        if not isinstance(experiment, str) or not experiment:
+            raise InvalidParameterError(f"experiment must be a non-empty string, got {experiment=!r}")
+        super().__init__(metric=metric, mode=mode)
+        self._space = _check_space(param_space)
+        self._dataset_size = dataset_size
+        self._budget = budget
+        self._seed = seed
+        self._rng = np.random.default_rng(seed)
+        self._ledger_name = ledger_name
+        self._namespace = namespace
+        self._experiment = experiment
+        self._admissible: Admissible = admissible or self._default_admissible
+        # mutable search state (saved/restored)
+        self._configs: dict[str, dict[str, Any]] = {}
+        self._results: dict[str, float | None] = {}  # None: failed / no metric
+        self._live: set[str] = set()
+        self._finished = False
+
+    # ---------------------------------------------------------------- properties
+
+    @property
+    def budget(self) -> PrivacyBudget:
+        return self._budget
+
+    @property
+    def dataset_size(self) -> int:
+        return self._dataset_size
+
+    @property
+    def plan_charge_id(self) -> str:
+        """The ledger charge id of the plan: ``f"{experiment}/plan"``."""
+        return f"{self._experiment}/plan"
+
+    def charge_id(self, trial_id: str) -> str:
+        return f"{self._experiment}/{trial_id}"
+
+    # ---------------------------------------------------------------- admissibility
+
+    def _default_admissible(self, mechanism: Mechanism) -> bool:
+        return plan_epsilon(mechanism, self._budget.delta) <= self._budget.epsilon
+
+    def plan_epsilon(self) -> float:
+        """ε of the plan under the RDP accountant at ``budget.delta`` (``nan`` if no plan)."""
+        mech = self.privacy_plan().mechanism
+        return math.nan if mech is None else plan_epsilon(mech, self._budget.delta)
+
+    # ---------------------------------------------------------------- privacy grid
+
+    def _privacy_grid(self, extra: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Cartesian product of the finite values of every privacy key in the space.
+
+        Raises SearchSpaceError for a continuous domain on a privacy key.
+        """
+        keys: list[str] = []
+        values: list[list[Any]] = []
+        for key in PRIVACY_KEYS:
+            if key not in self._space:
+                continue
+            vals = finite_values(key, self._space[key])
+            if vals is None:
+                raise SearchSpaceError(
+                    f"search space key {key!r} changes the privacy cost and is a continuous "
+                    "domain; use tune.choice([...]), tune.grid_search([...]) or a constant so "
+                    "that the worst case over its values can be charged"
+                )
+            keys.append(key)
+            values.append(vals)
+        grid = [dict(zip(keys, combo)) for combo in itertools.product(*values)]
+        if extra:
+            grid = [{**g, **extra} for g in grid]
+        return grid
+
+    def _privacies(self, extra: Mapping[str, Any] | None = None) -> list[DPSGDPrivacy]:
+        out = []
+        for combo in self._privacy_grid(extra):
+            try:
+                out.append(privacy_from_config(combo, self._dataset_size))
+            except InvalidParameterError as exc:
+                raise SearchSpaceError(f"privacy settings {combo} are invalid: {exc}") from None
+        return out
+
+    def _base_mechanism(self, extra: Mapping[str, Any] | None = None) -> Mechanism:
+        """The trial base: the mechanism of the privacy grid, or WorstCase over it."""
+        mechs: list[Mechanism] = []
+        for p in self._privacies(extra):
+            m = p.mechanism()
+            if m not in mechs:
+                mechs.append(m)
+        return mechs[0] if len(mechs) == 1 else WorstCase(tuple(mechs))
+
+    def _max_gradient_evaluations(self, extra: Mapping[str, Any] | None = None) -> float:
+        """Largest expected number of per-example gradient evaluations of one trial on the
+        full data: steps · q · n · (2 for ADADP), maximised over the privacy grid."""
+        n = self._dataset_size
+        return float(
+            max(
+                p.steps * p.sample_rate * n * p.gradient_evaluations_per_step
+                for p in self._privacies(extra)
+            )
+        )
+
+    def _needs_noise_calibration(self) -> bool:
+        return not any(k in self._space for k in NOISE_KEYS)
+
+    def _calibrate_noise(
+        self, plan_of_sigma: Callable[[float], Mechanism], *, what: str
+    ) -> float:
+        """Smallest σ (relative tolerance 1e-3) with ``admissible(plan_of_sigma(σ))``.
+
+        Bisection on log σ; the returned σ is the upper end of the final bracket, so the plan
+        is admissible ("round toward more privacy"). Admissibility must be monotone in σ.
+        """
+        hi = 1.0
+        while not self._admissible(plan_of_sigma(hi)):
+            hi *= 2.0
+            if hi > MAX_NOISE_MULTIPLIER:
+                raise InvalidParameterError(
+                    f"budget ε={self._budget.epsilon:g}, δ={self._budget.delta:g} is too small "
+                    f"for {what}: even noise_multiplier={MAX_NOISE_MULTIPLIER:g} does not fit. "
+                    "Raise the budget or cut epochs / sample rate / expected trials."
+                )
+        lo = hi / 2.0 if hi > 1.0 else 0.0
+        if lo == 0.0:
+            lo = 1.0
+            while lo > 1e-2 and self._admissible(plan_of_sigma(lo)):
+                hi, lo = lo, lo / 2.0
+            if lo <= 1e-2:
+                return hi
+        while hi - lo > 1e-3 * hi:
+            mid = (lo + hi) / 2.0
+            if self._admissible(plan_of_sigma(mid)):
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    def _require_admissible(self, mechanism: Mechanism, *, what: str) -> None:
+        if not self._admissible(mechanism):
+            eps = plan_epsilon(mechanism, self._budget.delta)
+            raise InvalidParameterError(
+                f"budget ε={self._budget.epsilon:g} at δ={self._budget.delta:g} is too small "
+                f"for {what}: the plan needs ε={eps:.4g} at that δ (RDP accountant). Use a "
+                f"budget of at least ε={eps:.4g}, or more noise / fewer epochs / fewer trials."
+            )
+
+    # ---------------------------------------------------------------- sampling
+
+    def _sample_value(self, key: str, value: Any) -> Any:
+        if is_grid(value):
+            options = value["grid_search"]
+            return options[int(self._rng.integers(len(options)))]
+        if isinstance(value, Domain):
+            out = value.sample(random_state=self._rng)
+            if isinstance(out, list):
+                out = out[0]
+            return out.item() if isinstance(out, np.generic) else out
+        return value
+
+    def _sample_config(self, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+        return {k: self._sample_value(k, v) for k, v in self._space.items() if k not in skip}
+
+    def _raydp(
+        self,
+        trial_id: str,
+        *,
+        base: Mechanism | None,
+        data_view: dict[str, Any],
+        phase: str,
+        charge: bool = False,
+        covered: bool = True,
+        nonprivate: bool = False,
+    ) -> dict[str, Any]:
+        return {
+            "ledger": self._ledger_name,
+            "namespace": self._namespace,
+            "experiment": self._experiment,
+            "charge": charge,
+            "charge_id": self.charge_id(trial_id),
+            "covered_by": self.plan_charge_id if covered else None,
+            "base": None if base is None else mechanism_to_dict(base),
+            "data_view": data_view,
+            "nonprivate": nonprivate,
+            "phase": phase,
+        }
+
+    def _issue(self, trial_id: str, config: dict[str, Any]) -> dict[str, Any]:
+        self._configs[trial_id] = config
+        self._live.add(trial_id)
+        return config
+
+    # ---------------------------------------------------------------- Ray Tune API
+
+    def set_search_properties(
+        self, metric: str | None, mode: str | None, config: dict, **spec: Any
+    ) -> bool:
+        """The space is given to the constructor only; a Tune ``param_space`` is refused."""
+        if config:
+            return False
+        if metric and self._metric and metric != self._metric:
+            return False
+        if mode and self._mode and mode != self._mode:
+            return False
+        return True
+
+    def suggest(self, trial_id: str) -> dict | None:
+        if trial_id in self._configs:  # Ray asks again for a known id: same config
+            return self._configs[trial_id]
+        if self._finished:
+            return Searcher.FINISHED
+        return self._suggest(trial_id)
+
+    @abc.abstractmethod
+    def _suggest(self, trial_id: str) -> dict | None:
+        """Algorithm-specific suggestion (the trial id is new)."""
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict | None = None, error: bool = False
+    ) -> None:
+        if trial_id not in self._configs or trial_id in self._results:
+            return
+        self._live.discard(trial_id)
+        value: float | None = None
+        if not error and result is not None and self._metric in result:
+            try:
+                value = float(result[self._metric])
+            except (TypeError, ValueError):
+                value = None
+            if value is not None and not math.isfinite(value):
+                value = None
+        self._results[trial_id] = value
+        self._on_complete(trial_id, value)
+
+    def _on_complete(self, trial_id: str, value: float | None) -> None:  # noqa: B027
+        """Hook for subclasses (called once per completed trial)."""
+
+    def _better(self, a: float, b: float) -> bool:
+        return a > b if self._mode == "max" else a < b
+
+    def _best_of(self, trial_ids: list[str]) -> str | None:
+        best: str | None = None
+        for tid in trial_ids:
+            v = self._results.get(tid)
+            if v is None:
+                continue
+            if best is None or self._better(v, self._results[best]):  # type: ignore[arg-type]
+                best = tid
+        return best
+
+    def _public_config(self, trial_id: str) -> dict[str, Any]:
+        return {k: v for k, v in self._configs[trial_id].items() if k != RESERVED_KEY}
+
+    # ---------------------------------------------------------------- plan / release
+
+    @abc.abstractmethod
+    def privacy_plan(self) -> PrivacyPlan:
+        """The fixed privacy plan (pure; the same object every call)."""
+
+    @abc.abstractmethod
+    def release(self) -> Release:
+        """The public output (call after the run)."""
+
+    # ---------------------------------------------------------------- save / restore
+
+    _NOT_SAVED = frozenset({"_admissible"})
+
+    def get_state(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in self._NOT_SAVED}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        saved_plan = state.get("_plan")
+        own_plan = self.__dict__.get("_plan")
+        if own_plan is not None and saved_plan is not None and saved_plan != own_plan:
+            raise InvalidParameterError(
+                "cannot restore: the saved searcher has a different privacy plan "
+                f"({saved_plan.description!r}) than this one ({own_plan.description!r}); "
+                "construct the searcher with the same arguments as the saved one"
+            )
+        self.__dict__.update(state)
+
+    def save(self, checkpoint_path: str) -> None:
+        atomic_write_bytes(checkpoint_path, pickle.dumps(self.get_state()))
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as fh:
+            state = pickle.load(fh)  # noqa: S301 - our own private checkpoint
+        self.set_state(state)
+
+
+def plan_epsilon(mechanism: Mechanism, delta: float) -> float:
+    """ε of ``mechanism`` at ``delta`` under the RDP accountant (the default admission rule)."""
+    return epsilon(mechanism, delta, Accountant.RDP)
+
+
+def lr_transfer_factor(optimizer: Optimizer, n: float, m: float) -> float:
+    """Koskela & Kulkarni (2023) learning-rate transfer from a dataset of size m to size n:
+    × n/m for (momentum) SGD and full-batch GD, × 1 for Adam and ADADP."""
+    if optimizer in (Optimizer.ADAM, Optimizer.ADADP):
+        return 1.0
+    return n / m

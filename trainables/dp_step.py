@@ -1,0 +1,165 @@
+"""Per-example clipping and Gaussian noise: the privatised gradient of one DP-SGD step.
+
+For a Poisson batch B (each record in independently with probability q) the privatised
+gradient is (Abadi et al. 2016, Alg. 1; Opacus' convention for the normalisation)
+
+    g̃ = ( Σ_{i∈B} clip_C(∇ℓ_i) + N(0, σ²C²·I) ) / (q·n),   clip_C(v) = v · min(1, C/‖v‖),
+
+whose release is one subsampled Gaussian mechanism with noise multiplier σ.
+
+Two implementations of Σ clip_C(∇ℓ_i), checked against each other in the tests:
+
+* :class:`BookKeepingClipper` — models whose parameters all live in ``nn.Linear`` layers fed
+  2-D inputs (MLP, linear head). For such a layer with input a_i and output gradient g_i the
+  per-example weight gradient is the outer product g_i a_iᵀ, so
+  ‖∇_W ℓ_i‖² = ‖g_i‖²·‖a_i‖² (Goodfellow 2015) and the clipped sum is (c⊙g)ᵀa with
+  c_i = min(1, C/‖∇ℓ_i‖): one backward pass to the layer outputs, no per-example gradients
+  materialised ("book-keeping", Bu et al. 2023). This keeps a DP step within ~2× of a
+  non-private step on CPU.
+* :class:`OpacusClipper` — any model Opacus supports: per-example gradients from
+  ``opacus.GradSampleModule`` (hooks), then clip and sum.
+
+:class:`GaussianNoise` adds the noise and records every release (σ, q) so that tests can
+compare what actually ran with the declared mechanism.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from raydp_hpo.errors import RayDPHPOError
+
+__all__ = ["BookKeepingClipper", "OpacusClipper", "GaussianNoise", "make_clipper", "supports_bk"]
+
+_EPS = 1e-6  # as Opacus: clip factor C / (‖v‖ + 1e-6)
+
+
+def supports_bk(model: nn.Module) -> bool:
+    """True iff every trainable parameter belongs to an ``nn.Linear`` layer."""
+    linear_params = {
+        id(p) for m in model.modules() if isinstance(m, nn.Linear) for p in m.parameters()
+    }
+    params = [p for p in model.parameters() if p.requires_grad]
+    return bool(params) and all(id(p) in linear_params for p in params)
+
+
+class BookKeepingClipper:
+    """Σᵢ clip_C(∇ℓᵢ) for Linear-only models in one backward pass (see module docstring)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        if not supports_bk(model):
+            raise RayDPHPOError("book-keeping clipping needs a model made of nn.Linear layers")
+        self.model = model
+        self.layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
+
+    def clipped_sum(
+        self, x: torch.Tensor, y: torch.Tensor, max_grad_norm: float
+    ) -> tuple[float, int]:
+        """Set ``p.grad`` to the clipped per-example gradient sum; return (loss sum, |B|)."""
+        n = int(x.shape[0])
+        if n == 0:
+            for p in self.model.parameters():
+                p.grad = torch.zeros_like(p)
+            return 0.0, 0
+        inputs: list[torch.Tensor] = []
+        outputs: list[torch.Tensor] = []
+
+        def hook(module: nn.Module, inp: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
+            if inp[0].dim() != 2:
+                raise RayDPHPOError(
+                    f"book-keeping clipping needs 2-D Linear inputs, got {tuple(inp[0].shape)}; "
+                    "use grad_sample_mode='opacus'"
+                )
+            inputs.append(inp[0].detach())
+            outputs.append(out)
+
+        handles = [m.register_forward_hook(hook) for m in self.layers]
+        try:
+            logits = self.model(x)
+        finally:
+            for h in handles:
+                h.remove()
+        loss = nn.functional.cross_entropy(logits, y, reduction="sum")
+        grads = torch.autograd.grad(loss, outputs)
+        sq = torch.zeros(n, device=x.device, dtype=x.dtype)
+        for layer, a, g in zip(self.layers, inputs, grads):
+            g_sq = g.pow(2).sum(1)
+            sq += g_sq * a.pow(2).sum(1)
+            if layer.bias is not None:
+                sq += g_sq
+        coef = (max_grad_norm / (sq.sqrt() + _EPS)).clamp(max=1.0)
+        for layer, a, g in zip(self.layers, inputs, grads):
+            cg = g * coef[:, None]
+            layer.weight.grad = cg.t() @ a
+            if layer.bias is not None:
+                layer.bias.grad = cg.sum(0)
+        return float(loss.detach()), n
+
+
+class OpacusClipper:
+    """Σᵢ clip_C(∇ℓᵢ) from Opacus per-example gradients (``GradSampleModule``, hooks mode)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        from opacus import GradSampleModule
+
+        self.model = model
+        self.gsm = GradSampleModule(model, loss_reduction="sum")
+
+    def clipped_sum(
+        self, x: torch.Tensor, y: torch.Tensor, max_grad_norm: float
+    ) -> tuple[float, int]:
+        n = int(x.shape[0])
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if n == 0:
+            for p in params:
+                p.grad = torch.zeros_like(p)
+            return 0.0, 0
+        for p in params:
+            p.grad_sample = None
+            p.grad = None
+        loss = nn.functional.cross_entropy(self.gsm(x), y, reduction="sum")
+        loss.backward()
+        samples = [p.grad_sample for p in params]
+        norms = torch.stack([s.reshape(n, -1).norm(dim=1) for s in samples], dim=1).norm(dim=1)
+        coef = (max_grad_norm / (norms + _EPS)).clamp(max=1.0)
+        for p, s in zip(params, samples):
+            p.grad = torch.einsum("i,i...->...", coef, s)
+            p.grad_sample = None
+        return float(loss.detach()), n
+
+
+def make_clipper(model: nn.Module, mode: str = "auto") -> BookKeepingClipper | OpacusClipper:
+    """``mode``: ``"auto"`` (book-keeping when possible), ``"bk"`` or ``"opacus"``."""
+    if mode == "auto":
+        mode = "bk" if supports_bk(model) else "opacus"
+    if mode == "bk":
+        return BookKeepingClipper(model)
+    if mode == "opacus":
+        return OpacusClipper(model)
+    raise RayDPHPOError(f"grad_sample_mode must be 'auto', 'bk' or 'opacus', got {mode!r}")
+
+
+@dataclass
+class GaussianNoise:
+    """Adds N(0, σ²C²) to the clipped sum and divides by the expected batch size q·n."""
+
+    noise_multiplier: float
+    max_grad_norm: float
+    sample_rate: float
+    dataset_size: int
+    generator: torch.Generator
+    releases: int = field(default=0)
+
+    def privatise(self, params: list[nn.Parameter]) -> None:
+        std = self.noise_multiplier * self.max_grad_norm
+        denom = self.sample_rate * self.dataset_size
+        for p in params:
+            assert p.grad is not None
+            noise = torch.normal(
+                0.0, std, size=p.shape, generator=self.generator, device="cpu"
+            ).to(p.device)
+            p.grad = (p.grad + noise) / denom
+        self.releases += 1
