@@ -184,8 +184,8 @@ def get_ledger(
         max_restarts=-1,
         max_task_retries=-1,
     )
-    actor = remote_cls.remote(budget, str(journal_path), adaptivity.value, accountant.value)
-    handle = LedgerHandle(name, namespace, actor)
+    created = remote_cls.remote(budget, str(journal_path), adaptivity.value, accountant.value)
+    handle = LedgerHandle(name, namespace, created)
     try:
         settings = handle.settings()
     except ray.exceptions.RayActorError as exc:

@@ -57,7 +57,7 @@ VALUE_DISCRETIZATION = 1e-3
 #: Share of the total δ given to mechanisms without a PLD, split evenly among them.
 NON_PLD_DELTA_FRACTION = 0.5
 
-PLD = _pld.PrivacyLossDistribution
+from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution as PLD  # noqa: E402
 
 
 def has_pld(m: Mechanism) -> bool:

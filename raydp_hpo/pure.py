@@ -33,11 +33,13 @@ def pure_epsilon(m: Mechanism) -> float | None:
     if isinstance(m, (Laplace, PureDP)):
         return m.epsilon * m.count
     if isinstance(m, Composition):
-        parts = [pure_epsilon(p) for p in m.mechanisms]
-        return None if any(p is None for p in parts) else float(sum(parts))  # type: ignore[arg-type]
+        values = [pure_epsilon(p) for p in m.mechanisms]
+        present = [v for v in values if v is not None]
+        return None if len(present) < len(values) else float(sum(present))
     if isinstance(m, WorstCase):
-        parts = [pure_epsilon(p) for p in m.candidates]
-        return None if any(p is None for p in parts) else float(max(parts))  # type: ignore[type-var]
+        values = [pure_epsilon(p) for p in m.candidates]
+        present = [v for v in values if v is not None]
+        return None if len(present) < len(values) else float(max(present))
     if isinstance(m, RandomStopping):
         if m.distribution is StoppingDistribution.POISSON:
             return None

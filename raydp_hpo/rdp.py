@@ -64,10 +64,10 @@ MAX_INTEGER_ORDER = 256
 
 
 def _default_orders() -> np.ndarray:
-    fractional_low = [1.01, 1.05] + [1.0 + x / 10.0 for x in range(1, 10)]
+    fractional_low: list[float] = [1.01, 1.05] + [1.0 + x / 10.0 for x in range(1, 10)]
     fractional_mid = [k + f for k in range(2, 12) for f in (0.25, 0.5, 0.75)]
-    integers = list(range(2, MAX_INTEGER_ORDER + 1))
-    large = [320, 384, 448, 512, 768, 1024, 2048, 4096]
+    integers: list[float] = [float(a) for a in range(2, MAX_INTEGER_ORDER + 1)]
+    large: list[float] = [320.0, 384.0, 448.0, 512.0, 768.0, 1024.0, 2048.0, 4096.0]
     return np.array(sorted(set(fractional_low + fractional_mid + integers + large)), dtype=float)
 
 
@@ -231,22 +231,42 @@ def subsampled_gaussian_rdp(q: float, sigma: float) -> np.ndarray:
         return orders / (2.0 * sigma**2)
     out = np.empty_like(orders)
     log_q, log_1q = math.log(q), math.log1p(-q)
-    for k, alpha in enumerate(orders):
-        if float(alpha).is_integer():
-            a = int(alpha)
-            i = np.arange(a + 1, dtype=float)
-            log_terms = (
-                gammaln(a + 1)
-                - gammaln(i + 1)
-                - gammaln(a - i + 1)
-                + i * log_q
-                + (a - i) * log_1q
-                + (i * i - i) / (2.0 * sigma**2)
-            )
-            out[k] = float(logsumexp(log_terms)) / (a - 1)
-        else:
-            out[k] = _rdp_lib._compute_log_a_frac(q, sigma, float(alpha)) / (alpha - 1)  # noqa: SLF001
+    inv_2s2 = 1.0 / (2.0 * sigma**2)
+    # All integer orders 2..MAX_INTEGER_ORDER at once: rows α, columns i (masked for i > α).
+    a = _SMALL_INT_ORDERS[:, None]
+    i = np.arange(MAX_INTEGER_ORDER + 1, dtype=float)[None, :]
+    valid = i <= a
+    with np.errstate(invalid="ignore"):
+        log_terms = (
+            _LGAMMA_TABLE[_SMALL_INT_ORDERS.astype(int)][:, None]
+            - _LGAMMA_TABLE[: MAX_INTEGER_ORDER + 1][None, :]
+            - _LGAMMA_TABLE[np.clip(a - i, 0, None).astype(int)]
+            + i * log_q
+            + (a - i) * log_1q
+            + (i * i - i) * inv_2s2
+        )
+    log_terms = np.where(valid, log_terms, -np.inf)
+    out[_SMALL_INT_INDEX] = logsumexp(log_terms, axis=1) / (_SMALL_INT_ORDERS - 1)
+    for k in _LARGE_INT_INDEX:
+        n = int(orders[k])
+        j = np.arange(n + 1, dtype=float)
+        terms = (
+            gammaln(n + 1) - gammaln(j + 1) - gammaln(n - j + 1)
+            + j * log_q + (n - j) * log_1q + (j * j - j) * inv_2s2
+        )
+        out[k] = float(logsumexp(terms)) / (n - 1)
+    for k in _FRACTIONAL_INDEX:
+        alpha = float(orders[k])
+        out[k] = _rdp_lib._compute_log_a_frac(q, sigma, alpha) / (alpha - 1)  # noqa: SLF001
     return out
+
+
+_INT_MASK = np.array([float(a).is_integer() for a in DEFAULT_ORDERS])
+_SMALL_INT_INDEX = np.flatnonzero(_INT_MASK & (DEFAULT_ORDERS <= MAX_INTEGER_ORDER))
+_SMALL_INT_ORDERS = DEFAULT_ORDERS[_SMALL_INT_INDEX]
+_LARGE_INT_INDEX = np.flatnonzero(_INT_MASK & (DEFAULT_ORDERS > MAX_INTEGER_ORDER))
+_FRACTIONAL_INDEX = np.flatnonzero(~_INT_MASK)
+_LGAMMA_TABLE = gammaln(np.arange(MAX_INTEGER_ORDER + 2, dtype=float) + 1)
 
 
 def _require_pure_rdp(where: str, profiles: list[RdpProfile]) -> None:
@@ -313,8 +333,8 @@ def koskela_kulkarni_rdp(
     for alpha in range(2, MAX_INTEGER_ORDER + 1):
         j = np.arange(1, alpha)
         log_binom = gammaln(alpha + 1) - gammaln(j + 1) - gammaln(alpha - j + 1)
-        e1 = np.array([eps1[alpha - k] for k in j])
-        e2 = np.array([eps2[k] for k in j])
+        e1 = np.array([eps1[alpha - int(k)] for k in j])
+        e2 = np.array([eps2[int(k)] for k in j])
         cross = log_binom + (alpha - j) * log_q + j * log_1q + (alpha - j - 1) * e1 + (j - 1) * e2
         terms = np.concatenate(
             [
@@ -335,6 +355,6 @@ def koskela_kulkarni_rdp(
         if order <= 1:
             continue
         if ceiling <= MAX_INTEGER_ORDER:
-            out[i] = integer_values[max(ceiling, 2)]
+            out[i] = integer_values[int(max(ceiling, 2))]
     # Orders in (1, 2) are bounded by the value at 2 (monotonicity), which is what ceil gives.
     return out

@@ -163,7 +163,7 @@ def finite_values(key: str, value: object) -> list[Any] | None:
     return [value]
 
 
-def _check_space(param_space: Mapping[str, Any]) -> dict[str, Any]:
+def _check_space(param_space: Mapping[str, Any], *, requires_epochs: bool = True) -> dict[str, Any]:
     if not isinstance(param_space, Mapping):
         raise SearchSpaceError(f"param_space must be a dict, got {param_space!r}")
     space = dict(param_space)
@@ -188,7 +188,7 @@ def _check_space(param_space: Mapping[str, Any]) -> dict[str, Any]:
         )
     if "sample_rate" in space and "batch_size" in space:
         raise SearchSpaceError("search space sets both 'sample_rate' and 'batch_size'; keep one")
-    if "epochs" not in space:
+    if requires_epochs and "epochs" not in space:
         raise SearchSpaceError(
             "search space needs 'epochs' (a constant or tune.choice): the privacy cost of a "
             "trial depends on it"
@@ -264,6 +264,8 @@ class DPSearcher(Searcher, abc.ABC):
     algorithm: str = ""
     #: citation (set by subclasses)
     paper: str = ""
+    #: whether the space must give ``epochs`` (False where the searcher sets it itself)
+    _requires_epochs: bool = True
 
     def __init__(
         self,
@@ -292,7 +294,7 @@ class DPSearcher(Searcher, abc.ABC):
         if not isinstance(experiment, str) or not experiment:
             raise InvalidParameterError(f"experiment must be a non-empty string, got {experiment=!r}")
         super().__init__(metric=metric, mode=mode)
-        self._space = _check_space(param_space)
+        self._space = _check_space(param_space, requires_epochs=self._requires_epochs)
         self._dataset_size = dataset_size
         self._budget = budget
         self._seed = seed
@@ -489,19 +491,17 @@ class DPSearcher(Searcher, abc.ABC):
             return False
         if metric and self._metric and metric != self._metric:
             return False
-        if mode and self._mode and mode != self._mode:
-            return False
-        return True
+        return not (mode and self._mode and mode != self._mode)
 
     def suggest(self, trial_id: str) -> dict | None:
         if trial_id in self._configs:  # Ray asks again for a known id: same config
             return self._configs[trial_id]
         if self._finished:
-            return Searcher.FINISHED
-        return self._suggest(trial_id)
+            return Searcher.FINISHED  # type: ignore[return-value]  # Ray's sentinel is a str
+        return self._suggest(trial_id)  # type: ignore[return-value]
 
     @abc.abstractmethod
-    def _suggest(self, trial_id: str) -> dict | None:
+    def _suggest(self, trial_id: str) -> dict | str | None:
         """Algorithm-specific suggestion (the trial id is new)."""
 
     def on_trial_complete(

@@ -19,7 +19,6 @@ from ray.tune.search import Searcher
 from raydp_hpo.errors import InvalidParameterError, SearchSpaceError
 from raydp_hpo.mechanisms import Composition, Mechanism
 from raydp_hpo.trial_privacy import privacy_from_config
-
 from search_algs.base import (
     RESERVED_KEY,
     DPSearcher,
@@ -73,7 +72,7 @@ class OneShotRandomSearch(DPSearcher):
     def privacy_plan(self) -> PrivacyPlan:
         return self._plan
 
-    def _suggest(self, trial_id: str) -> dict | None:
+    def _suggest(self, trial_id: str) -> dict | str | None:
         if self._trial is not None:
             self._finished = True
             return Searcher.FINISHED
@@ -182,7 +181,7 @@ class GridSearchComposed(DPSearcher):
         if value is None:  # refused by the ledger (or crashed): stop the grid here
             self._stopped = True
 
-    def _suggest(self, trial_id: str) -> dict | None:
+    def _suggest(self, trial_id: str) -> dict | str | None:
         if self._stopped or self._next >= len(self._grid):
             self._finished = True
             return Searcher.FINISHED

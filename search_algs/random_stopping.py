@@ -32,7 +32,6 @@ from scipy.special import gammaln
 from raydp_hpo._validation import positive_float
 from raydp_hpo.errors import InvalidParameterError
 from raydp_hpo.mechanisms import Mechanism, RandomStopping, StoppingDistribution
-
 from search_algs.base import DPSearcher, Phase, PrivacyPlan, Release
 
 __all__ = ["RandomStoppingSearch", "sample_stopping_k", "stopping_pmf", "stopping_mechanism"]
@@ -205,7 +204,7 @@ class RandomStoppingSearch(DPSearcher):
     def privacy_plan(self) -> PrivacyPlan:
         return self._plan
 
-    def _suggest(self, trial_id: str) -> dict | None:
+    def _suggest(self, trial_id: str) -> dict | str | None:
         if len(self._suggested) >= self._k:
             self._finished = True
             return Searcher.FINISHED

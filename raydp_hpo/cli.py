@@ -1,0 +1,176 @@
+"""The ``raydp-hpo`` command line.
+
+Subcommands:
+
+* ``account``  — ε of DP-SGD settings under every accountant.
+* ``ledger show JOURNAL`` / ``ledger list [DIR]`` — a ledger's budget, spend and charges.
+* ``demo``     — the main job on the built-in default (see :mod:`raydp_hpo.demo`).
+
+Exit codes: 0 success, 2 bad input, 3 budget exhausted, 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from raydp_hpo.errors import BudgetExhaustedError, RayDPHPOError
+
+__all__ = ["main", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_BUDGET_EXHAUSTED"]
+
+EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_BUDGET_EXHAUSTED = 0, 1, 2, 3
+
+
+def _cmd_account(args: argparse.Namespace) -> int:
+    from raydp_hpo.accounting import Accountant, epsilon
+    from raydp_hpo.mechanisms import Gaussian, SubsampledGaussian
+    from raydp_hpo.rdp import classic_rdp_to_epsilon, rdp_profile
+
+    mech: Gaussian | SubsampledGaussian
+    if args.sample_rate == 1.0:
+        mech = Gaussian(args.noise_multiplier, args.steps)
+    else:
+        mech = SubsampledGaussian(args.noise_multiplier, args.sample_rate, args.steps)
+    rows = {
+        "rdp": epsilon(mech, args.delta, Accountant.RDP),
+        "rdp_classic": classic_rdp_to_epsilon(rdp_profile(mech).values, args.delta),
+        "pld": epsilon(mech, args.delta, Accountant.PLD),
+    }
+    rows["best"] = min(rows["rdp"], rows["pld"])
+    if args.json:
+        print(json.dumps({"mechanism": repr(mech), "delta": args.delta, "epsilon": rows}))
+        return EXIT_OK
+    print(f"{mech!r} at δ={args.delta:g}")
+    labels = {
+        "rdp": "RDP (Canonne–Kamath–Steinke conversion)",
+        "rdp_classic": "RDP (classic conversion, Mironov 2017)",
+        "pld": "PLD (dp-accounting, pessimistic)",
+        "best": "best valid bound",
+    }
+    for key, value in rows.items():
+        print(f"  {labels[key]:<42} ε = {value:.4f}")
+    return EXIT_OK
+
+
+def _cmd_ledger_show(args: argparse.Namespace) -> int:
+    from raydp_hpo.journal import read_journal
+    from raydp_hpo.ledger import PrivacyLedger
+
+    path = Path(args.journal)
+    header, _ = read_journal(path)
+    if header is None:
+        raise RayDPHPOError(f"no ledger journal at {path}")
+    # Read-only view: replay into an in-memory ledger (no lock, no writes).
+    ledger = PrivacyLedger.open(path) if args.lock else None
+    if ledger is None:
+        ledger = _replay_readonly(path)
+    report = ledger.report()
+    ledger.close()
+    print(json.dumps(report.to_dict(), indent=2) if args.json else f"ledger {path}\n{report.format()}")
+    return EXIT_OK
+
+
+def _replay_readonly(path: Path):  # type: ignore[no-untyped-def]
+    from raydp_hpo.accounting import Accountant
+    from raydp_hpo.budget import PrivacyBudget
+    from raydp_hpo.journal import read_journal
+    from raydp_hpo.ledger import Adaptivity, Charge, PrivacyLedger
+    from raydp_hpo.mechanisms import mechanism_from_dict
+    from raydp_hpo.rdp import rdp_profile
+
+    header, records = read_journal(path)
+    assert header is not None
+    ledger = PrivacyLedger(
+        PrivacyBudget.from_dict(header["budget"]),
+        None,
+        adaptivity=Adaptivity(header["adaptivity"]),
+        accountant=Accountant(header["accountant"]),
+    )
+    for rec in records:
+        mech = mechanism_from_dict(rec["mechanism"])
+        ledger._commit(  # noqa: SLF001 - read-only replay of journal records
+            Charge(rec["seq"], rec["charge_id"], rec.get("owner", ""), rec["time"], mech,
+                   rec["epsilon_after"]),
+            rdp_profile(mech),
+        )
+    return ledger
+
+
+def _cmd_ledger_list(args: argparse.Namespace) -> int:
+    from raydp_hpo.ledger_actor import DEFAULT_NAMESPACE, default_journal_path
+
+    root = Path(args.dir) if args.dir else default_journal_path("x", DEFAULT_NAMESPACE).parent.parent
+    journals = sorted(root.rglob("*.journal")) if root.exists() else []
+    if not journals:
+        print(f"no ledger journals under {root}")
+        return EXIT_OK
+    print(f"{'journal':<60} {'ε budget':>9} {'δ':>9} {'spent':>8} {'remaining':>9} {'charges':>7}")
+    for path in journals:
+        try:
+            report = _replay_readonly(path).report()
+        except RayDPHPOError as exc:
+            print(f"{str(path):<60} unreadable: {exc}")
+            continue
+        print(
+            f"{str(path):<60} {report.budget.epsilon:>9.4g} {report.budget.delta:>9.2g} "
+            f"{report.spent_epsilon:>8.4f} {report.remaining_epsilon:>9.4f} "
+            f"{len(report.charges):>7}"
+        )
+    return EXIT_OK
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from raydp_hpo.demo import run_demo
+
+    return run_demo(quick=args.quick)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="raydp-hpo", description="Differentially private hyperparameter optimisation on Ray Tune"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    acc = sub.add_parser("account", help="ε of DP-SGD settings under every accountant")
+    acc.add_argument("--noise-multiplier", type=float, required=True)
+    acc.add_argument("--sample-rate", type=float, required=True)
+    acc.add_argument("--steps", type=int, required=True)
+    acc.add_argument("--delta", type=float, required=True)
+    acc.add_argument("--json", action="store_true")
+    acc.set_defaults(func=_cmd_account)
+
+    led = sub.add_parser("ledger", help="inspect privacy ledgers")
+    led_sub = led.add_subparsers(dest="ledger_command", required=True)
+    show = led_sub.add_parser("show", help="budget, spend and charges of a ledger journal")
+    show.add_argument("journal")
+    show.add_argument("--json", action="store_true")
+    show.add_argument("--lock", action="store_true", help="open with the writer lock (no live ledger)")
+    show.set_defaults(func=_cmd_ledger_show)
+    lst = led_sub.add_parser("list", help="every ledger journal under a directory")
+    lst.add_argument("dir", nargs="?", default=None)
+    lst.set_defaults(func=_cmd_ledger_list)
+
+    demo = sub.add_parser("demo", help="run the main job on the built-in default")
+    demo.add_argument("--quick", action="store_true", help="smaller run (for smoke tests)")
+    demo.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except BudgetExhaustedError as exc:
+        print(f"raydp-hpo: {exc}", file=sys.stderr)
+        return EXIT_BUDGET_EXHAUSTED
+    except (RayDPHPOError, ValueError) as exc:
+        print(f"raydp-hpo: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""The CLI, run in a real subprocess where it matters (exit codes, output)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from raydp_hpo.budget import PrivacyBudget
+from raydp_hpo.cli import EXIT_BAD_INPUT, main
+from raydp_hpo.ledger import PrivacyLedger
+from raydp_hpo.mechanisms import SubsampledGaussian
+
+
+def test_account_prints_each_accountant(capsys) -> None:
+    rc = main(["account", "--noise-multiplier", "1.1", "--sample-rate", "0.0042667",
+               "--steps", "14063", "--delta", "1e-5", "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    eps = out["epsilon"]
+    assert abs(eps["rdp_classic"] - 3.01) < 0.01  # Abadi et al.
+    assert eps["best"] == min(eps["rdp"], eps["pld"])
+
+
+def test_account_bad_input_exit_code(capsys) -> None:
+    rc = main(["account", "--noise-multiplier", "1.1", "--sample-rate", "1.5",
+               "--steps", "10", "--delta", "1e-5"])
+    assert rc == EXIT_BAD_INPUT
+    assert "sample_rate" in capsys.readouterr().err
+
+
+def test_ledger_show_and_list_in_subprocess(tmp_path: Path) -> None:
+    journal = tmp_path / "ledgers" / "ns" / "a.journal"
+    with PrivacyLedger(PrivacyBudget(3.0, 1e-5), journal) as ledger:
+        ledger.charge("exp/plan", SubsampledGaussian(2.0, 0.01, 100), owner="exp")
+        spent = ledger.spent()
+        # show works while the ledger is live (read-only replay, no lock)
+        proc = subprocess.run(
+            [sys.executable, "-m", "raydp_hpo.cli", "ledger", "show", str(journal), "--json"],
+            capture_output=True, text=True, check=True,
+        )
+    report = json.loads(proc.stdout)
+    assert report["spent_epsilon"] == spent
+    assert report["charges"][0]["charge_id"] == "exp/plan"
+    proc = subprocess.run(
+        [sys.executable, "-m", "raydp_hpo.cli", "ledger", "list", str(tmp_path / "ledgers")],
+        capture_output=True, text=True, check=True,
+    )
+    assert "a.journal" in proc.stdout
+
+
+def test_ledger_show_missing_journal(tmp_path: Path, capsys) -> None:
+    assert main(["ledger", "show", str(tmp_path / "nope")]) == EXIT_BAD_INPUT
+    assert "no ledger journal" in capsys.readouterr().err

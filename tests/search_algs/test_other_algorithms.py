@@ -1,0 +1,156 @@
+"""Linear scaling, SVT and baseline accounting tests (tolerances stated inline)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from ray import tune
+from ray.tune.search import Searcher
+
+from raydp_hpo.accounting import Accountant, epsilon
+from raydp_hpo.budget import PrivacyBudget
+from raydp_hpo.errors import InvalidParameterError, SearchSpaceError
+from raydp_hpo.gdp import gdp_epsilon
+from raydp_hpo.mechanisms import Composition, PureDP, SubsampledGaussian
+from raydp_hpo.rdp import DEFAULT_ORDERS, rdp_profile
+from search_algs import (
+    GridSearchComposed,
+    LinearScalingSearch,
+    OneShotRandomSearch,
+    SVTThresholdSearch,
+)
+from search_algs.svt_threshold import above_threshold_rounds
+
+N = 10_000
+BUDGET = PrivacyBudget(epsilon=3.0, delta=1e-5)
+KW = dict(metric="acc", dataset_size=N, budget=BUDGET, seed=1)
+GRID = {"lr": tune.choice([0.01, 0.1, 1.0]), "epochs": 1, "sample_rate": 0.01}
+
+
+def test_linear_scaling_total_mu_and_gdp_budget() -> None:
+    budget = PrivacyBudget(1.0, 1e-5)
+    s = LinearScalingSearch({"momentum": 0.9}, runs_per_sweep=3, **{**KW, "budget": budget})
+    mu1, mu2, muf = s._mus[0], s._mus[1], s._mu_f  # noqa: SLF001
+    assert s.total_mu == pytest.approx(math.sqrt(3 * mu1**2 + 3 * mu2**2 + muf**2), rel=1e-12)
+    assert gdp_epsilon(s.total_mu, budget.delta) <= budget.epsilon
+    assert gdp_epsilon(mu1, budget.delta) == pytest.approx(0.1, abs=1e-9)
+    assert s.plan_epsilon() <= budget.epsilon  # default admission rule: RDP
+    # the plan's RDP is exactly that of one Gaussian with μ_t: α·μ_t²/2 (rel. 1e-12)
+    np.testing.assert_allclose(rdp_profile(s.privacy_plan().mechanism).values,  # type: ignore[arg-type]
+                               DEFAULT_ORDERS * s.total_mu**2 / 2, rtol=1e-12)
+
+
+def test_linear_scaling_fit_and_final_run() -> None:
+    s = LinearScalingSearch({}, runs_per_sweep=2, steps_range=(10, 100), lr_range=(0.01, 1.0),
+                            **{**KW, "budget": PrivacyBudget(1.0, 1e-5)})
+    cfgs = [s.suggest(f"t{i}") for i in range(4)]
+    assert s.suggest("t4") is None  # waits for the sweeps
+    for i, c in enumerate(cfgs):
+        assert isinstance(c, dict) and c["optimizer"] == "gd" and "mu" in c
+        assert c["lr"] <= 1.0 and 10 <= c["epochs"] <= 100
+        s.on_trial_complete(f"t{i}", {"acc": [0.1, 0.2, 0.3, 0.1][i]})
+    final = s.suggest("t4")
+    assert isinstance(final, dict) and final["raydp"]["phase"] == "final"
+    fit = s._fit_result  # noqa: SLF001
+    r1 = cfgs[1]["lr"] * cfgs[1]["epochs"]  # type: ignore[index]
+    r2 = cfgs[2]["lr"] * cfgs[2]["epochs"]  # type: ignore[index]
+    assert fit["r1"] == pytest.approx(r1, rel=1e-9) and fit["r2"] == pytest.approx(r2, rel=1e-9)
+    slope = (r2 - r1) / (0.2 - 0.1)
+    expected = min(max(r1 + slope * (s._final_eps - 0.1), 0.1), 100.0)  # noqa: SLF001
+    assert fit["r_star"] == pytest.approx(expected, rel=1e-9)
+    assert final["lr"] * final["epochs"] == pytest.approx(expected, rel=1e-9)
+    s.on_trial_complete("t4", {"acc": 0.5})
+    assert s.suggest("t5") == Searcher.FINISHED
+    assert s.release().trial_id == "t4"
+
+
+def test_linear_scaling_refuses_bad_space_and_small_budget() -> None:
+    with pytest.raises(SearchSpaceError, match="'lr'"):
+        LinearScalingSearch({"lr": tune.loguniform(1e-3, 1)}, **KW)
+    with pytest.raises(SearchSpaceError, match="fix 'width'"):
+        LinearScalingSearch({"width": tune.choice([1, 2])}, **KW)
+    with pytest.raises(InvalidParameterError, match=r"at least ε="):
+        LinearScalingSearch({}, runs_per_sweep=20, **{**KW, "budget": PrivacyBudget(0.5, 1e-5)})
+
+
+def test_linear_scaling_subsampled_option() -> None:
+    s = LinearScalingSearch({}, runs_per_sweep=2, full_batch=False, sample_rate=0.01, **KW)
+    assert s.plan_epsilon() <= BUDGET.epsilon
+    cfg = s.suggest("t0")
+    assert isinstance(cfg, dict) and cfg["sample_rate"] == 0.01 and "noise_multiplier" in cfg
+
+
+def test_svt_plan_is_tmax_rounds_plus_final() -> None:
+    s = SVTThresholdSearch({**GRID, "noise_multiplier": 1.5}, max_rounds=12, round_epsilon=0.05,
+                           num_partitions=20, **KW)
+    final = SubsampledGaussian(1.5, 0.01, 100)
+    assert s.privacy_plan().mechanism == Composition((PureDP(0.05, count=12), final))
+    assert s.utility_sensitivity == pytest.approx(1 / 20)
+    rdp = rdp_profile(s.privacy_plan().mechanism).values  # type: ignore[arg-type]
+    np.testing.assert_allclose(
+        rdp, 12 * np.minimum(0.05, DEFAULT_ORDERS * 0.05**2 / 2) + rdp_profile(final).values)
+
+
+def test_svt_selects_the_clearly_best_candidate() -> None:
+    s = SVTThresholdSearch(GRID, max_rounds=40, round_epsilon=0.5, num_partitions=200,
+                           granularity=0.01, **{**KW, "budget": PrivacyBudget(50.0, 1e-5)})
+    util = {0.01: 0.2, 0.1: 0.9, 1.0: 0.3}
+    cfgs = [s.suggest(f"t{i}") for i in range(3)]
+    assert s.suggest("t3") is None
+    for i, c in enumerate(cfgs):
+        assert isinstance(c, dict) and c["raydp"]["data_view"]["kind"] == "partitions"
+        assert c["raydp"]["nonprivate"] is True
+        s.on_trial_complete(f"t{i}", {"acc": util[c["lr"]]})
+    final = s.suggest("t3")
+    assert isinstance(final, dict) and final["raydp"]["data_view"] == {"kind": "full"}
+    assert final["lr"] == 0.1  # kϵ = 100: noise scales 0.02/0.04, utility gap 0.6
+    s.on_trial_complete("t3", {"acc": 0.9})
+    assert s.suggest("t4") == Searcher.FINISHED and s.release().trial_id == "t3"
+
+
+def test_above_threshold_non_randomized_limit() -> None:
+    # negligible noise: u climbs to u* = 0.37 in O(log n) rounds (Ding et al., Lemma 1)
+    sel, rounds = above_threshold_rounds([0.1, 0.37], rng=np.random.default_rng(0),
+                                         num_partitions=10**9, round_epsilon=1.0,
+                                         granularity=0.01, u0=0.0, max_rounds=100)
+    assert sel == 1 and rounds <= 3 * math.ceil(math.log2(37)) + 2
+
+
+def test_svt_errors() -> None:
+    with pytest.raises(SearchSpaceError, match="'lr'.*continuous"):
+        SVTThresholdSearch({"lr": tune.uniform(0, 1), "epochs": 1, "sample_rate": 0.01}, **KW)
+    with pytest.raises(InvalidParameterError, match="too small"):
+        SVTThresholdSearch(GRID, max_rounds=200, round_epsilon=0.1, **KW)
+
+
+def test_grid_composed_calibrates_whole_grid_and_stops_on_refusal() -> None:
+    s = GridSearchComposed(GRID, **KW)
+    comp = s.composed_mechanism()
+    assert len(comp.mechanisms) == 3 and s.privacy_plan().mechanism is None
+    assert epsilon(comp, BUDGET.delta, Accountant.RDP) <= BUDGET.epsilon
+    c0 = s.suggest("t0")
+    assert isinstance(c0, dict) and c0["raydp"]["charge"] is True
+    s.on_trial_complete("t0", {"acc": 0.4})
+    s.suggest("t1")
+    s.on_trial_complete("t1", None, error=True)  # the ledger refused it
+    assert s.suggest("t2") == Searcher.FINISHED
+    assert s.release().trial_id == "t0"
+
+
+def test_one_shot_plan_is_one_run_at_the_budget() -> None:
+    s = OneShotRandomSearch({"lr": tune.loguniform(1e-3, 1), "epochs": 2, "sample_rate": 0.01}, **KW)
+    plan = s.privacy_plan()
+    assert isinstance(plan.mechanism, SubsampledGaussian) and plan.mechanism.steps == 200
+    assert 0.99 * BUDGET.epsilon <= s.plan_epsilon() <= BUDGET.epsilon  # σ tolerance 1e-3
+    with pytest.raises(SearchSpaceError, match="'epochs'.*continuous"):
+        OneShotRandomSearch({"epochs": tune.uniform(1, 2), "sample_rate": 0.01}, **KW)
+
+
+def test_custom_admissible_rule_is_used() -> None:
+    def strict(m: object) -> bool:
+        return epsilon(m, BUDGET.delta, Accountant.RDP) <= 1.0  # type: ignore[arg-type]
+
+    s = OneShotRandomSearch({"epochs": 1, "sample_rate": 0.01}, admissible=strict, **KW)
+    assert s.plan_epsilon() <= 1.0

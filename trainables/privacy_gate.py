@@ -1,0 +1,141 @@
+"""The privacy gate: a trial is admitted by the ledger before it touches any data.
+
+A trial reads ``config["raydp"]`` (keys in :class:`RaydpSettings`) and, before training:
+
+* ``charge=True`` — charges its own mechanism under a fresh attempt id
+  ``"<charge_id>/attempt-<k>"`` (k = the smallest unused attempt number). A Ray Tune retry from
+  scratch runs under the same trial id and config, so reusing ``charge_id`` itself would be
+  *replayed* by the ledger without charging; the attempt suffix makes every fresh start pay.
+  A resume from a checkpoint continues inside the charge stored in the checkpoint.
+* ``covered_by=<plan charge id>`` — a searcher charged a base mechanism for the whole plan
+  (e.g. Papernot & Steinke random stopping); the trial checks that the plan charge exists and
+  that its own mechanism is RDP-dominated by ``base`` (:func:`raydp_hpo.coverage.is_covered`).
+* ``nonprivate=True`` — oracle baseline: no noise, no clipping, no ledger (not DP!).
+
+A refused charge raises :class:`~raydp_hpo.errors.BudgetExhaustedError`; a failed coverage
+check raises :class:`~raydp_hpo.errors.RayDPHPOError`; nothing is trained in either case.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from raydp_hpo.coverage import is_covered
+from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
+from raydp_hpo.mechanisms import Mechanism, mechanism_from_dict, mechanism_to_dict
+
+__all__ = ["RaydpSettings", "admit", "resolve_ledger", "MAX_ATTEMPTS"]
+
+MAX_ATTEMPTS = 10_000
+
+_KEYS = {
+    "ledger",
+    "namespace",
+    "experiment",
+    "charge",
+    "charge_id",
+    "covered_by",
+    "base",
+    "data_view",
+    "nonprivate",
+}
+
+
+@dataclass(frozen=True)
+class RaydpSettings:
+    """The validated ``config["raydp"]`` block."""
+
+    ledger: str | None = None
+    namespace: str = "raydp_hpo"
+    experiment: str = "default"
+    charge: bool = False
+    charge_id: str | None = None
+    covered_by: str | None = None
+    base: dict[str, Any] | None = None
+    data_view: dict[str, Any] | None = None
+    nonprivate: bool = False
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> RaydpSettings:
+        raw = config.get("raydp") or {}
+        if not isinstance(raw, Mapping):
+            raise InvalidParameterError(f"config['raydp'] must be a dict, got {raw!r}")
+        unknown = set(raw) - _KEYS
+        if unknown:
+            raise InvalidParameterError(
+                f"unknown config['raydp'] keys {sorted(unknown)}; known: {sorted(_KEYS)}"
+            )
+        s = cls(**{k: v for k, v in raw.items() if v is not None or k in ("ledger",)})
+        if s.charge and not s.charge_id:
+            raise InvalidParameterError("config['raydp']['charge'] is true but charge_id is empty")
+        if s.charge and s.covered_by:
+            raise InvalidParameterError("set either raydp.charge or raydp.covered_by, not both")
+        if s.covered_by and s.base is None:
+            raise InvalidParameterError("raydp.covered_by needs raydp.base (the plan's mechanism)")
+        if s.nonprivate and (s.charge or s.covered_by):
+            raise InvalidParameterError("a nonprivate run cannot charge or be covered")
+        return s
+
+    @property
+    def needs_ledger(self) -> bool:
+        return self.charge or self.covered_by is not None
+
+
+def resolve_ledger(settings: RaydpSettings, ledger: Any | None) -> Any | None:
+    """The ledger passed in, else the named ledger actor (Ray must be initialised)."""
+    if ledger is not None or not settings.needs_ledger:
+        return ledger
+    if not settings.ledger:
+        raise InvalidParameterError(
+            "config['raydp'] asks for a charge/coverage check but names no ledger"
+        )
+    from raydp_hpo.ledger_actor import get_ledger
+
+    return get_ledger(settings.ledger, namespace=settings.namespace)
+
+
+def admit(
+    settings: RaydpSettings,
+    mechanism: Mechanism,
+    ledger: Any | None,
+    *,
+    owner: str,
+    resume_charge_id: str | None = None,
+) -> str | None:
+    """Admit the trial or raise; return the charge id it runs under (None if unaccounted).
+
+    ``resume_charge_id``: the charge stored in the checkpoint being resumed (never re-charged;
+    it must be on the ledger).
+    """
+    if settings.nonprivate or not settings.needs_ledger:
+        return None
+    assert ledger is not None
+    if settings.covered_by is not None:
+        if not ledger.has_charge(settings.covered_by):
+            raise RayDPHPOError(
+                f"plan charge {settings.covered_by!r} is not on the ledger; the searcher must "
+                "charge the plan before starting its trials. Nothing was trained."
+            )
+        base = mechanism_from_dict(dict(settings.base or {}))
+        if not is_covered(mechanism, base):
+            raise RayDPHPOError(
+                f"trial mechanism {mechanism_to_dict(mechanism)} is not covered by the plan's "
+                f"base mechanism {mechanism_to_dict(base)} (charge {settings.covered_by!r}); "
+                "reduce steps / sample rate or raise the noise. Nothing was trained."
+            )
+        return settings.covered_by
+    if resume_charge_id is not None:
+        if not ledger.has_charge(resume_charge_id):
+            raise RayDPHPOError(
+                f"checkpoint charge {resume_charge_id!r} is not on the ledger; refusing to resume"
+            )
+        return resume_charge_id
+    assert settings.charge_id is not None
+    for attempt in range(MAX_ATTEMPTS):
+        cid = f"{settings.charge_id}/attempt-{attempt}"
+        if not ledger.has_charge(cid):
+            ledger.charge(cid, mechanism, owner=owner)  # raises BudgetExhaustedError
+            return cid
+    raise RayDPHPOError(f"more than {MAX_ATTEMPTS} attempts of charge {settings.charge_id!r}")

@@ -1,0 +1,440 @@
+"""DP training of one trial, as a plain function (usable without Ray Tune).
+
+:func:`train_dp` runs DP-SGD (Abadi et al. 2016) with Poisson sampling: at every gradient
+evaluation each training record is included independently with probability q, per-example
+gradients are clipped to norm C = ``max_grad_norm`` and N(0, σ²C²) noise is added
+(:mod:`trainables.dp_step`). Optimisers (:class:`raydp_hpo.trial_privacy.Optimizer`):
+
+* ``sgd`` / ``momentum`` / ``adam`` — torch optimisers applied to the privatised gradient
+  (post-processing, so they cost no privacy);
+* ``gd`` — full-batch DP gradient descent, q = 1 (Panda et al. 2024);
+* ``adadp`` — Koskela & Honkela (2020), Algorithm 2: from θ_ℓ, a full step θ_{ℓ+1} = θ_ℓ − ηG₁
+  and two half steps θ̂_{ℓ+1} = θ_ℓ − η/2·G₁ − η/2·G₂, where G₂ is evaluated at
+  θ_ℓ − η/2·G₁ on an *independent* Poisson batch; err = ‖(θ_{ℓ+1} − θ̂_{ℓ+1}) /
+  max(1, |θ_{ℓ+1}|)‖₂ (eq. 6) and η ← min(max(tol/err, α_min), α_max)·η. The iterate
+  continues from θ̂_{ℓ+1} (the more accurate two-half-step solution, as in the authors'
+  code). Two subsampled Gaussian releases per step: RDP 2× that of DP-SGD (their Thm. 2).
+
+The number of optimiser steps is T = ``DPSGDPrivacy.steps`` = ⌈epochs/q⌉, reported in
+"epochs" of ⌈1/q⌉ steps. The privacy gate (:mod:`trainables.privacy_gate`) runs before any
+data is touched. Every release is counted and, at the end, checked against the declared
+mechanism ``privacy_from_config(config, n).mechanism()``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from raydp_hpo.accounting import Accountant, epsilon
+from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
+from raydp_hpo.mechanisms import Gaussian, Mechanism, SubsampledGaussian, mechanism_to_dict
+from raydp_hpo.trial_privacy import DPSGDPrivacy, Optimizer, privacy_from_config
+from trainables.data import Dataset, DataSplits, select_view
+from trainables.dp_step import GaussianNoise, make_clipper
+from trainables.models import build_model
+from trainables.privacy_gate import RaydpSettings, admit, resolve_ledger
+
+__all__ = [
+    "TrainResult",
+    "ReleaseLog",
+    "train_dp",
+    "declared_privacy",
+    "load_checkpoint",
+    "CHECKPOINT_FILE",
+    "CHECKPOINT_META",
+]
+
+CHECKPOINT_FILE = "trial_state.pt"
+CHECKPOINT_META = "meta.json"
+ReportFn = Callable[[dict[str, Any], "str | None"], None]
+
+#: ADADP defaults from Koskela & Honkela (2020), Sec. "Experiments": α_min = 0.9,
+#: α_max = 1.1, tol = 1.0 with DP and 0.1 without.
+ADADP_ALPHA_MIN, ADADP_ALPHA_MAX, ADADP_TOL_DP, ADADP_TOL_NONPRIVATE = 0.9, 1.1, 1.0, 0.1
+
+
+@dataclass(frozen=True)
+class ReleaseLog:
+    """What actually ran: noisy-gradient releases with their (σ, q) — for cross-checks."""
+
+    noise_multiplier: float
+    sample_rate: float
+    releases: int
+
+
+@dataclass
+class TrainResult:
+    """Outcome of :func:`train_dp`. ``models`` hold one state dict per trained model."""
+
+    metrics: dict[str, Any]
+    history: list[dict[str, Any]]
+    charge_id: str | None
+    mechanism: Mechanism | None
+    releases: list[ReleaseLog]
+    models: list[dict[str, torch.Tensor]]
+    learning_rates: list[list[float]] = field(default_factory=list)
+
+
+def declared_privacy(config: Mapping[str, Any], data: DataSplits) -> tuple[DPSGDPrivacy, int]:
+    """The trial's privacy settings and the training-set size n they are computed for.
+
+    n is the size of the records one model trains on; for ``"partitions"`` the smallest
+    partition (the largest q when q comes from ``batch_size``), used by every partition so
+    that each runs exactly the declared mechanism. Needs only public sizes, no records.
+    """
+    settings = RaydpSettings.from_config(config)
+    sizes = [len(d) for d in select_view(data.train, settings.data_view)]
+    n = min(sizes)
+    return privacy_from_config(config, n), n
+
+
+def _mechanism_after(privacy: DPSGDPrivacy, evaluations: int) -> Mechanism:
+    if privacy.optimizer is Optimizer.GD:
+        return Gaussian(privacy.noise_multiplier, evaluations)
+    return SubsampledGaussian(privacy.noise_multiplier, privacy.sample_rate, evaluations)
+
+
+def _seed(*parts: int) -> int:
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
+
+
+class _Runner:
+    """One model, its optimiser state and its RNG streams (sampling, noise)."""
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        train: Dataset,
+        privacy: DPSGDPrivacy,
+        nonprivate: bool,
+        index: int,
+        device: torch.device,
+    ) -> None:
+        seed = int(config.get("seed", 0))
+        self.privacy, self.nonprivate, self.device = privacy, nonprivate, device
+        self.n = len(train)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(_seed(seed, index, 0))
+            self.model = build_model(
+                config.get("model", "mlp"),
+                train.feature_shape,
+                train.num_classes,
+                **dict(config.get("model_kwargs", {})),
+            ).to(device)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.x = torch.as_tensor(np.array(train.features), device=device)
+        self.y = torch.as_tensor(np.array(train.labels), device=device)
+        self.sampler = torch.Generator().manual_seed(_seed(seed, index, 1))
+        self.max_grad_norm = float(config.get("max_grad_norm", 1.0))
+        if not self.max_grad_norm > 0:
+            raise InvalidParameterError(f"max_grad_norm must be > 0, got {self.max_grad_norm}")
+        self.clipper = None if nonprivate else make_clipper(
+            self.model, str(config.get("grad_sample_mode", "auto"))
+        )
+        self.noise = GaussianNoise(
+            privacy.noise_multiplier,
+            self.max_grad_norm,
+            privacy.sample_rate,
+            self.n,
+            torch.Generator().manual_seed(_seed(seed, index, 2)),
+        )
+        lr = float(config.get("lr", 0.1))
+        if not lr > 0:
+            raise InvalidParameterError(f"lr must be > 0, got lr={lr}")
+        opt = privacy.optimizer
+        self.optimizer: torch.optim.Optimizer | None = None
+        if opt in (Optimizer.SGD, Optimizer.GD):
+            self.optimizer = torch.optim.SGD(self.params, lr=lr)
+        elif opt is Optimizer.MOMENTUM:
+            self.optimizer = torch.optim.SGD(
+                self.params, lr=lr, momentum=float(config.get("momentum", 0.9))
+            )
+        elif opt is Optimizer.ADAM:
+            self.optimizer = torch.optim.Adam(self.params, lr=lr)
+        self.lr = lr  # ADADP's η_ℓ
+        default_tol = ADADP_TOL_NONPRIVATE if nonprivate else ADADP_TOL_DP
+        self.tol = float(config.get("adadp_tol", default_tol))
+        self.alpha_min = float(config.get("adadp_alpha_min", ADADP_ALPHA_MIN))
+        self.alpha_max = float(config.get("adadp_alpha_max", ADADP_ALPHA_MAX))
+        if opt is Optimizer.ADADP and not (0 < self.alpha_min < 1 < self.alpha_max and self.tol > 0):
+            raise InvalidParameterError(
+                "ADADP needs 0 < adadp_alpha_min < 1 < adadp_alpha_max and adadp_tol > 0, got "
+                f"{self.alpha_min=}, {self.alpha_max=}, {self.tol=}"
+            )
+        self.steps_done = 0
+        self.lr_history: list[float] = []
+
+    # -- one noisy gradient -------------------------------------------------------------
+    def _batch(self) -> torch.Tensor:
+        if self.privacy.optimizer is Optimizer.GD:
+            return torch.arange(self.n)
+        mask = torch.rand(self.n, generator=self.sampler) < self.privacy.sample_rate
+        return torch.nonzero(mask).flatten()
+
+    def _gradient(self) -> tuple[float, int]:
+        """Draw a fresh Poisson batch and set ``p.grad`` to the (privatised) gradient."""
+        idx = self._batch().to(self.device)
+        x, y = self.x[idx], self.y[idx]
+        if self.nonprivate:
+            for p in self.params:
+                p.grad = None
+            if len(idx) == 0:
+                for p in self.params:
+                    p.grad = torch.zeros_like(p)
+                return 0.0, 0
+            loss = nn.functional.cross_entropy(self.model(x), y)
+            loss.backward()
+            return float(loss.detach()) * len(idx), len(idx)
+        assert self.clipper is not None
+        loss_sum, count = self.clipper.clipped_sum(x, y, self.max_grad_norm)
+        self.noise.privatise(self.params)
+        return loss_sum, count
+
+    def step(self) -> tuple[float, int]:
+        if self.privacy.optimizer is Optimizer.ADADP:
+            out = self._adadp_step()
+        else:
+            assert self.optimizer is not None
+            out = self._gradient()
+            self.optimizer.step()
+        self.steps_done += 1
+        return out
+
+    @torch.no_grad()
+    def _apply(self, base: list[torch.Tensor], scale: float) -> None:
+        for p, b in zip(self.params, base):
+            assert p.grad is not None
+            p.copy_(b - scale * p.grad)
+
+    def _adadp_step(self) -> tuple[float, int]:
+        eta = self.lr
+        theta0 = [p.detach().clone() for p in self.params]
+        loss1, c1 = self._gradient()  # G₁ at θ_ℓ on batch B₁
+        with torch.no_grad():
+            full = [b - eta * p.grad for p, b in zip(self.params, theta0)]  # type: ignore[operator]
+        self._apply(theta0, eta / 2)  # θ_{ℓ+1/2}
+        half = [p.detach().clone() for p in self.params]
+        loss2, c2 = self._gradient()  # G₂ at θ_{ℓ+1/2} on an independent batch B₂
+        self._apply(half, eta / 2)  # θ̂_{ℓ+1}
+        with torch.no_grad():
+            sq = sum(
+                (((f - p) / f.abs().clamp(min=1.0)) ** 2).sum() for f, p in zip(full, self.params)
+            )
+            err = float(torch.as_tensor(sq).sqrt())
+        factor = self.alpha_max if err == 0 else min(max(self.tol / err, self.alpha_min), self.alpha_max)
+        self.lr = eta * factor
+        self.lr_history.append(self.lr)
+        return loss1 + loss2, c1 + c2
+
+    @torch.no_grad()
+    def accuracy(self, data: Dataset) -> float:
+        if len(data) == 0:
+            return float("nan")
+        self.model.eval()
+        correct = 0
+        x = torch.as_tensor(np.array(data.features))
+        y = torch.as_tensor(np.array(data.labels))
+        for start in range(0, len(data), 4096):
+            xb = x[start : start + 4096].to(self.device)
+            pred = self.model(xb).argmax(1).cpu()
+            correct += int((pred == y[start : start + 4096]).sum())
+        self.model.train()
+        return correct / len(data)
+
+    # -- checkpoint state ---------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        return {
+            "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+            "optimizer": None if self.optimizer is None else self.optimizer.state_dict(),
+            "lr": self.lr,
+            "lr_history": list(self.lr_history),
+            "steps_done": self.steps_done,
+            "releases": self.noise.releases,
+            "sampler_rng": self.sampler.get_state(),
+            "noise_rng": self.noise.generator.get_state(),
+        }
+
+    def load(self, state: Mapping[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        if self.optimizer is not None and state["optimizer"] is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.lr = float(state["lr"])
+        self.lr_history = list(state["lr_history"])
+        self.steps_done = int(state["steps_done"])
+        self.noise.releases = int(state["releases"])
+        self.sampler.set_state(state["sampler_rng"])
+        self.noise.generator.set_state(state["noise_rng"])
+
+
+def _save_checkpoint(path: Path, payload: dict[str, Any], meta: dict[str, Any]) -> None:
+    """Write the checkpoint directory atomically: build ``<path>.partial``, then swap."""
+    path = Path(path).resolve()
+    partial = path.with_name(path.name + ".partial")
+    old = path.with_name(path.name + ".old")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    torch.save(payload, partial / CHECKPOINT_FILE)
+    (partial / CHECKPOINT_META).write_text(json.dumps(meta, indent=2, sort_keys=True))
+    if path.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(path, old)
+    os.replace(partial, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint written by :func:`train_dp` (a dict; see ``CHECKPOINT_FILE``)."""
+    file = Path(path) / CHECKPOINT_FILE
+    if not file.exists():
+        raise RayDPHPOError(f"no checkpoint at {path!s} (missing {CHECKPOINT_FILE})")
+    return torch.load(file, map_location="cpu", weights_only=False)  # type: ignore[no-any-return]
+
+
+def _pick_device(device: str | torch.device | None) -> torch.device:
+    if device is not None:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def train_dp(
+    config: Mapping[str, Any],
+    data: DataSplits,
+    *,
+    ledger: Any | None = None,
+    report: ReportFn | None = None,
+    checkpoint_dir: str | Path | None = None,
+    resume_from: str | Path | None = None,
+    device: str | torch.device | None = None,
+    owner: str | None = None,
+) -> TrainResult:
+    """Train one trial privately and return its :class:`TrainResult`.
+
+    Order of events: validate config → declare the mechanism (from public sizes only) →
+    privacy gate (charge / coverage; may raise, nothing trained) → train T steps, reporting
+    ``report(metrics, checkpoint_dir)`` after each epoch of ⌈1/q⌉ steps and, if
+    ``checkpoint_dir`` is given, saving a checkpoint there first.
+
+    ``resume_from``: a checkpoint directory to continue from, inside the charge it records.
+    ``ledger``: a :class:`~raydp_hpo.ledger.PrivacyLedger` or actor handle; default: the
+    ledger actor named in ``config["raydp"]``.
+    """
+    if not isinstance(data, DataSplits):
+        raise InvalidParameterError(f"data must be a DataSplits, got {type(data).__name__}")
+    settings = RaydpSettings.from_config(config)
+    privacy, n_declared = declared_privacy(config, data)
+    mechanism = privacy.mechanism()
+    checkpoint = load_checkpoint(resume_from) if resume_from is not None else None
+    if checkpoint is not None and checkpoint["mechanism"] != (
+        None if settings.nonprivate else mechanism_to_dict(mechanism)
+    ):
+        raise RayDPHPOError("checkpoint was written for a different mechanism/config")
+    ledger = resolve_ledger(settings, ledger)
+    charge_id = admit(
+        settings,
+        mechanism,
+        ledger,
+        owner=owner or f"{settings.experiment}:{settings.charge_id}",
+        resume_charge_id=None if checkpoint is None else checkpoint["charge_id"],
+    )
+    # ---- admitted: from here on data is touched ----------------------------------------
+    delta = float(config.get("target_delta", 0.0)) or (
+        float(ledger.budget.delta if hasattr(ledger.budget, "delta") else ledger.budget().delta)
+        if ledger is not None
+        else 1e-5
+    )
+    dev = _pick_device(device)
+    trains = select_view(data.train, settings.data_view)
+    runners = [
+        _Runner(config, _truncate(t, n_declared, settings), privacy, settings.nonprivate, i, dev)
+        for i, t in enumerate(trains)
+    ]
+    history: list[dict[str, Any]] = []
+    start_epoch = 0
+    if checkpoint is not None:
+        for r, s in zip(runners, checkpoint["runners"], strict=True):
+            r.load(s)
+        history = list(checkpoint["history"])
+        start_epoch = int(checkpoint["epoch"])
+        torch.set_rng_state(checkpoint["torch_rng"])
+
+    total = privacy.steps
+    per_epoch = math.ceil(1.0 / privacy.sample_rate - 1e-9)
+    epochs = math.ceil(total / per_epoch)
+    evals_per_step = privacy.gradient_evaluations_per_step
+    for epoch in range(start_epoch, epochs):
+        stop = min((epoch + 1) * per_epoch, total)
+        loss_sum, count = 0.0, 0
+        for r in runners:
+            while r.steps_done < stop:
+                ls, c = r.step()
+                loss_sum, count = loss_sum + ls, count + c
+        steps = runners[0].steps_done
+        metrics: dict[str, Any] = {
+            "epoch": epoch + 1,
+            "steps": steps,
+            "loss": loss_sum / max(count, 1),
+            "val_accuracy": float(np.mean([r.accuracy(data.val) for r in runners])),
+            "epsilon": 0.0
+            if settings.nonprivate
+            else epsilon(_mechanism_after(privacy, steps * evals_per_step), delta, Accountant.RDP),
+            "delta": delta,
+        }
+        if privacy.optimizer is Optimizer.ADADP:
+            metrics["learning_rate"] = float(np.mean([r.lr for r in runners]))
+        if epoch + 1 == epochs:
+            metrics["test_accuracy"] = float(np.mean([r.accuracy(data.test) for r in runners]))
+        history.append(metrics)
+        if checkpoint_dir is not None:
+            _save_checkpoint(
+                Path(checkpoint_dir),
+                {
+                    "runners": [r.state() for r in runners],
+                    "epoch": epoch + 1,
+                    "history": history,
+                    "charge_id": charge_id,
+                    "mechanism": None if settings.nonprivate else mechanism_to_dict(mechanism),
+                    "torch_rng": torch.get_rng_state(),
+                },
+                {"epoch": epoch + 1, "steps": steps, "charge_id": charge_id},
+            )
+        if report is not None:
+            report(dict(metrics), None if checkpoint_dir is None else str(checkpoint_dir))
+
+    releases = [
+        ReleaseLog(privacy.noise_multiplier, privacy.sample_rate, r.noise.releases)
+        for r in runners
+    ]
+    if not settings.nonprivate:
+        for log in releases:  # what ran must be exactly what was declared and charged
+            if _mechanism_after(privacy, log.releases) != mechanism:
+                raise RayDPHPOError(
+                    f"ran {log.releases} releases but declared {mechanism}; please report a bug"
+                )
+    return TrainResult(
+        metrics=history[-1] if history else {},
+        history=history,
+        charge_id=charge_id,
+        mechanism=None if settings.nonprivate else mechanism,
+        releases=releases,
+        models=[r.state()["model"] for r in runners],
+        learning_rates=[list(r.lr_history) for r in runners],
+    )
+
+
+def _truncate(train: Dataset, n: int, settings: RaydpSettings) -> Dataset:
+    """For ``"partitions"``, drop at most one record per partition so every partition has the
+    declared size n (q·n expected batch size and identical mechanisms)."""
+    if len(train) == n or settings.data_view is None:
+        return train
+    return train.subset(np.arange(n))

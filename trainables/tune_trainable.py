@@ -1,0 +1,103 @@
+"""Ray Tune function trainable wrapping :func:`trainables.training.train_dp`.
+
+Data travels through the Ray object store (``tune.with_parameters``), never through the
+config, and never is logged. Each epoch is reported with
+``tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))``; a restored or
+retried trial resumes from ``tune.get_checkpoint()`` inside the charge the checkpoint records,
+while a retry with no checkpoint starts from scratch and pays again under a new attempt id
+(:mod:`trainables.privacy_gate`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
+from trainables.data import DataSplits
+from trainables.training import train_dp
+
+__all__ = ["dp_trainable", "make_trainable", "with_data"]
+
+
+def _device() -> str:
+    import torch
+
+    # Ray sets CUDA_VISIBLE_DEVICES to the GPUs it assigned to this trial (none: empty).
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def dp_trainable(config: dict[str, Any], data: DataSplits | None = None) -> None:
+    """Tune function trainable: one DP training run per trial (see :func:`train_dp`)."""
+    from ray import tune
+
+    if data is None:
+        raise InvalidParameterError(
+            "dp_trainable needs data; build it with make_trainable(data) or with_data(data)"
+        )
+    raydp = config.get("raydp") or {}
+    if not (raydp.get("charge") or raydp.get("covered_by") or raydp.get("nonprivate")):
+        raise RayDPHPOError(
+            "a Tune trial must be accounted: set config['raydp'] with charge=True, covered_by="
+            "<plan charge id> or nonprivate=True (oracle baseline)"
+        )
+    context = tune.get_context()
+    trial_id = context.get_trial_id() or "trial"
+    restored = tune.get_checkpoint()
+    with tempfile.TemporaryDirectory(prefix="raydp-ckpt-") as tmp:
+        ckpt_dir = Path(tmp) / "checkpoint"
+
+        def report(metrics: dict[str, Any], path: str | None) -> None:
+            checkpoint = tune.Checkpoint.from_directory(path) if path else None
+            tune.report(metrics, checkpoint=checkpoint)
+
+        def run(resume: str | None) -> None:
+            train_dp(
+                config,
+                data,
+                report=report,
+                checkpoint_dir=ckpt_dir,
+                resume_from=resume,
+                device=_device(),
+                owner=f"{raydp.get('experiment', 'default')}:trial:{trial_id}",
+            )
+
+        if restored is None:
+            run(None)
+        else:
+            with restored.as_directory() as resume_dir:
+                run(str(resume_dir))
+
+
+def with_data(data: DataSplits) -> Any:
+    """``tune.with_parameters(dp_trainable, data=data)``: data via the object store."""
+    from ray import tune
+
+    if not isinstance(data, DataSplits):
+        raise InvalidParameterError(f"data must be a DataSplits, got {type(data).__name__}")
+    return tune.with_parameters(dp_trainable, data=data)
+
+
+def make_trainable(data: DataSplits, resources: Mapping[str, float] | None = None) -> Any:
+    """The Tune trainable with data attached and per-trial ``resources`` (default 1 CPU).
+
+    Fails fast when a GPU is requested but the running Ray cluster has none (Tune would
+    otherwise leave the trials pending forever).
+    """
+    import ray
+    from ray import tune
+
+    res = {"cpu": 1.0, "gpu": 0.0, **dict(resources or {})}
+    unknown = set(res) - {"cpu", "gpu", "memory"}
+    if unknown:
+        raise InvalidParameterError(f"unknown resource keys {sorted(unknown)}; use cpu, gpu")
+    if res["gpu"] > 0 and ray.is_initialized():
+        available = ray.cluster_resources().get("GPU", 0)
+        if available < res["gpu"]:
+            raise RayDPHPOError(
+                f"trials request gpu={res['gpu']} but the Ray cluster has GPU={available}; "
+                "request gpu=0 or start Ray on GPU nodes"
+            )
+    return tune.with_resources(with_data(data), res)
