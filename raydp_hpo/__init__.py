@@ -59,6 +59,10 @@ _EXPORTS: dict[str, str] = {
     "LedgerHandle": "raydp_hpo.ledger_actor",
     "LedgerStopper": "raydp_hpo.tune_hooks",
     "LedgerAuditCallback": "raydp_hpo.tune_hooks",
+    # orchestration
+    "DPTuner": "raydp_hpo.tuner",
+    "DPResult": "raydp_hpo.tuner",
+    "PrivacyCertificate": "raydp_hpo.tuner",
 }
 
 __all__ = sorted(_EXPORTS)

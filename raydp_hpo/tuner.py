@@ -1,0 +1,434 @@
+"""``DPTuner``: one DP hyperparameter search against one total budget, and its release.
+
+Orchestration layer: the only place that wires a search algorithm (``search_algs``), the DP
+trainable (``trainables``), the ledger actor and Ray Tune together.
+
+Data flow of :meth:`DPTuner.fit` (DESIGN.md, "Data flow of one run"):
+
+1. Ray is used if already initialised (a Ray program, a Ray task), else a local one starts.
+2. The ledger: the one given (a shared, dataset-level ledger), or a dedicated one for this
+   experiment, journaled under ``storage_path``. A dedicated ledger halts with
+   ``Adaptivity.FIXED_PLAN`` because every search here fixes its privacy plan from the
+   configuration alone before any data is touched (configs are drawn from the searcher's
+   own RNG, charges are stated up front), so standard composition applies.
+3. The searcher states its plan; the plan is charged **before** any trial runs. A refusal
+   raises :class:`~raydp_hpo.errors.BudgetExhaustedError` and nothing runs.
+4. Ray Tune runs the trials; each checks its own mechanism against the ledger before
+   training. Searches whose trials charge individually are stopped by :class:`LedgerStopper`
+   once the ledger refuses.
+5. The searcher's release names the hyperparameters and the trial whose model is released;
+   the model is loaded from that trial's checkpoint, and a certificate states every charge.
+
+Released vs private: :class:`DPResult` exposes ``hyperparameters``, ``model``,
+``certificate`` and ``test_accuracy`` (evaluation on the held-out test split) as the public
+part; ``private_trials`` (per-trial metrics), the number of trials and Tune's experiment
+directory are **not covered by the guarantee** and must not be published.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from raydp_hpo.accounting import Accountant, epsilon
+from raydp_hpo.budget import PrivacyBudget
+from raydp_hpo.errors import BudgetExhaustedError, InvalidParameterError, RayDPHPOError
+from raydp_hpo.ledger import Adaptivity
+from raydp_hpo.ledger_actor import DEFAULT_NAMESPACE, LedgerHandle, get_ledger
+from raydp_hpo.mechanisms import Mechanism, mechanism_to_dict
+
+__all__ = ["DPTuner", "DPResult", "PrivacyCertificate"]
+
+
+@dataclass(frozen=True)
+class PrivacyCertificate:
+    """What the released output costs: every charge of the experiment and the total ε."""
+
+    algorithm: str
+    paper: str
+    description: str
+    budget: PrivacyBudget
+    charges: tuple[tuple[str, Mechanism], ...]
+    epsilon_rdp: float
+    epsilon_pld: float
+    ledger_name: str
+    ledger_spent_epsilon: float
+    ledger_halting_rule: str
+
+    @property
+    def epsilon(self) -> float:
+        """The tighter valid bound (both are upper bounds for the fixed set of charges)."""
+        return min(self.epsilon_rdp, self.epsilon_pld)
+
+    @property
+    def within_budget(self) -> bool:
+        return self.epsilon <= self.budget.epsilon
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "algorithm": self.algorithm,
+            "paper": self.paper,
+            "description": self.description,
+            "budget": self.budget.to_dict(),
+            "charges": [
+                {"charge_id": cid, "mechanism": mechanism_to_dict(m)} for cid, m in self.charges
+            ],
+            "epsilon": {"rdp": self.epsilon_rdp, "pld": self.epsilon_pld, "best": self.epsilon},
+            "ledger": {
+                "name": self.ledger_name,
+                "spent_epsilon": self.ledger_spent_epsilon,
+                "halting_rule": self.ledger_halting_rule,
+            },
+        }
+
+    def format(self) -> str:
+        lines = [
+            "Privacy certificate",
+            f"  algorithm     {self.algorithm}",
+            f"  paper         {self.paper}",
+            f"  accounting    {self.description}",
+            f"  budget        ε={self.budget.epsilon:g}, δ={self.budget.delta:g}",
+            f"  ε (RDP)       {self.epsilon_rdp:.4f}",
+            f"  ε (PLD)       {self.epsilon_pld:.4f}",
+            f"  ε (released)  {self.epsilon:.4f}  ≤ budget: {self.within_budget}",
+            f"  ledger        {self.ledger_name} ({self.ledger_halting_rule}), "
+            f"spent ε={self.ledger_spent_epsilon:.4f}",
+            f"  charges       {len(self.charges)}",
+        ]
+        for cid, mech in self.charges[:10]:
+            lines.append(f"    {cid}: {type(mech).__name__}")
+        if len(self.charges) > 10:
+            lines.append(f"    ... {len(self.charges) - 10} more")
+        return "\n".join(lines)
+
+
+@dataclass
+class DPResult:
+    """The result of :meth:`DPTuner.fit`.
+
+    Public (covered by the certificate): ``hyperparameters``, ``model``, ``checkpoint_path``,
+    ``certificate``. ``test_accuracy`` is an evaluation on the held-out test split.
+    Private (NOT covered; never publish): ``private_trials``, ``experiment_path``.
+    """
+
+    hyperparameters: dict[str, Any] | None
+    model: Any | None
+    checkpoint_path: str | None
+    certificate: PrivacyCertificate
+    test_accuracy: float | None
+    budget_exhausted: bool
+    extras: dict[str, Any] = field(default_factory=dict)
+    private_trials: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    experiment_path: str | None = None
+
+    def public(self) -> dict[str, Any]:
+        """The releasable part as a JSON-able dict (no per-trial metrics, no trial count)."""
+        return {
+            "hyperparameters": self.hyperparameters,
+            "checkpoint_path": self.checkpoint_path,
+            "test_accuracy": self.test_accuracy,
+            "budget_exhausted": self.budget_exhausted,
+            "certificate": self.certificate.to_dict(),
+        }
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", text)
+
+
+class DPTuner:
+    """Run one DP hyperparameter search on Ray Tune within one total privacy budget.
+
+    Args:
+        trainable: the Tune trainable (e.g. ``trainables.make_trainable(data)``), or ``None``
+            to build the default Opacus trainable from ``data`` and ``resources``.
+        param_space: the search space (dict of ``ray.tune`` domains / constants); the
+            searcher samples it itself.
+        search: a ``search_algs.SearchAlgorithm`` (or its value) or a constructed
+            ``DPSearcher`` (then ``search_kwargs`` must be empty).
+        budget: the total (ε, δ) of this experiment.
+        metric, mode: the reported metric and whether to ``"max"`` or ``"min"`` it.
+        data: the ``trainables.DataSplits`` (needed for the public dataset size, the default
+            trainable and loading the released model).
+        resources: per-trial resources, e.g. ``{"cpu": 1, "gpu": 0}``.
+        storage_path: where Tune results and the dedicated ledger journal go.
+        ledger: a shared :class:`LedgerHandle` (dataset-level budget), or ``None`` for a
+            dedicated ledger with exactly ``budget``.
+        experiment: experiment name (prefix of every charge id); default: a fresh unique one.
+        search_kwargs: algorithm-specific keyword arguments (unknown ones raise).
+        max_concurrent_trials: trials running at once.
+        seed: the searcher's seed.
+    """
+
+    def __init__(
+        self,
+        trainable: Any | None,
+        param_space: Mapping[str, Any],
+        search: Any,
+        budget: PrivacyBudget,
+        metric: str = "val_accuracy",
+        mode: str = "max",
+        *,
+        data: Any,
+        resources: Mapping[str, float] | None = None,
+        storage_path: str | os.PathLike[str] | None = None,
+        ledger: LedgerHandle | None = None,
+        experiment: str | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        search_kwargs: Mapping[str, Any] | None = None,
+        max_concurrent_trials: int = 2,
+        seed: int = 0,
+        verbose: int = 0,
+    ) -> None:
+        from trainables.data import DataSplits
+
+        if not isinstance(budget, PrivacyBudget):
+            raise InvalidParameterError(f"budget must be a PrivacyBudget, got {budget!r}")
+        if not isinstance(data, DataSplits):
+            raise InvalidParameterError(f"data must be trainables.DataSplits, got {type(data)!r}")
+        if not isinstance(param_space, Mapping) or not param_space:
+            raise InvalidParameterError(f"param_space must be a non-empty dict, got {param_space!r}")
+        if ledger is not None and not isinstance(ledger, LedgerHandle):
+            raise InvalidParameterError(f"ledger must be a LedgerHandle, got {ledger!r}")
+        self._trainable = trainable
+        self._space = dict(param_space)
+        self._search = search
+        self._budget = budget
+        self._metric = metric
+        self._mode = mode
+        self._data = data
+        self._resources = dict(resources or {"cpu": 1})
+        self._storage = Path(storage_path or Path.cwd() / "raydp_results").expanduser().resolve()
+        self._ledger = ledger
+        self._experiment = _safe_name(experiment or f"exp-{time.strftime('%Y%m%d-%H%M%S')}-"
+                                      f"{uuid.uuid4().hex[:6]}")
+        self._namespace = namespace
+        self._search_kwargs = dict(search_kwargs or {})
+        self._max_concurrent = int(max_concurrent_trials)
+        self._seed = seed
+        self._verbose = verbose
+
+    @property
+    def experiment(self) -> str:
+        return self._experiment
+
+    # ------------------------------------------------------------------ pieces
+    def _ensure_ray(self) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+            ray.init(
+                address=os.environ.get("RAY_ADDRESS") or "local",
+                include_dashboard=False,
+                log_to_driver=False,
+                ignore_reinit_error=True,
+            )
+
+    def _get_ledger(self) -> LedgerHandle:
+        if self._ledger is not None:
+            return self._ledger
+        journal = self._storage / self._experiment / "ledger.journal"
+        return get_ledger(
+            f"ledger-{self._experiment}",
+            self._budget,
+            journal,
+            namespace=self._namespace,
+            adaptivity=Adaptivity.FIXED_PLAN,
+            accountant=Accountant.BEST,
+        )
+
+    def _build_searcher(self, ledger: LedgerHandle) -> Any:
+        from search_algs import DPSearcher, make_searcher
+
+        if isinstance(self._search, DPSearcher):
+            if self._search_kwargs:
+                raise InvalidParameterError(
+                    "search_kwargs are only for a SearchAlgorithm, not a constructed searcher"
+                )
+            return self._search
+        budget = self._budget
+
+        def admissible(mechanism: Mechanism) -> bool:
+            # both the experiment's own budget and the (maybe shared) ledger's rule
+            own = epsilon(mechanism, budget.delta, Accountant.RDP) <= budget.epsilon
+            return own and ledger.would_admit(mechanism)
+
+        return make_searcher(
+            self._search,
+            param_space=self._space,
+            metric=self._metric,
+            mode=self._mode,
+            dataset_size=len(self._data.train),
+            budget=budget,
+            seed=self._seed,
+            ledger_name=ledger.name,
+            namespace=ledger.namespace,
+            experiment=self._experiment,
+            admissible=admissible,
+            **self._search_kwargs,
+        )
+
+    def _trainable_with_data(self) -> Any:
+        if self._trainable is not None:
+            return self._trainable
+        from trainables import make_trainable
+
+        return make_trainable(self._data, self._resources)
+
+    # ------------------------------------------------------------------ fit
+    def fit(self) -> DPResult:
+        """Charge the plan, run the search, release hyperparameters + model + certificate."""
+        from ray import tune
+
+        from raydp_hpo.tune_hooks import LedgerAuditCallback, LedgerStopper
+
+        self._ensure_ray()
+        ledger = self._get_ledger()
+        searcher = self._build_searcher(ledger)
+        plan = searcher.privacy_plan()
+        if plan.mechanism is not None:
+            # Admitted (or refused, raising) before any trial touches data. Idempotent on
+            # restore: the same plan id is a replay, not a second charge.
+            ledger.charge(searcher.plan_charge_id, plan.mechanism, owner=self._experiment)
+        trainable = self._trainable_with_data()
+        exp_dir = self._storage / self._experiment
+        stopper = LedgerStopper(ledger, next_charge=plan.base) if plan.per_trial_charges else None
+        run_config = tune.RunConfig(
+            name="tune",
+            storage_path=str(exp_dir),
+            stop=stopper,
+            callbacks=[LedgerAuditCallback(ledger, exp_dir / "audit.jsonl")],
+            verbose=self._verbose,
+            failure_config=tune.FailureConfig(max_failures=0),
+        )
+        tune_config = tune.TuneConfig(
+            search_alg=searcher,
+            num_samples=-1,
+            max_concurrent_trials=self._max_concurrent,
+            reuse_actors=False,
+        )
+        tuner = tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
+        grid = tuner.fit()
+        return self._release(searcher, ledger, grid, plan, str(exp_dir))
+
+    def _release(self, searcher: Any, ledger: LedgerHandle, grid: Any, plan: Any,
+                 exp_dir: str) -> DPResult:
+        release = searcher.release()
+        trials: list[dict[str, Any]] = []
+        by_id: dict[str, Any] = {}
+        exhausted = False
+        for result in grid:
+            trial_id = (result.metrics or {}).get("trial_id")
+            if trial_id is None and result.path:
+                trial_id = Path(result.path).name
+            by_id[str(trial_id)] = result
+            err = result.error
+            if err is not None and isinstance(_root_cause(err), BudgetExhaustedError):
+                exhausted = True
+            trials.append(
+                {
+                    "trial_id": trial_id,
+                    "config": {k: v for k, v in (result.config or {}).items() if k != "raydp"},
+                    "metrics": {k: v for k, v in (result.metrics or {}).items()
+                                if isinstance(v, (int, float, str, bool))},
+                    "error": None if err is None else repr(err)[:300],
+                }
+            )
+        # charges of this experiment (plan and/or individual trials)
+        prefix = f"{self._experiment}/"
+        charges = tuple(
+            (c.charge_id, c.mechanism) for c in ledger.charges() if c.charge_id.startswith(prefix)
+        )
+        mechs = [m for _, m in charges]
+        delta = self._budget.delta
+        eps_rdp = epsilon(mechs, delta, Accountant.RDP) if mechs else 0.0
+        eps_pld = epsilon(mechs, delta, Accountant.PLD) if mechs else 0.0
+        settings = ledger.settings()
+        certificate = PrivacyCertificate(
+            algorithm=plan.algorithm,
+            paper=plan.paper,
+            description=plan.description,
+            budget=self._budget,
+            charges=charges,
+            epsilon_rdp=eps_rdp,
+            epsilon_pld=eps_pld,
+            ledger_name=ledger.name,
+            ledger_spent_epsilon=ledger.spent(),
+            ledger_halting_rule=f"{settings['adaptivity']}/{settings['accountant']}",
+        )
+        if not certificate.within_budget and not math.isclose(
+            certificate.epsilon, self._budget.epsilon, rel_tol=1e-9
+        ):
+            raise RayDPHPOError(  # pragma: no cover - would be a bug in admission
+                f"internal error: charged ε={certificate.epsilon} exceeds the budget"
+            )
+        model, ckpt_path, test_acc = None, None, None
+        if release.trial_id is not None:
+            result = self._find_result(by_id, release.trial_id)
+            if result is not None and result.checkpoint is not None:
+                ckpt_path = result.checkpoint.path
+                model = self._load_model(ckpt_path, result.config or {})
+                test_acc = (result.metrics or {}).get("test_accuracy")
+        out = DPResult(
+            hyperparameters=release.hyperparameters,
+            model=model,
+            checkpoint_path=ckpt_path,
+            certificate=certificate,
+            test_accuracy=test_acc,
+            budget_exhausted=exhausted,
+            extras=dict(release.extras),
+            private_trials=trials,
+            experiment_path=exp_dir,
+        )
+        Path(exp_dir).mkdir(parents=True, exist_ok=True)
+        with open(Path(exp_dir) / "release.json", "w", encoding="utf-8") as fh:
+            json.dump(out.public(), fh, indent=2, default=str)
+        return out
+
+    @staticmethod
+    def _find_result(by_id: dict[str, Any], trial_id: str) -> Any | None:
+        if trial_id in by_id:
+            return by_id[trial_id]
+        for key, result in by_id.items():
+            if key and (key.endswith(trial_id) or trial_id in key):
+                return result
+        return None
+
+    def _load_model(self, checkpoint_path: str, config: Mapping[str, Any]) -> Any:
+        """The released model: built from the released trial's config, weights from its
+        checkpoint (the first model of the trial)."""
+        from trainables.models import build_model
+        from trainables.training import load_checkpoint
+
+        payload = load_checkpoint(checkpoint_path)
+        train = self._data.train
+        model = build_model(
+            config.get("model", "mlp"),
+            train.feature_shape,
+            train.num_classes,
+            **dict(config.get("model_kwargs", {})),
+        )
+        model.load_state_dict(payload["runners"][0]["model"])
+        model.eval()
+        return model
+
+
+def _root_cause(err: BaseException) -> BaseException:
+    seen = err
+    for _ in range(10):
+        cause = getattr(seen, "cause", None) or seen.__cause__
+        if cause is None or cause is seen:
+            break
+        seen = cause
+    if isinstance(err, BudgetExhaustedError):
+        return err
+    return seen
