@@ -37,8 +37,8 @@ def _time(step, steps: int, device: torch.device) -> float:
 
 def bench(model_name: str, mode: str | None, batch: int, steps: int, device: torch.device) -> float:
     data = load_mnist1d(4000, seed=0)
-    x = torch.as_tensor(data.features[:batch], device=device)
-    y = torch.as_tensor(data.labels[:batch], device=device)
+    x = torch.as_tensor(data.features[:batch].copy(), device=device)
+    y = torch.as_tensor(data.labels[:batch].copy(), device=device)
     torch.manual_seed(0)
     model = build_model(model_name, data.feature_shape, data.num_classes).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)

@@ -40,6 +40,7 @@ _KEYS = {
     "base",
     "data_view",
     "nonprivate",
+    "phase",  # "tune" or "final": informational, set by the searcher
 }
 
 
@@ -56,6 +57,7 @@ class RaydpSettings:
     base: dict[str, Any] | None = None
     data_view: dict[str, Any] | None = None
     nonprivate: bool = False
+    phase: str = "tune"
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> RaydpSettings:
