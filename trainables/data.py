@@ -338,10 +338,17 @@ def view_kind(view: Mapping[str, Any] | None) -> str:
 
 
 def _partition_ids(n: int, k: int, seed: int) -> np.ndarray:
-    perm = np.random.default_rng([int(seed), 2]).permutation(n)
-    ids = np.empty(n, dtype=np.int64)
-    ids[perm] = np.arange(n) % k
-    return ids
+    """Each record goes to one of k partitions independently and uniformly at random.
+
+    Independence per record (not a balanced permutation) is what the privacy analyses need:
+    for neighbouring datasets X and X ∪ {x'}, the natural coupling keeps every other record in
+    the same partition, so one record changes exactly one partition — the 1/k sensitivity of
+    the partition-averaged utility in Ding et al.'s SVT search. A balanced split would move
+    other records between partitions when one record is added. Partition sizes are then
+    Binomial(n, 1/k); an empty partition is an error (it depends only on n, k and the seed).
+    """
+    ids = np.random.default_rng([int(seed), 2]).integers(0, k, size=n)
+    return ids.astype(np.int64)
 
 
 def select_view(train: Dataset, view: Mapping[str, Any] | None) -> list[Dataset]:
@@ -365,6 +372,11 @@ def select_view(train: Dataset, view: Mapping[str, Any] | None) -> list[Dataset]
     if not 1 <= k <= n:
         raise InvalidParameterError(f"num_partitions must be in [1, {n}], got {k}")
     ids = _partition_ids(n, k, seed)
+    if np.bincount(ids, minlength=k).min() == 0:
+        raise DataValidationError(
+            f"data_view {dict(view)} leaves a partition empty ({n} records, k={k}); "
+            "use fewer partitions"
+        )
     if kind == "partition":
         i = int(view["index"])
         if not 0 <= i < k:

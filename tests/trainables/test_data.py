@@ -82,11 +82,29 @@ def test_views_partition_the_training_split(digits):
     # Poisson(0.3) subsample size: within 5 binomial standard deviations
     assert abs(len(sub) - 0.3 * n) < 5 * np.sqrt(n * 0.3 * 0.7)
     parts = select_view(train, {"kind": "partitions", "num_partitions": 3, "seed": 1})
-    assert sum(len(p) for p in parts) == n and max(map(len, parts)) - min(map(len, parts)) <= 1
+    assert sum(len(p) for p in parts) == n
+    # i.i.d. assignment: sizes Binomial(n, 1/3), within 5 standard deviations of n/3
+    assert all(abs(len(p) - n / 3) < 5 * np.sqrt(n * (1 / 3) * (2 / 3)) for p in parts)
+    # disjoint: every record lands in exactly one partition
+    keys = [tuple(map(bytes, p.features)) for p in parts]
+    assert sum(len(set(k)) for k in keys) == len(set().union(*map(set, keys)))
     one = select_view(train, {"kind": "partition", "index": 2, "num_partitions": 3, "seed": 1})
     np.testing.assert_array_equal(one[0].features, parts[2].features)
     with pytest.raises(InvalidParameterError, match="unknown data_view keys"):
         select_view(train, {"kind": "subsample", "rate": 0.3, "sed": 1})
+
+
+def test_partition_assignment_is_per_record(digits):
+    # Adding one record at the end must not move any other record between partitions.
+    train = digits.train
+    from trainables.data import _partition_ids
+
+    ids_n = _partition_ids(len(train), 5, seed=3)
+    ids_n1 = _partition_ids(len(train) + 1, 5, seed=3)
+    np.testing.assert_array_equal(ids_n, ids_n1[:-1])
+    with pytest.raises(DataValidationError, match="empty"):
+        select_view(train.subset(np.arange(3)), {"kind": "partitions", "num_partitions": 3,
+                                                 "seed": 0})
 
 
 def test_split_sizes_and_disjointness(digits):

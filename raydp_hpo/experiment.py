@@ -1,0 +1,759 @@
+"""Experiment files: ``raydp-hpo run EXPERIMENT.yaml``.
+
+An experiment file is a YAML mapping, parsed into frozen dataclasses and validated in full
+*before* anything runs (no Ray, no ledger, no data loaded): an unknown or misspelled key is an
+error that names the key and suggests the closest valid one. Schema (``?`` = optional)::
+
+    experiment: mnist1d-small        # name: run dir <storage_path>/<experiment>, charge-id prefix
+    seed?: 0                         # searcher seed and train/val/test split seed
+    data:
+      source: mnist1d                # mnist1d | digits | parquet
+      size?: 2000                    # mnist1d: number of samples (default 5000)
+      generator_seed?: 42            # mnist1d: generator seed
+      uri?: s3://bucket/data.parquet # parquet: any URI pyarrow can read
+      feature_columns?: [f0, f1]     # parquet: one numeric column per feature, or ...
+      feature_column?: x             # parquet: ... one list-valued column
+      label_column?: y               # parquet (required there)
+      num_classes?: 10               # parquet (default max(label) + 1)
+      val_fraction?: 0.1
+      test_fraction?: 0.1
+    model:
+      name: mlp                      # mlp | cnn1d | cnn2d | linear | package.module:Class
+      kwargs?: {hidden: [32]}
+    search:
+      algorithm: random_stopping     # a search_algs.SearchAlgorithm value
+      settings?: {distribution: geometric, mean: 3}   # -> DPTuner(search_kwargs=...)
+      metric?: val_accuracy
+      mode?: max
+      max_concurrent_trials?: 2
+    space:                           # flat: constants or one-key domain mappings
+      lr: {loguniform: [0.05, 2.0]}
+      batch_size: {choice: [64, 128]}
+      epochs: 1
+      noise_multiplier: {uniform: [1.0, 2.0]}
+      # also {randint: [a, b]}, {grid: [...]}, {quniform: [a, b, q]}, {qloguniform: ...},
+      # {randn: [mean, sd]}
+    budget: {epsilon: 8.0, delta: 1.0e-5}
+    resources?: {cpu: 1, gpu: 0}     # per trial
+    storage_path?: ./raydp_results   # local dir or NFS mount shared by every node
+    ledger?:                         # omit: a dedicated ledger with exactly `budget`
+      name: mnist1d-dataset          # shared dataset-level ledger actor (one per dataset)
+      budget?: {epsilon: 16, delta: 1.0e-5}   # the dataset's total; default: `budget`
+      journal?: /nfs/ledgers/mnist1d.journal  # default <storage_path>/ledgers/<name>.journal
+      namespace?: raydp_hpo
+
+:func:`run_experiment` executes a spec: connects to ``RAY_ADDRESS`` when set (a cluster, or
+the cluster a ``ray job submit`` job runs on), else starts a local Ray; runs
+:class:`~raydp_hpo.tuner.DPTuner` with a progress monitor; writes ``release.json``,
+``certificate.json`` and ``run.json`` into the run dir ``<storage_path>/<experiment>``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from raydp_hpo.budget import PrivacyBudget
+from raydp_hpo.errors import ConfigError
+
+__all__ = [
+    "DataSpec",
+    "ModelSpec",
+    "SearchSpec",
+    "LedgerSpec",
+    "ExperimentSpec",
+    "RunOutcome",
+    "load_experiment",
+    "parse_experiment",
+    "build_param_space",
+    "load_data",
+    "validate_search",
+    "run_experiment",
+    "run_dir_of",
+    "DATA_SOURCES",
+    "DOMAIN_KINDS",
+]
+
+DATA_SOURCES = ("mnist1d", "digits", "parquet")
+DOMAIN_KINDS = (
+    "uniform", "loguniform", "quniform", "qloguniform", "randint", "choice", "grid", "randn",
+)
+_TOP_KEYS = (
+    "experiment", "seed", "data", "model", "search", "space", "budget", "resources",
+    "storage_path", "ledger",
+)
+_DATA_KEYS = (
+    "source", "size", "generator_seed", "uri", "feature_columns", "feature_column",
+    "label_column", "num_classes", "val_fraction", "test_fraction",
+)
+_MODEL_KEYS = ("name", "kwargs")
+_SEARCH_KEYS = ("algorithm", "settings", "metric", "mode", "max_concurrent_trials")
+_BUDGET_KEYS = ("epsilon", "delta")
+_RESOURCE_KEYS = ("cpu", "gpu", "memory")
+_LEDGER_KEYS = ("name", "budget", "journal", "namespace")
+
+
+# --------------------------------------------------------------------------------- helpers
+
+
+def _check_keys(where: str, mapping: Mapping[str, Any], allowed: tuple[str, ...],
+                required: tuple[str, ...] = ()) -> None:
+    for key in mapping:
+        if not isinstance(key, str) or key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(
+                f"unknown key {key!r} in {where}{hint} (valid keys: {', '.join(allowed)})"
+            )
+    for key in required:
+        if key not in mapping:
+            raise ConfigError(f"{where} needs the key {key!r}")
+
+
+def _mapping(where: str, value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where} must be a mapping, got {value!r}")
+    return value
+
+
+def _number(where: str, value: Any) -> float:
+    # PyYAML reads "1e-5" (no dot) as a string: accept numeric strings.
+    if isinstance(value, bool):
+        raise ConfigError(f"{where} must be a number, got {value!r}")
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ConfigError(f"{where} must be a number, got {value!r}") from None
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{where} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _int(where: str, value: Any, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{where} must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{where} must be >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _str(where: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _budget(where: str, value: Any) -> PrivacyBudget:
+    m = _mapping(where, value)
+    _check_keys(where, m, _BUDGET_KEYS, required=_BUDGET_KEYS)
+    try:
+        return PrivacyBudget(_number(f"{where}.epsilon", m["epsilon"]),
+                             _number(f"{where}.delta", m["delta"]))
+    except ConfigError:
+        raise
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+# --------------------------------------------------------------------------------- specs
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """Where the private dataset comes from and how it is split (all splits are private)."""
+
+    source: str
+    size: int | None = None
+    generator_seed: int = 42
+    uri: str | None = None
+    feature_columns: tuple[str, ...] | None = None
+    feature_column: str | None = None
+    label_column: str | None = None
+    num_classes: int | None = None
+    val_fraction: float = 0.1
+    test_fraction: float = 0.1
+
+    @classmethod
+    def parse(cls, value: Any) -> DataSpec:
+        m = _mapping("data", value)
+        _check_keys("data", m, _DATA_KEYS, required=("source",))
+        source = _str("data.source", m["source"])
+        if source not in DATA_SOURCES:
+            close = difflib.get_close_matches(source, DATA_SOURCES, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(
+                f"data.source {source!r} is not one of {', '.join(DATA_SOURCES)}{hint}"
+            )
+        parquet_only = ("uri", "feature_columns", "feature_column", "label_column", "num_classes")
+        if source != "parquet":
+            wrong = [k for k in parquet_only if k in m]
+            if wrong:
+                raise ConfigError(f"data.{wrong[0]} is only for source 'parquet', not {source!r}")
+        if source != "mnist1d":
+            wrong = [k for k in ("size", "generator_seed") if k in m]
+            if wrong:
+                raise ConfigError(f"data.{wrong[0]} is only for source 'mnist1d', not {source!r}")
+        size = _int("data.size", m["size"], 10) if "size" in m else None
+        feature_columns: tuple[str, ...] | None = None
+        if source == "parquet":
+            for key in ("uri", "label_column"):
+                if key not in m:
+                    raise ConfigError(f"data source 'parquet' needs data.{key}")
+            if ("feature_columns" in m) == ("feature_column" in m):
+                raise ConfigError(
+                    "data source 'parquet' needs exactly one of data.feature_columns (one "
+                    "numeric column per feature) or data.feature_column (a list column)"
+                )
+            if "feature_columns" in m:
+                cols = m["feature_columns"]
+                if not isinstance(cols, list) or not cols or not all(
+                    isinstance(c, str) and c for c in cols
+                ):
+                    raise ConfigError(
+                        f"data.feature_columns must be a non-empty list of names, got {cols!r}"
+                    )
+                feature_columns = tuple(cols)
+        fractions = {}
+        for key in ("val_fraction", "test_fraction"):
+            f = _number(f"data.{key}", m.get(key, 0.1))
+            if not 0.0 <= f < 1.0:
+                raise ConfigError(f"data.{key} must be in [0, 1), got {f!r}")
+            fractions[key] = f
+        if fractions["val_fraction"] + fractions["test_fraction"] >= 1.0:
+            raise ConfigError("data.val_fraction + data.test_fraction must be < 1")
+        return cls(
+            source=source,
+            size=size,
+            generator_seed=_int("data.generator_seed", m.get("generator_seed", 42)),
+            uri=_str("data.uri", m["uri"]) if "uri" in m else None,
+            feature_columns=feature_columns,
+            feature_column=_str("data.feature_column", m["feature_column"])
+            if "feature_column" in m else None,
+            label_column=_str("data.label_column", m["label_column"])
+            if "label_column" in m else None,
+            num_classes=_int("data.num_classes", m["num_classes"], 2)
+            if "num_classes" in m else None,
+            **fractions,
+        )
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, value: Any) -> ModelSpec:
+        if isinstance(value, str):
+            value = {"name": value}
+        m = _mapping("model", value)
+        _check_keys("model", m, _MODEL_KEYS, required=("name",))
+        kwargs = dict(_mapping("model.kwargs", m.get("kwargs", {})))
+        name = _str("model.name", m["name"])
+        from trainables.models import MODEL_NAMES
+
+        if name not in MODEL_NAMES and ":" not in name:
+            close = difflib.get_close_matches(name, list(MODEL_NAMES), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(
+                f"model.name {name!r} is not one of {', '.join(MODEL_NAMES)} and not a "
+                f"'package.module:Class' path{hint}"
+            )
+        return cls(name, kwargs)
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    algorithm: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    metric: str = "val_accuracy"
+    mode: str = "max"
+    max_concurrent_trials: int = 2
+
+    @classmethod
+    def parse(cls, value: Any) -> SearchSpec:
+        from search_algs import SearchAlgorithm
+
+        m = _mapping("search", value)
+        _check_keys("search", m, _SEARCH_KEYS, required=("algorithm",))
+        algorithm = _str("search.algorithm", m["algorithm"])
+        names = [a.value for a in SearchAlgorithm]
+        if algorithm not in names:
+            close = difflib.get_close_matches(algorithm, names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(
+                f"search.algorithm {algorithm!r} is not one of {', '.join(names)}{hint}"
+            )
+        mode = m.get("mode", "max")
+        if mode not in ("max", "min"):
+            raise ConfigError(f"search.mode must be 'max' or 'min', got {mode!r}")
+        return cls(
+            algorithm=algorithm,
+            settings=dict(_mapping("search.settings", m.get("settings", {}))),
+            metric=_str("search.metric", m.get("metric", "val_accuracy")),
+            mode=mode,
+            max_concurrent_trials=_int(
+                "search.max_concurrent_trials", m.get("max_concurrent_trials", 2), 1
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class LedgerSpec:
+    """A shared dataset-level ledger actor (every experiment on the dataset names it)."""
+
+    name: str
+    budget: PrivacyBudget | None = None
+    journal: str | None = None
+    namespace: str = "raydp_hpo"
+
+    @classmethod
+    def parse(cls, value: Any) -> LedgerSpec:
+        if isinstance(value, str):
+            value = {"name": value}
+        m = _mapping("ledger", value)
+        _check_keys("ledger", m, _LEDGER_KEYS, required=("name",))
+        return cls(
+            name=_str("ledger.name", m["name"]),
+            budget=_budget("ledger.budget", m["budget"]) if "budget" in m else None,
+            journal=_str("ledger.journal", m["journal"]) if "journal" in m else None,
+            namespace=_str("ledger.namespace", m.get("namespace", "raydp_hpo")),
+        )
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    """A validated experiment file (see the module docstring for the schema)."""
+
+    experiment: str
+    data: DataSpec
+    model: ModelSpec
+    search: SearchSpec
+    space: Mapping[str, Any]
+    budget: PrivacyBudget
+    seed: int = 0
+    resources: Mapping[str, float] = field(default_factory=lambda: {"cpu": 1.0, "gpu": 0.0})
+    storage_path: str = "raydp_results"
+    ledger: LedgerSpec | None = None
+    source_path: str | None = None
+
+    @property
+    def run_dir(self) -> Path:
+        return run_dir_of(self.storage_path, self.experiment)
+
+    def ledger_journal(self) -> Path:
+        """Journal of the shared ledger (``None`` ledger: DPTuner's dedicated journal)."""
+        if self.ledger is None:
+            return self.run_dir / "ledger.journal"
+        if self.ledger.journal:
+            return Path(self.ledger.journal).expanduser().resolve()
+        return (Path(self.storage_path) / "ledgers" / f"{self.ledger.name}.journal").resolve()
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["budget"] = self.budget.to_dict()
+        if self.ledger is not None and self.ledger.budget is not None:
+            out["ledger"]["budget"] = self.ledger.budget.to_dict()
+        return out
+
+
+def run_dir_of(storage_path: str | os.PathLike[str], experiment: str) -> Path:
+    from raydp_hpo.tuner import _safe_name
+
+    return Path(storage_path).expanduser().resolve() / _safe_name(experiment)
+
+
+def _parse_domain(key: str, value: Any) -> Any:
+    """``{kind: args}`` → a ``ray.tune`` domain; anything else is a constant."""
+    if not isinstance(value, Mapping) or len(value) != 1:
+        if isinstance(value, Mapping):
+            raise ConfigError(
+                f"space.{key} must be a constant or a one-key domain mapping like "
+                f"{{loguniform: [1e-3, 1]}}, got {dict(value)!r}"
+            )
+        return value
+    ((kind, args),) = value.items()
+    if kind not in DOMAIN_KINDS:
+        close = difflib.get_close_matches(str(kind), DOMAIN_KINDS, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(
+            f"unknown domain {kind!r} in space.{key}{hint} (valid: {', '.join(DOMAIN_KINDS)})"
+        )
+    from ray import tune
+
+    where = f"space.{key}.{kind}"
+    if kind in ("choice", "grid"):
+        if not isinstance(args, list) or not args:
+            raise ConfigError(f"{where} needs a non-empty list of values, got {args!r}")
+        return tune.choice(args) if kind == "choice" else tune.grid_search(args)
+    arity = 3 if kind in ("quniform", "qloguniform") else 2
+    if not isinstance(args, list) or len(args) != arity:
+        raise ConfigError(f"{where} needs a list of {arity} numbers, got {args!r}")
+    if kind == "randint":
+        lo, hi = (_int(where, a) for a in args)
+        if not lo < hi:
+            raise ConfigError(f"{where} needs low < high, got {args!r}")
+        return tune.randint(lo, hi)
+    nums = [_number(where, a) for a in args]
+    if kind == "randn":
+        if nums[1] <= 0:
+            raise ConfigError(f"{where} needs a positive standard deviation, got {args!r}")
+        return tune.randn(nums[0], nums[1])
+    lo, hi = nums[0], nums[1]
+    if not lo < hi:
+        raise ConfigError(f"{where} needs low < high, got {args!r}")
+    if kind in ("loguniform", "qloguniform") and lo <= 0:
+        raise ConfigError(f"{where} needs low > 0, got {args!r}")
+    return {
+        "uniform": lambda: tune.uniform(lo, hi),
+        "loguniform": lambda: tune.loguniform(lo, hi),
+        "quniform": lambda: tune.quniform(lo, hi, nums[2]),
+        "qloguniform": lambda: tune.qloguniform(lo, hi, nums[2]),
+    }[kind]()
+
+
+def build_param_space(spec: ExperimentSpec) -> dict[str, Any]:
+    """The searcher's flat space: model name/kwargs plus the file's ``space`` as domains."""
+    from ray import tune
+
+    space: dict[str, Any] = {"model": spec.model.name}
+    if spec.model.kwargs:
+        # a one-value Categorical: searchers need a flat space, and a constant dict is "nested"
+        space["model_kwargs"] = tune.choice([dict(spec.model.kwargs)])
+    for key, value in spec.space.items():
+        space[key] = _parse_domain(key, value)
+    return space
+
+
+def parse_experiment(raw: Any, *, source_path: str | None = None) -> ExperimentSpec:
+    """Validate a parsed experiment mapping (raises :class:`ConfigError`)."""
+    m = _mapping("the experiment file", raw)
+    _check_keys("the experiment file", m, _TOP_KEYS,
+                required=("experiment", "data", "model", "search", "space", "budget"))
+    experiment = _str("experiment", m["experiment"])
+    space = dict(_mapping("space", m["space"]))
+    if not space:
+        raise ConfigError("space must set at least one key")
+    for key in space:
+        if not isinstance(key, str):
+            raise ConfigError(f"space keys must be strings, got {key!r}")
+        if key in ("model", "model_kwargs", "raydp"):
+            raise ConfigError(f"space.{key} is reserved; set the model under model:")
+    resources: dict[str, float] = {"cpu": 1.0, "gpu": 0.0}
+    if "resources" in m:
+        res = _mapping("resources", m["resources"])
+        _check_keys("resources", res, _RESOURCE_KEYS)
+        for key, value in res.items():
+            number = _number(f"resources.{key}", value)
+            if number < 0:
+                raise ConfigError(f"resources.{key} must be >= 0, got {value!r}")
+            resources[key] = number
+    storage = _str("storage_path", m.get("storage_path", "raydp_results"))
+    if "://" in storage:
+        raise ConfigError(
+            f"storage_path {storage!r}: use a mounted shared file system path (NFS, a "
+            "fuse-mounted bucket); the ledger journal needs POSIX append + fsync"
+        )
+    storage_path = str(Path(storage).expanduser().resolve())  # relative: to the working dir
+    spec = ExperimentSpec(
+        experiment=experiment,
+        data=DataSpec.parse(m["data"]),
+        model=ModelSpec.parse(m["model"]),
+        search=SearchSpec.parse(m["search"]),
+        space=space,
+        budget=_budget("budget", m["budget"]),
+        seed=_int("seed", m.get("seed", 0)),
+        resources=resources,
+        storage_path=storage_path,
+        ledger=LedgerSpec.parse(m["ledger"]) if m.get("ledger") is not None else None,
+        source_path=source_path,
+    )
+    if spec.ledger is not None and spec.ledger.budget is not None and (
+        spec.ledger.budget.delta != spec.budget.delta
+    ):
+        raise ConfigError(
+            f"ledger.budget.delta={spec.ledger.budget.delta:g} differs from budget.delta="
+            f"{spec.budget.delta:g}; a shared ledger states ε at one δ"
+        )
+    build_param_space(spec)  # validates every domain
+    return spec
+
+
+def load_experiment(path: str | os.PathLike[str]) -> ExperimentSpec:
+    """Read and validate an experiment YAML file (raises :class:`ConfigError`)."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"experiment file {str(p)!r} does not exist")
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"experiment file {str(p)!r} is not valid YAML: {exc}") from None
+    return parse_experiment(raw, source_path=str(p.resolve()))
+
+
+# --------------------------------------------------------------------------------- running
+
+
+def load_data(spec: DataSpec, seed: int) -> Any:
+    """Load and split the private dataset (``trainables.DataSplits``)."""
+    from trainables.data import load_digits, load_mnist1d, load_parquet, split
+
+    if spec.source == "mnist1d":
+        dataset = load_mnist1d(spec.size or 5000, seed=spec.generator_seed)
+    elif spec.source == "digits":
+        dataset = load_digits()
+    else:
+        assert spec.uri is not None and spec.label_column is not None
+        dataset = load_parquet(
+            spec.uri,
+            label_column=spec.label_column,
+            feature_columns=spec.feature_columns,
+            feature_column=spec.feature_column,
+            num_classes=spec.num_classes,
+        )
+    return split(dataset, spec.val_fraction, spec.test_fraction, seed=seed)
+
+
+def validate_search(spec: ExperimentSpec, dataset_size: int) -> None:
+    """Build the searcher once without Ray or a ledger: a space the algorithm cannot use, an
+    unknown setting or a budget too small for the plan fail here, before anything runs."""
+    from search_algs import make_searcher
+
+    try:
+        make_searcher(
+            spec.search.algorithm,
+            param_space=build_param_space(spec),
+            metric=spec.search.metric,
+            mode=spec.search.mode,
+            dataset_size=dataset_size,
+            budget=spec.budget,
+            seed=spec.seed,
+            experiment=spec.experiment,
+            **dict(spec.search.settings),
+        )
+    except TypeError as exc:
+        raise ConfigError(f"search.settings: {exc}") from None
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What :func:`run_experiment` produced (``result`` is the :class:`DPResult`)."""
+
+    run_dir: Path
+    result: Any
+    journal: Path
+    trial_errors: int
+
+
+class ProgressMonitor:
+    """Prints progress while a run goes: trials done, best metric so far, ε spent / total.
+
+    Tails the run's ``audit.jsonl`` (written by :class:`LedgerAuditCallback`). What it prints
+    (number of trials, per-trial metrics) is a private artefact, like the audit trail itself.
+    """
+
+    def __init__(self, audit_path: Path, total_epsilon: float, metric: str, mode: str,
+                 interval_s: float = 5.0, out: Callable[[str], None] = print) -> None:
+        self._path = audit_path
+        self._total = total_epsilon
+        self._metric = metric
+        self._mode = mode
+        self._interval = interval_s
+        self._out = out
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="raydp-progress", daemon=True)
+        self._last = ""
+        self._t0 = time.monotonic()
+
+    def __enter__(self) -> ProgressMonitor:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2 * self._interval)
+        self.poll()
+
+    def summary(self) -> str:
+        started, done, errors, spent = set(), set(), set(), 0.0
+        best: float | None = None
+        try:
+            lines = self._path.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            lines = []
+        for line in lines:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            tid = rec.get("trial_id")
+            event = rec.get("event")
+            if isinstance(rec.get("spent_epsilon"), (int, float)) and math.isfinite(
+                rec["spent_epsilon"]
+            ):
+                spent = float(rec["spent_epsilon"])
+            if event == "start":
+                started.add(tid)
+            elif event == "complete":
+                done.add(tid)
+            elif event == "error":
+                errors.add(tid)
+            elif event == "result":
+                value = (rec.get("result") or {}).get(self._metric)
+                if isinstance(value, (int, float)) and math.isfinite(value) and (
+                    best is None or (value > best if self._mode == "max" else value < best)
+                ):
+                    best = float(value)
+        best_txt = "-" if best is None else f"{best:.4f}"
+        running = len(started - done - errors)
+        return (
+            f"[raydp-hpo {time.monotonic() - self._t0:6.0f}s] trials done {len(done)}, "
+            f"errored {len(errors)}, running {running}; best {self._metric} so far {best_txt}; "
+            f"ledger ε spent {spent:.4f} / {self._total:g}"
+        )
+
+    def poll(self) -> None:
+        line = self.summary()
+        key = line.split("]", 1)[1]
+        if key != self._last:
+            self._last = key
+            self._out(line)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self.poll()
+            except Exception as exc:  # progress must never kill the run
+                self._out(f"[raydp-hpo] progress monitor: {exc!r}")
+
+
+def ensure_ray(num_cpus: int | None = None) -> bool:
+    """Connect to ``RAY_ADDRESS`` when set, else start a local Ray. True if we started it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    address = os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=False)
+        return False
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    return True
+
+
+def _atomic_json(path: Path, payload: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(payload, fh, indent=2, default=str)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def run_experiment(spec: ExperimentSpec, *, progress_interval_s: float = 5.0,
+                   out: Callable[[str], None] = print) -> RunOutcome:
+    """Run a validated spec end to end (see the module docstring)."""
+    from raydp_hpo.accounting import Accountant
+    from raydp_hpo.ledger import Adaptivity
+    from raydp_hpo.ledger_actor import get_ledger
+    from raydp_hpo.tuner import DPTuner
+
+    run_dir = spec.run_dir
+    if (run_dir / "release.json").exists():
+        raise ConfigError(
+            f"experiment {spec.experiment!r} already has a release in {run_dir}; pick a new "
+            "experiment name (a finished experiment is never re-run)"
+        )
+    data = load_data(spec.data, spec.seed)
+    validate_search(spec, len(data.train))  # before Ray, before any ledger
+    ensure_ray()
+    ledger = None
+    if spec.ledger is not None:
+        ledger = get_ledger(
+            spec.ledger.name,
+            spec.ledger.budget or spec.budget,
+            spec.ledger_journal(),
+            namespace=spec.ledger.namespace,
+            adaptivity=Adaptivity.ADAPTIVE,
+            accountant=Accountant.RDP,
+        )
+    tuner = DPTuner(
+        None,
+        build_param_space(spec),
+        spec.search.algorithm,
+        spec.budget,
+        spec.search.metric,
+        spec.search.mode,
+        data=data,
+        resources=dict(spec.resources),
+        storage_path=spec.storage_path,
+        ledger=ledger,
+        experiment=spec.experiment,
+        namespace=spec.ledger.namespace if spec.ledger else "raydp_hpo",
+        search_kwargs=dict(spec.search.settings),
+        max_concurrent_trials=spec.search.max_concurrent_trials,
+        seed=spec.seed,
+    )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    journal = spec.ledger_journal()
+    meta = {
+        "experiment": spec.experiment,
+        "spec": spec.to_dict(),
+        "ledger_name": spec.ledger.name if spec.ledger else f"ledger-{tuner.experiment}",
+        "ledger_journal": str(journal),
+        "started": time.time(),
+        "status": "running",
+    }
+    _atomic_json(run_dir / "run.json", meta)
+    out(f"[raydp-hpo] experiment {spec.experiment}: {spec.search.algorithm}, budget "
+        f"ε={spec.budget.epsilon:g} δ={spec.budget.delta:g}, run dir {run_dir}")
+    monitor = ProgressMonitor(run_dir / "audit.jsonl", spec.budget.epsilon, spec.search.metric,
+                              spec.search.mode, progress_interval_s, out)
+    try:
+        with monitor:
+            result = tuner.fit()
+    except BaseException as exc:
+        meta.update(status="failed", error=repr(exc)[:500], finished=time.time())
+        _atomic_json(run_dir / "run.json", meta)
+        raise
+    _atomic_json(run_dir / "certificate.json", result.certificate.to_dict())
+    errors = sum(1 for t in result.private_trials if t.get("error"))
+    meta.update(
+        status="budget_exhausted" if result.budget_exhausted else "finished",
+        finished=time.time(),
+        selected=result.hyperparameters is not None,
+    )
+    _atomic_json(run_dir / "run.json", meta)
+    return RunOutcome(run_dir=run_dir, result=result, journal=journal, trial_errors=errors)
+
+
+def format_summary(outcome: RunOutcome) -> str:
+    """The final, public summary (released hyperparameters, test accuracy, certificate)."""
+    r = outcome.result
+    lines = ["", "=" * 72, "Released (public, covered by the certificate)"]
+    if r.hyperparameters is None:
+        reason = (r.extras or {}).get("reason", "no configuration was selected")
+        lines.append(f"  hyperparameters  none: {reason}")
+    else:
+        for key, value in sorted(r.hyperparameters.items()):
+            lines.append(f"  {key:<18} {value}")
+    acc = "-" if r.test_accuracy is None else f"{r.test_accuracy:.4f}"
+    lines.append(f"  test accuracy      {acc}  (held-out test split)")
+    lines.append(r.certificate.format())
+    lines.append(f"Run dir: {outcome.run_dir} (release.json, certificate.json)")
+    lines.append("Private (never publish): the Tune experiment dir tune/, audit.jsonl, "
+                 "the progress lines above.")
+    return "\n".join(lines)
+
