@@ -12,6 +12,17 @@ Config keys read here (all others are ignored by this module):
 * ``sample_rate`` (q), or ``batch_size`` (expected batch size, q = batch_size / n);
 * ``epochs`` (passes over the data in expectation; steps = ⌈epochs / q⌉);
 * ``optimizer``: one of :class:`Optimizer` (``gd`` forces q = 1).
+
+**The selection score is a release too.** A search selects on each trial's validation score.
+The validation split is part of the private dataset (DESIGN.md), so a score that feeds a
+selection must itself be DP and its cost must be in the trial's mechanism: the trial reports
+its final validation accuracy with Laplace noise of scale Δ/ε_s, Δ = 1/(n_val − 1) (changing
+one record of a validation set of n_val ≥ 2 records moves the accuracy by at most
+1/min(n_val, n_val ± 1) ≤ 1/(n_val − 1); n_val is treated as public like n), and declares
+``Composition((training, Laplace(ε_s)))`` — :func:`trial_mechanism`. ε_s is the searcher's
+``score_epsilon`` (default :data:`DEFAULT_SCORE_EPSILON`). ``score_epsilon=None`` is for
+scores that no selection reads (final runs), that a searcher privatises itself (SVT's
+AboveThreshold noise), or when the user declares the validation split public.
 """
 
 from __future__ import annotations
@@ -24,9 +35,37 @@ from typing import Any
 
 from raydp_hpo._validation import positive_float, positive_int, unit_interval_float
 from raydp_hpo.errors import InvalidParameterError
-from raydp_hpo.mechanisms import Gaussian, Mechanism, SubsampledGaussian
+from raydp_hpo.mechanisms import Composition, Gaussian, Laplace, Mechanism, SubsampledGaussian
 
-__all__ = ["Optimizer", "DPSGDPrivacy", "privacy_from_config"]
+__all__ = [
+    "Optimizer",
+    "DPSGDPrivacy",
+    "privacy_from_config",
+    "trial_mechanism",
+    "score_noise_scale",
+    "DEFAULT_SCORE_EPSILON",
+]
+
+#: Default ε of the Laplace-noised validation score a tuning trial releases to its searcher.
+DEFAULT_SCORE_EPSILON = 0.1
+
+
+def trial_mechanism(training: Mechanism, score_epsilon: float | None) -> Mechanism:
+    """A trial's whole mechanism: its training plus, if it releases a noisy validation score
+    to a selection, ``Laplace(score_epsilon)`` (sequential composition)."""
+    if score_epsilon is None:
+        return training
+    return Composition((training, Laplace(positive_float("score_epsilon", score_epsilon))))
+
+
+def score_noise_scale(validation_size: int, score_epsilon: float) -> float:
+    """Laplace scale b = Δ/ε_s for a validation accuracy, Δ = 1/(n_val − 1) (see module doc)."""
+    n_val = positive_int("validation_size", validation_size)
+    if n_val < 2:
+        raise InvalidParameterError(
+            f"a private validation score needs at least 2 validation records, got {n_val}"
+        )
+    return 1.0 / ((n_val - 1) * positive_float("score_epsilon", score_epsilon))
 
 
 class Optimizer(Enum):

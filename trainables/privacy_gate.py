@@ -41,6 +41,7 @@ _KEYS = {
     "data_view",
     "nonprivate",
     "phase",  # "tune" or "final": informational, set by the searcher
+    "score_epsilon",  # ε of the Laplace-noised final validation score, or None
 }
 
 
@@ -58,6 +59,7 @@ class RaydpSettings:
     data_view: dict[str, Any] | None = None
     nonprivate: bool = False
     phase: str = "tune"
+    score_epsilon: float | None = None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> RaydpSettings:
@@ -76,6 +78,12 @@ class RaydpSettings:
             raise InvalidParameterError("set either raydp.charge or raydp.covered_by, not both")
         if s.covered_by and s.base is None:
             raise InvalidParameterError("raydp.covered_by needs raydp.base (the plan's mechanism)")
+        if s.score_epsilon is not None:
+            from raydp_hpo._validation import positive_float
+
+            object.__setattr__(
+                s, "score_epsilon", positive_float("raydp.score_epsilon", s.score_epsilon)
+            )
         if s.nonprivate and (s.charge or s.covered_by):
             raise InvalidParameterError("a nonprivate run cannot charge or be covered")
         return s

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,7 +40,13 @@ from torch import nn
 from raydp_hpo.accounting import Accountant, epsilon
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 from raydp_hpo.mechanisms import Gaussian, Mechanism, SubsampledGaussian, mechanism_to_dict
-from raydp_hpo.trial_privacy import DPSGDPrivacy, Optimizer, privacy_from_config
+from raydp_hpo.trial_privacy import (
+    DPSGDPrivacy,
+    Optimizer,
+    privacy_from_config,
+    score_noise_scale,
+    trial_mechanism,
+)
 from trainables.data import Dataset, DataSplits, select_view
 from trainables.dp_step import GaussianNoise, make_clipper
 from trainables.models import build_model
@@ -121,7 +128,7 @@ class _Runner:
         index: int,
         device: torch.device,
     ) -> None:
-        seed = int(config.get("seed", 0))
+        seed = int(config["seed"])  # resolved by train_dp: explicit secret or OS entropy
         self.privacy, self.nonprivate, self.device = privacy, nonprivate, device
         self.n = len(train)
         with torch.random.fork_rng(devices=[]):
@@ -333,7 +340,19 @@ def train_dp(
         raise InvalidParameterError(f"data must be a DataSplits, got {type(data).__name__}")
     settings = RaydpSettings.from_config(config)
     privacy, n_declared = declared_privacy(config, data)
-    mechanism = privacy.mechanism()
+    training_mechanism = privacy.mechanism()
+    score_epsilon = None if settings.nonprivate else settings.score_epsilon
+    # What this trial releases: its training and, when its score feeds a selection, the
+    # Laplace-noised final validation accuracy (raydp_hpo.trial_privacy.trial_mechanism).
+    mechanism = trial_mechanism(training_mechanism, score_epsilon)
+    if score_epsilon is not None:
+        score_scale = score_noise_scale(len(data.val), score_epsilon)
+    config = dict(config)
+    if config.get("seed") is None:
+        # No seed given: fresh OS entropy. A seed known to anyone lets them regenerate the
+        # DP noise (and the Poisson batches), which voids the guarantee; an explicit seed
+        # is for reproducibility only and must be kept secret like the data.
+        config["seed"] = secrets.randbits(63)
     checkpoint = load_checkpoint(resume_from) if resume_from is not None else None
     if checkpoint is not None and checkpoint["mechanism"] != (
         None if settings.nonprivate else mechanism_to_dict(mechanism)
@@ -394,6 +413,19 @@ def train_dp(
             metrics["learning_rate"] = float(np.mean([r.lr for r in runners]))
         if epoch + 1 == epochs:
             metrics["test_accuracy"] = float(np.mean([r.accuracy(data.test) for r in runners]))
+            if score_epsilon is not None:
+                # The selection score: Laplace(Δ/ε_s) from OS entropy (never the config seed),
+                # clipped to [0, 1] (post-processing). Earlier epochs' scores stay private
+                # artefacts: searchers read only the final result.
+                noise = float(np.random.default_rng(secrets.randbits(128)).laplace(0.0, score_scale))
+                metrics["val_accuracy"] = min(1.0, max(0.0, metrics["val_accuracy"] + noise))
+                metrics["score_epsilon"] = score_epsilon
+                metrics["epsilon"] = epsilon(
+                    trial_mechanism(_mechanism_after(privacy, steps * evals_per_step),
+                                    score_epsilon),
+                    delta,
+                    Accountant.RDP,
+                )
         history.append(metrics)
         if checkpoint_dir is not None:
             _save_checkpoint(
@@ -417,9 +449,10 @@ def train_dp(
     ]
     if not settings.nonprivate:
         for log in releases:  # what ran must be exactly what was declared and charged
-            if _mechanism_after(privacy, log.releases) != mechanism:
+            if _mechanism_after(privacy, log.releases) != training_mechanism:
                 raise RayDPHPOError(
-                    f"ran {log.releases} releases but declared {mechanism}; please report a bug"
+                    f"ran {log.releases} releases but declared {training_mechanism}; please "
+                    "report a bug"
                 )
     return TrainResult(
         metrics=history[-1] if history else {},

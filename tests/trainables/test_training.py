@@ -211,3 +211,44 @@ def test_reproducible_in_process_and_in_another_process(digits):
     np.testing.assert_allclose(theirs, mine, rtol=0, atol=0)
     other = train_dp({**cfg, "seed": 8}, digits)
     assert not torch.equal(next(iter(other.models[0].values())), next(iter(a.models[0].values())))
+
+
+def test_selection_score_is_noised_and_charged(digits, ledger):
+    """With raydp.score_epsilon the final validation score is Laplace-noised (OS entropy) and
+    the charge is Composition(training, Laplace(ε_s)) (raydp_hpo.trial_privacy)."""
+    from raydp_hpo.mechanisms import Composition, Laplace
+    from raydp_hpo.trial_privacy import score_noise_scale
+
+    cfg = _config(raydp={"charge": True, "charge_id": "exp/s1", "score_epsilon": 0.5})
+    first = train_dp(cfg, digits, ledger=ledger)
+    (charge,) = ledger.charges()
+    assert isinstance(charge.mechanism, Composition)
+    assert charge.mechanism.mechanisms[1] == Laplace(0.5)
+    assert first.metrics["score_epsilon"] == 0.5
+    # Same seed, same model (test accuracy identical), but the noise does not come from the
+    # seed: over a few reruns the released scores differ.
+    scores, tests = set(), set()
+    for i in range(4):
+        cfg_i = _config(raydp={"charge": True, "charge_id": f"exp/s{i + 2}", "score_epsilon": 0.5})
+        r = train_dp(cfg_i, digits, ledger=ledger)
+        scores.add(r.metrics["val_accuracy"])
+        tests.add(r.metrics["test_accuracy"])
+    assert len(tests) == 1 and len(scores) > 1
+    assert score_noise_scale(len(digits.val), 0.5) == pytest.approx(1 / ((len(digits.val) - 1) * 0.5))
+    assert result_within_unit(scores)
+
+
+def result_within_unit(scores) -> bool:
+    return all(0.0 <= s <= 1.0 for s in scores)
+
+
+def test_default_seed_is_fresh_entropy(digits, ledger):
+    """Without an explicit seed the noise is not reproducible by anyone (a known seed would let
+    an observer regenerate the DP noise)."""
+    a = train_dp({**_config(), "seed": None}, digits, ledger=ledger,)
+    cfg = _config(raydp={"charge": True, "charge_id": "exp/t2"})
+    cfg.pop("seed")
+    b = train_dp(cfg, digits, ledger=ledger)
+    wa = a.models[0]
+    wb = b.models[0]
+    assert any(not torch.equal(wa[k], wb[k]) for k in wa)
