@@ -5,6 +5,8 @@ Subcommands:
 * ``account``  — ε of DP-SGD settings under every accountant.
 * ``ledger show JOURNAL`` / ``ledger list [DIR]`` — a ledger's budget, spend and charges.
 * ``demo``     — the main job on the built-in default (see :mod:`raydp_hpo.demo`).
+* ``run EXPERIMENT.yaml`` — run an experiment file (:mod:`raydp_hpo.experiment`).
+* ``report RUN_DIR`` — certificate, plots and ``report.md`` of a run (:mod:`raydp_hpo.report`).
 
 Exit codes: 0 success, 2 bad input, 3 budget exhausted, 1 anything else.
 """
@@ -128,6 +130,52 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(quick=args.quick)
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    """Exit codes: 0 released, 2 bad input (nothing ran), 3 budget exhausted (plan refused:
+    nothing ran; or the search was cut short by the ledger: the release is still written),
+    1 crash (Ray / trial failures with nothing released)."""
+    from raydp_hpo.errors import ConfigError, LedgerMismatchError
+    from raydp_hpo.experiment import format_summary, load_experiment, run_experiment
+
+    spec = load_experiment(args.experiment)  # ConfigError -> EXIT_BAD_INPUT, before anything
+    if args.storage_path:
+        from dataclasses import replace
+
+        spec = replace(spec, storage_path=str(Path(args.storage_path).expanduser().resolve()))
+    if args.dry_run:
+        print(f"experiment file {args.experiment} is valid: {spec.experiment} -> {spec.run_dir}")
+        return EXIT_OK
+    try:
+        outcome = run_experiment(spec, progress_interval_s=args.progress_interval)
+    except (BudgetExhaustedError, ConfigError, LedgerMismatchError, ValueError):
+        raise  # mapped by main(): 3 / 2
+    except Exception as exc:  # Ray or system failure: not the user's input
+        print(f"raydp-hpo: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    print(format_summary(outcome))
+    result = outcome.result
+    if result.budget_exhausted:
+        print("raydp-hpo: the ledger refused further trials (budget exhausted); the release "
+              "above covers what ran", file=sys.stderr)
+        return EXIT_BUDGET_EXHAUSTED
+    if result.hyperparameters is None and outcome.trial_errors:
+        print(f"raydp-hpo: {outcome.trial_errors} trial(s) failed and nothing was released; "
+              f"see the private Tune dir {outcome.run_dir / 'tune'}", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from raydp_hpo.report import write_report
+
+    files = write_report(args.run_dir, args.out)
+    print(Path(args.run_dir, "release.json").read_text(encoding="utf-8")
+          if args.json else files.markdown.read_text(encoding="utf-8"))
+    print(f"\nwrote {files.markdown}, {files.budget_plot}"
+          + (f", {files.trials_plot} (PRIVATE ARTEFACT)" if files.trials_plot else ""))
+    return EXIT_OK
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="raydp-hpo", description="Differentially private hyperparameter optimisation on Ray Tune"
@@ -156,6 +204,20 @@ def _build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the main job on the built-in default")
     demo.add_argument("--quick", action="store_true", help="smaller run (for smoke tests)")
     demo.set_defaults(func=_cmd_demo)
+
+    run = sub.add_parser("run", help="run an experiment file (YAML)")
+    run.add_argument("experiment", help="path to EXPERIMENT.yaml")
+    run.add_argument("--storage-path", default=None, help="override the file's storage_path")
+    run.add_argument("--dry-run", action="store_true", help="validate the file only")
+    run.add_argument("--progress-interval", type=float, default=5.0,
+                     help="seconds between progress lines")
+    run.set_defaults(func=_cmd_run)
+
+    rep = sub.add_parser("report", help="certificate, plots and report.md of a run dir")
+    rep.add_argument("run_dir", help="<storage_path>/<experiment>")
+    rep.add_argument("--out", default=None, help="output dir (default RUN_DIR/report)")
+    rep.add_argument("--json", action="store_true", help="print release.json instead of report.md")
+    rep.set_defaults(func=_cmd_report)
     return parser
 
 

@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from absl import logging as _absl_logging
 from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant as _rdp_lib
 from scipy.special import gammaln, logsumexp
@@ -255,9 +256,16 @@ def subsampled_gaussian_rdp(q: float, sigma: float) -> np.ndarray:
             + j * log_q + (n - j) * log_1q + (j * j - j) * inv_2s2
         )
         out[k] = float(logsumexp(terms)) / (n - 1)
-    for k in _FRACTIONAL_INDEX:
-        alpha = float(orders[k])
-        out[k] = _rdp_lib._compute_log_a_frac(q, sigma, alpha) / (alpha - 1)  # noqa: SLF001
+    # dp-accounting logs a warning and returns +inf (order excluded: no claim) when its
+    # fractional-order series does not converge, which is routine near α = 1 for large q.
+    previous = _absl_logging.get_verbosity()
+    _absl_logging.set_verbosity(_absl_logging.ERROR)
+    try:
+        for k in _FRACTIONAL_INDEX:
+            alpha = float(orders[k])
+            out[k] = _rdp_lib._compute_log_a_frac(q, sigma, alpha) / (alpha - 1)  # noqa: SLF001
+    finally:
+        _absl_logging.set_verbosity(previous)
     return out
 
 

@@ -116,7 +116,7 @@ def _plot_budget(budget: Any, points: list[SpendPoint], experiment: str, path: P
             ax.axvline(x, color="grey", alpha=0.25, linewidth=1)
     ax.set_xlabel("seconds since the ledger was created")
     ax.set_ylabel(f"ε spent at δ={budget.delta:g}")
-    ax.set_title(f"Ledger spend over time ({len(points) - 1} charges; grey: this experiment's)")
+    ax.set_title(f"Ledger spend over time ({len(points) - 1} charge(s); grey: this experiment's)")
     ax.set_ylim(0, budget.epsilon * 1.1)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)

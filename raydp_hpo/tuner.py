@@ -114,8 +114,9 @@ class PrivacyCertificate:
 class DPResult:
     """The result of :meth:`DPTuner.fit`.
 
-    Public (covered by the certificate): ``hyperparameters``, ``model``, ``checkpoint_path``,
-    ``certificate``. ``test_accuracy`` is an evaluation on the held-out test split.
+    Public (covered by the certificate): ``hyperparameters`` (the training seed, if any, is
+    withheld), ``model``, ``checkpoint_path``, ``certificate``. ``test_accuracy`` is an
+    evaluation on the held-out test split, not covered by the certificate.
     Private (NOT covered; never publish): ``private_trials``, ``experiment_path``.
     """
 
@@ -130,13 +131,21 @@ class DPResult:
     experiment_path: str | None = None
 
     def public(self) -> dict[str, Any]:
-        """The releasable part as a JSON-able dict (no per-trial metrics, no trial count)."""
+        """The releasable part as a JSON-able dict (no per-trial metrics, no trial count).
+
+        ``evaluation.test_accuracy`` is computed on the held-out test split without noise: it
+        is an evaluation for the operator and is *not* covered by the certificate; publish it
+        only if the test split is public (or evaluate on public data).
+        """
         return {
             "hyperparameters": self.hyperparameters,
             "checkpoint_path": self.checkpoint_path,
-            "test_accuracy": self.test_accuracy,
             "budget_exhausted": self.budget_exhausted,
             "certificate": self.certificate.to_dict(),
+            "evaluation": {
+                "test_accuracy": self.test_accuracy,
+                "covered_by_certificate": False,
+            },
         }
 
 
@@ -165,7 +174,9 @@ class DPTuner:
         experiment: experiment name (prefix of every charge id); default: a fresh unique one.
         search_kwargs: algorithm-specific keyword arguments (unknown ones raise).
         max_concurrent_trials: trials running at once.
-        seed: the searcher's seed.
+        seed: the searcher's seed. Default ``None``: fresh OS entropy. The searcher draws
+            secrets from it (random stopping's K, subsample and partition seeds), so a given
+            seed is for reproducibility only and must be kept as secret as the data.
     """
 
     def __init__(
@@ -185,7 +196,7 @@ class DPTuner:
         namespace: str = DEFAULT_NAMESPACE,
         search_kwargs: Mapping[str, Any] | None = None,
         max_concurrent_trials: int = 2,
-        seed: int = 0,
+        seed: int | None = None,
         verbose: int = 0,
     ) -> None:
         from trainables.data import DataSplits
@@ -378,8 +389,12 @@ class DPTuner:
                 ckpt_path = result.checkpoint.path
                 model = self._load_model(ckpt_path, result.config or {})
                 test_acc = (result.metrics or {}).get("test_accuracy")
+        hyperparameters = release.hyperparameters
+        if hyperparameters is not None and "seed" in hyperparameters:
+            # a training seed lets anyone regenerate the DP noise: never released
+            hyperparameters = {k: v for k, v in hyperparameters.items() if k != "seed"}
         out = DPResult(
-            hyperparameters=release.hyperparameters,
+            hyperparameters=hyperparameters,
             model=model,
             checkpoint_path=ckpt_path,
             certificate=certificate,

@@ -1,0 +1,90 @@
+"""DPTuner end to end with a real Tuner, ledger actor and DP trainable (few, marked `ray`)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from ray import tune
+
+from raydp_hpo.accounting import Accountant, epsilon
+from raydp_hpo.budget import PrivacyBudget
+from raydp_hpo.errors import InvalidParameterError
+from raydp_hpo.ledger_actor import get_ledger
+from raydp_hpo.tuner import DPTuner
+from trainables.data import load_mnist1d, split
+
+pytestmark = [pytest.mark.ray]
+
+SPACE = {
+    "lr": tune.loguniform(0.05, 1.0),
+    "epochs": 1,
+    "sample_rate": 0.1,
+    "max_grad_norm": 1.0,
+    "model": "mlp",
+    "optimizer": "sgd",
+}
+
+
+@pytest.fixture(scope="module")
+def data():
+    return split(load_mnist1d(num_samples=1200, seed=3), 0.2, 0.2, seed=0)
+
+
+def test_random_stopping_end_to_end(ray_session, data, tmp_path: Path) -> None:
+    budget = PrivacyBudget(4.0, 1e-5)
+    tuner = DPTuner(None, SPACE, "random_stopping", budget, data=data, storage_path=tmp_path,
+                    experiment=f"rs-{uuid.uuid4().hex[:6]}", search_kwargs={"mean": 2.0})
+    result = tuner.fit()
+    cert = result.certificate
+    # exactly one charge: the whole Papernot–Steinke plan, admitted before any trial
+    assert len(cert.charges) == 1 and cert.charges[0][0].endswith("/plan")
+    assert cert.within_budget and cert.epsilon <= budget.epsilon
+    assert cert.epsilon_rdp == pytest.approx(
+        epsilon(cert.charges[0][1], budget.delta, Accountant.RDP), rel=1e-12
+    )
+    if result.hyperparameters is not None:
+        assert "raydp" not in result.hyperparameters and "seed" not in result.hyperparameters
+        assert result.model is not None
+    public = json.loads((Path(result.experiment_path) / "release.json").read_text())
+    # the release holds no per-trial metrics and no trial count
+    assert set(public) == {"hyperparameters", "checkpoint_path", "budget_exhausted",
+                           "certificate", "evaluation"}
+    assert public["evaluation"]["covered_by_certificate"] is False
+
+
+def test_budget_too_small_fails_before_any_trial(ray_session, data, tmp_path: Path) -> None:
+    name = f"shared-{uuid.uuid4().hex[:6]}"
+    ledger = get_ledger(name, PrivacyBudget(0.05, 1e-5), tmp_path / "shared.journal",
+                        namespace="tests")
+    try:
+        with pytest.raises(InvalidParameterError, match="budget"):
+            DPTuner(None, {**SPACE, "noise_multiplier": 1.0}, "random_stopping",
+                    PrivacyBudget(0.05, 1e-5), data=data, storage_path=tmp_path, ledger=ledger,
+                    search_kwargs={"mean": 5.0}).fit()
+        assert ledger.charges() == ()
+        assert not (tmp_path / "tune").exists()
+    finally:
+        ledger.kill()
+
+
+def test_grid_search_halts_when_ledger_refuses(ray_session, data, tmp_path: Path) -> None:
+    # A shared ledger with less budget than the grid needs: the grid composes every trial,
+    # so the ledger refuses part-way and the search ends cleanly with the budget spent.
+    name = f"grid-{uuid.uuid4().hex[:6]}"
+    ledger = get_ledger(name, PrivacyBudget(2.0, 1e-5), tmp_path / "grid.journal",
+                        namespace="tests")
+    try:
+        space = {**SPACE, "lr": tune.grid_search([0.1, 0.3, 1.0]), "noise_multiplier": 1.6}
+        tuner = DPTuner(None, space, "grid_composed", PrivacyBudget(50.0, 1e-5), data=data,
+                        storage_path=tmp_path, ledger=ledger, max_concurrent_trials=1)
+        result = tuner.fit()
+        assert ledger.spent() <= 2.0
+        admitted = len(ledger.charges())
+        assert 1 <= admitted < 3
+        assert result.budget_exhausted
+        assert result.certificate.epsilon <= 2.0 + 1e-9
+    finally:
+        ledger.kill()
