@@ -125,9 +125,11 @@ def _cmd_ledger_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from raydp_hpo.demo import run_demo
+    from raydp_hpo.demo import run_accounting_walkthrough, run_demo
 
-    return run_demo(quick=args.quick)
+    if args.accounting:
+        return run_accounting_walkthrough(quick=args.quick)
+    return run_demo(quick=args.quick, storage_path=args.storage_path)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -203,6 +205,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="run the main job on the built-in default")
     demo.add_argument("--quick", action="store_true", help="smaller run (for smoke tests)")
+    demo.add_argument("--accounting", action="store_true",
+                      help="accounting walkthrough only (no training)")
+    demo.add_argument("--storage-path", default=None, help="where the run directory goes")
     demo.set_defaults(func=_cmd_demo)
 
     run = sub.add_parser("run", help="run an experiment file (YAML)")
