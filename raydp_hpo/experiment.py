@@ -399,10 +399,10 @@ def _parse_domain(key: str, value: Any) -> Any:
     if not isinstance(args, list) or len(args) != arity:
         raise ConfigError(f"{where} needs a list of {arity} numbers, got {args!r}")
     if kind == "randint":
-        lo, hi = (_int(where, a) for a in args)
-        if not lo < hi:
+        ilo, ihi = (_int(where, a) for a in args)
+        if not ilo < ihi:
             raise ConfigError(f"{where} needs low < high, got {args!r}")
-        return tune.randint(lo, hi)
+        return tune.randint(ilo, ihi)
     nums = [_number(where, a) for a in args]
     if kind == "randn":
         if nums[1] <= 0:

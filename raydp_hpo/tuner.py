@@ -257,6 +257,29 @@ class DPTuner:
             accountant=Accountant.BEST,
         )
 
+    def _check_selection_inputs(self, searcher: Any) -> None:
+        """Selections may only read privatised scores (see raydp_hpo.trial_privacy)."""
+        from search_algs import SVTThresholdSearch
+
+        score_eps = getattr(searcher, "score_epsilon", None)
+        if score_eps is not None and self._metric != "val_accuracy":
+            raise InvalidParameterError(
+                f"metric={self._metric!r}: trials privatise only their final 'val_accuracy' "
+                "(Laplace noise, charged with the trial); a selection on any other reported "
+                "value would read raw private data. Use metric='val_accuracy', or declare the "
+                "validation split public with search_kwargs={'score_epsilon': None}."
+            )
+        if isinstance(searcher, SVTThresholdSearch):
+            k = int(getattr(searcher, "num_partitions", 0) or 0)
+            n_val = len(self._data.val)
+            if k and n_val < k + 1:
+                raise InvalidParameterError(
+                    f"SVT with num_partitions={k} needs at least {k + 1} validation records "
+                    f"(the utility's sensitivity 1/k must also bound one validation record's "
+                    f"effect, 1/(n_val - 1)); got n_val={n_val}. Use fewer partitions or a "
+                    "larger validation split."
+                )
+
     def _build_searcher(self, ledger: LedgerHandle) -> Any:
         from search_algs import DPSearcher, make_searcher
 
@@ -305,6 +328,7 @@ class DPTuner:
         self._ensure_ray()
         ledger = self._get_ledger()
         searcher = self._build_searcher(ledger)
+        self._check_selection_inputs(searcher)
         plan = searcher.privacy_plan()
         if plan.mechanism is not None:
             # Admitted (or refused, raising) before any trial touches data. Idempotent on

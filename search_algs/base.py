@@ -15,6 +15,13 @@ finite set (``tune.choice``, ``tune.grid_search`` or a constant). Where they var
 base mechanism is :class:`~raydp_hpo.mechanisms.WorstCase` over their grid (pointwise maximum
 of RDP curves; Papernot & Steinke 2022, Sec. 3.5). When the space sets no noise at all, the
 searcher calibrates one ``noise_multiplier`` so that the plan is admissible.
+
+**Selection scores are releases.** Every trial whose validation score feeds a selection gets
+``config["raydp"]["score_epsilon"] = ε_s`` (the searcher's ``score_epsilon``): it reports its
+final score with Laplace noise and its mechanism is ``trial_mechanism(training, ε_s)``
+(:mod:`raydp_hpo.trial_privacy`), so every base and plan that covers such a trial contains the
+``Laplace(ε_s)`` part. Trials whose score no selection reads (final runs) or whose score the
+searcher privatises itself (SVT candidates) get ``score_epsilon=None``.
 """
 
 from __future__ import annotations
@@ -33,11 +40,18 @@ import numpy as np
 from ray.tune.search import Searcher
 from ray.tune.search.sample import Categorical, Domain, Function
 
+from raydp_hpo._validation import positive_float
 from raydp_hpo.accounting import Accountant, epsilon
 from raydp_hpo.budget import PrivacyBudget
 from raydp_hpo.errors import InvalidParameterError, SearchSpaceError
 from raydp_hpo.mechanisms import Mechanism, WorstCase, mechanism_to_dict
-from raydp_hpo.trial_privacy import DPSGDPrivacy, Optimizer, privacy_from_config
+from raydp_hpo.trial_privacy import (
+    DEFAULT_SCORE_EPSILON,
+    DPSGDPrivacy,
+    Optimizer,
+    privacy_from_config,
+    trial_mechanism,
+)
 
 __all__ = [
     "RESERVED_KEY",
@@ -258,6 +272,12 @@ class DPSearcher(Searcher, abc.ABC):
         admissible: ``admissible(mechanism) -> bool`` decides whether a plan fits the budget
             (the orchestrator passes the ledger's actual rule). Default: ε under the RDP
             accountant at ``budget.delta`` is at most ``budget.epsilon``.
+        score_epsilon: ε_s of the Laplace-noised validation score each trial that feeds a
+            selection reports (default :data:`~raydp_hpo.trial_privacy.DEFAULT_SCORE_EPSILON`);
+            its cost ``Laplace(ε_s)`` is part of every such trial's mechanism and of the plan.
+            ``None`` declares the validation split **public**: per-trial scores are then
+            reported and selected on without noise and are not charged — use it only when
+            the validation data is not part of the private dataset.
     """
 
     #: short name of the algorithm (set by subclasses)
@@ -280,7 +300,10 @@ class DPSearcher(Searcher, abc.ABC):
         namespace: str = "raydp_hpo",
         experiment: str = "raydp",
         admissible: Admissible | None = None,
+        score_epsilon: float | None = DEFAULT_SCORE_EPSILON,
     ) -> None:
+        if score_epsilon is not None:
+            score_epsilon = positive_float("score_epsilon", score_epsilon)
         if not isinstance(metric, str) or not metric:
             raise InvalidParameterError(f"metric must be a non-empty string, got {metric=!r}")
         if mode not in ("max", "min"):
@@ -303,6 +326,7 @@ class DPSearcher(Searcher, abc.ABC):
         self._namespace = namespace
         self._experiment = experiment
         self._admissible: Admissible = admissible or self._default_admissible
+        self._score_epsilon: float | None = score_epsilon
         # mutable search state (saved/restored)
         self._configs: dict[str, dict[str, Any]] = {}
         self._results: dict[str, float | None] = {}  # None: failed / no metric
@@ -318,6 +342,15 @@ class DPSearcher(Searcher, abc.ABC):
     @property
     def dataset_size(self) -> int:
         return self._dataset_size
+
+    @property
+    def score_epsilon(self) -> float | None:
+        """ε_s of the noisy selection score (``None``: validation split declared public)."""
+        return self._score_epsilon
+
+    def _scored(self, training: Mechanism) -> Mechanism:
+        """The mechanism of a trial whose score feeds a selection: training + Laplace(ε_s)."""
+        return trial_mechanism(training, self._score_epsilon)
 
     @property
     def plan_charge_id(self) -> str:
@@ -402,15 +435,24 @@ class DPSearcher(Searcher, abc.ABC):
 
         Bisection on log σ; the returned σ is the upper end of the final bracket, so the plan
         is admissible ("round toward more privacy"). Admissibility must be monotone in σ.
+        ``plan_of_sigma`` must return the *whole* plan, including the ``Laplace(ε_s)`` score
+        parts of trials whose scores feed a selection (:meth:`_scored`): σ only buys down the
+        training part, so a score part that alone exceeds the budget is reported as such.
         """
         hi = 1.0
         while not self._admissible(plan_of_sigma(hi)):
             hi *= 2.0
             if hi > MAX_NOISE_MULTIPLIER:
+                score = (
+                    ""
+                    if self._score_epsilon is None
+                    else f" (the noisy selection scores alone cost score_epsilon="
+                    f"{self._score_epsilon:g} per scored trial: lower score_epsilon)"
+                )
                 raise InvalidParameterError(
                     f"budget ε={self._budget.epsilon:g}, δ={self._budget.delta:g} is too small "
-                    f"for {what}: even noise_multiplier={MAX_NOISE_MULTIPLIER:g} does not fit. "
-                    "Raise the budget or cut epochs / sample rate / expected trials."
+                    f"for {what}: even noise_multiplier={MAX_NOISE_MULTIPLIER:g} does not fit"
+                    f"{score}. Raise the budget or cut epochs / sample rate / expected trials."
                 )
         lo = hi / 2.0 if hi > 1.0 else 0.0
         if lo == 0.0:
@@ -459,6 +501,7 @@ class DPSearcher(Searcher, abc.ABC):
         base: Mechanism | None,
         data_view: dict[str, Any],
         phase: str,
+        score_epsilon: float | None,
         charge: bool = False,
         covered: bool = True,
         nonprivate: bool = False,
@@ -474,6 +517,7 @@ class DPSearcher(Searcher, abc.ABC):
             "data_view": data_view,
             "nonprivate": nonprivate,
             "phase": phase,
+            "score_epsilon": score_epsilon,
         }
 
     def _issue(self, trial_id: str, config: dict[str, Any]) -> dict[str, Any]:
@@ -558,6 +602,13 @@ class DPSearcher(Searcher, abc.ABC):
         return {k: v for k, v in self.__dict__.items() if k not in self._NOT_SAVED}
 
     def set_state(self, state: dict[str, Any]) -> None:
+        own_score = self.__dict__.get("_score_epsilon")
+        if "_score_epsilon" in state and state["_score_epsilon"] != own_score:
+            raise InvalidParameterError(
+                "cannot restore: the saved searcher has score_epsilon="
+                f"{state['_score_epsilon']!r}, this one score_epsilon={own_score!r}; "
+                "construct the searcher with the same arguments as the saved one"
+            )
         saved_plan = state.get("_plan")
         own_plan = self.__dict__.get("_plan")
         if own_plan is not None and saved_plan is not None and saved_plan != own_plan:

@@ -36,6 +36,7 @@ class OneShotRandomSearch(DPSearcher):
 
     The configuration (including its privacy settings) is drawn at construction from the
     searcher's RNG, so the plan is exactly that one run's mechanism — no worst case is needed.
+    No selection reads its score, so it carries no noisy-score part (``score_epsilon`` unused).
     """
 
     algorithm = "one_shot_random"
@@ -79,7 +80,11 @@ class OneShotRandomSearch(DPSearcher):
         self._trial = trial_id
         config = dict(self._config)
         config[RESERVED_KEY] = self._raydp(
-            trial_id, base=self._plan.base, data_view={"kind": "full"}, phase=Phase.FINAL
+            trial_id,
+            base=self._plan.base,
+            data_view={"kind": "full"},
+            phase=Phase.FINAL,
+            score_epsilon=None,  # one run, no selection: its score is not read
         )
         return self._issue(trial_id, config)
 
@@ -102,6 +107,10 @@ class GridSearchComposed(DPSearcher):
     grid may not fit: the ledger then refuses a trial (it fails with ``BudgetExhaustedError``)
     and the searcher stops (``FINISHED``) at the first failed trial — the adaptive RDP filter
     of the ledger (Feldman & Zrnic 2021) is what makes this halting rule valid.
+
+    Every trial's score feeds the final selection, so each trial's charge is
+    ``trial_mechanism(training, score_epsilon)`` (training + ``Laplace(score_epsilon)``) and
+    the noise calibration composes these whole per-trial mechanisms.
     """
 
     algorithm = "grid_composed"
@@ -152,10 +161,11 @@ class GridSearchComposed(DPSearcher):
         return dict(config) if sigma is None else {**config, "noise_multiplier": sigma}
 
     def _trial_mechanism(self, config: Mapping[str, Any], sigma: float | None = None) -> Mechanism:
+        """What one grid trial charges: its training plus its noisy selection score."""
         try:
-            return privacy_from_config(
-                self._with_sigma(config, sigma), self._dataset_size
-            ).mechanism()
+            return self._scored(
+                privacy_from_config(self._with_sigma(config, sigma), self._dataset_size).mechanism()
+            )
         except InvalidParameterError as exc:
             raise SearchSpaceError(f"grid point {dict(config)} is invalid: {exc}") from None
 
@@ -192,6 +202,7 @@ class GridSearchComposed(DPSearcher):
             base=None,
             data_view={"kind": "full"},
             phase=Phase.TUNE,
+            score_epsilon=self._score_epsilon,  # the final selection reads every score
             charge=True,
             covered=False,
         )

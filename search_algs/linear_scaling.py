@@ -16,6 +16,15 @@ plan writes each run as ``Gaussian(1/μ, 1)`` — the same RDP curve and the sam
 so the plan is fixed although T is chosen adaptively:
 ``Composition(Gaussian(1/μ₁, n), Gaussian(1/μ₂, n), Gaussian(1/μ_f, 1))``.
 
+Noisy selection scores: Alg. 3 keeps the best r of each sweep, i.e. it selects on every sweep
+run's validation score, so each sweep run reports its score with Laplace noise and is
+``trial_mechanism(run, ε_s) = Composition((run, Laplace(ε_s)))``. Laplace is not Gaussian-DP,
+so the plan composes the 2n score releases as a separate ``Laplace(ε_s, count=2n)``
+component: ``Composition(sweep₁, sweep₂, Laplace(ε_s, 2n), final)``. The μ-GDP bookkeeping of
+Panda et al. (μ₁, μ₂, μ_f, μ_t) covers only the Gaussian (training) parts; admissibility —
+and hence μ_f — is decided on the whole composition (RDP by default), so training plus score
+releases fit the budget together. The final run's score is read by no selection (no noise).
+
 Subsampled option (``full_batch=False``): DP-SGD at a fixed sample rate; σᵢ is calibrated so
 that ``SubsampledGaussian(σᵢ, q, T_max)`` has the sweep's εᵢ (runs with T < T_max are
 dominated), and the plan composes these upper bounds.
@@ -33,7 +42,7 @@ from ray.tune.search import Searcher
 from raydp_hpo.accounting import calibrate_noise
 from raydp_hpo.errors import InvalidParameterError, SearchSpaceError
 from raydp_hpo.gdp import compose_mu, gdp_epsilon, gdp_mu
-from raydp_hpo.mechanisms import Composition, Gaussian, Mechanism, SubsampledGaussian
+from raydp_hpo.mechanisms import Composition, Gaussian, Laplace, Mechanism, SubsampledGaussian
 from raydp_hpo.trial_privacy import Optimizer
 from search_algs.base import (
     PRIVACY_KEYS,
@@ -84,7 +93,10 @@ class LinearScalingSearch(DPSearcher):
 
     The space holds only the other (fixed) hyperparameters as constants: Alg. 3 searches r
     alone. μ_f is the largest value such that the plan is admissible and μ_t meets the budget
-    under exact GDP conversion; it must be at least μ₂ (else the budget is refused).
+    under exact GDP conversion; it must be at least μ₂ (else the budget is refused). With
+    ``score_epsilon`` set, the admissibility of the whole plan (including the 2n
+    ``Laplace(score_epsilon)`` score releases) lowers μ_f further; μ_t (:attr:`total_mu`) is
+    then the GDP parameter of the Gaussian part only, not a guarantee of the whole plan.
     """
 
     algorithm = "linear_scaling"
@@ -184,7 +196,13 @@ class LinearScalingSearch(DPSearcher):
                 f"one Composition charge: {self._n} runs at ε={eps1:g}, {self._n} at ε={eps2:g} "
                 f"and a final run at ε={final_eps:.4g} (each at δ={delta:g})"
                 + (
-                    f"; μ_t = {self.total_mu:.4g} (Panda et al. Thm. 4.1)"
+                    ""
+                    if self._score_epsilon is None
+                    else f", plus {2 * self._n} noisy sweep scores Laplace(ε_s="
+                    f"{self._score_epsilon:g})"
+                )
+                + (
+                    f"; μ_t = {self.total_mu:.4g} of the Gaussian part (Panda et al. Thm. 4.1)"
                     if self._full_batch
                     else ""
                 )
@@ -216,10 +234,18 @@ class LinearScalingSearch(DPSearcher):
             return Gaussian(m.noise_multiplier, self._n)
         return Composition(tuple([m] * self._n))
 
+    def _sweep_run_base(self, level: int) -> Mechanism:
+        """What one sweep run executes: its training plus its noisy selection score."""
+        return self._scored(self._run_mechanism(level))
+
     def _plan_mechanism(self, final_value: float | None = None) -> Composition:
-        return Composition(
-            (self._sweep_mechanism(0), self._sweep_mechanism(1), self._final_run_mechanism(final_value))
-        )
+        """Composition(sweep₁, sweep₂, [Laplace(ε_s, 2n)], final): the Gaussian parts are
+        Panda et al.'s μ-GDP runs; the Laplace part is the sweep runs' noisy scores."""
+        parts: list[Mechanism] = [self._sweep_mechanism(0), self._sweep_mechanism(1)]
+        if self._score_epsilon is not None:
+            parts.append(Laplace(self._score_epsilon, count=2 * self._n))
+        parts.append(self._final_run_mechanism(final_value))
+        return Composition(tuple(parts))
 
     def _too_small(self, smallest_final: float) -> InvalidParameterError:
         eps = plan_epsilon(self._plan_mechanism(smallest_final), self._budget.delta)
@@ -227,7 +253,8 @@ class LinearScalingSearch(DPSearcher):
             f"budget ε={self._budget.epsilon:g} at δ={self._budget.delta:g} is too small for "
             f"linear scaling with {self._n} runs per sweep at ε={self._sweep_eps}: the final run "
             f"would be less private-expensive than the second sweep. Use a budget of at least "
-            f"ε={eps:.4g}, fewer runs per sweep or smaller sweep_epsilons."
+            f"ε={eps:.4g}, fewer runs per sweep or smaller sweep_epsilons"
+            + ("." if self._score_epsilon is None else " or a smaller score_epsilon.")
         )
 
     def _choose_final_full_batch(self) -> float:
@@ -262,7 +289,11 @@ class LinearScalingSearch(DPSearcher):
 
     @property
     def total_mu(self) -> float:
-        """μ_t = √(n·μ₁² + n·μ₂² + μ_f²) (Panda et al. 2024, Thm. 4.1); full batch only."""
+        """μ_t = √(n·μ₁² + n·μ₂² + μ_f²) (Panda et al. 2024, Thm. 4.1); full batch only.
+
+        This is the GDP parameter of the Gaussian (training) part of the plan; with
+        ``score_epsilon`` set, the plan also holds 2n ``Laplace(score_epsilon)`` score
+        releases that are not GDP-accounted here (the plan's RDP covers them)."""
         if not self._full_batch:
             raise InvalidParameterError("total_mu is defined for full-batch linear scaling only")
         mu1, mu2 = self._mus
@@ -300,12 +331,14 @@ class LinearScalingSearch(DPSearcher):
             config["noise_multiplier"] = (
                 self._sigmas[level] if level is not None else self._sigma_f
             )
-        base = self._run_mechanism(level) if level is not None else self._final_run_mechanism()
+        base = self._sweep_run_base(level) if level is not None else self._final_run_mechanism()
         config[RESERVED_KEY] = self._raydp(
             trial_id,
             base=base,
             data_view={"kind": "full"},
             phase=Phase.TUNE if level is not None else Phase.FINAL,
+            # sweep scores feed Alg. 3's selection; the final run's score is read by nobody
+            score_epsilon=self._score_epsilon if level is not None else None,
         )
         self._r_of[trial_id] = r
         return config

@@ -12,7 +12,9 @@ release only the best trial (its hyperparameters and its model). D is one of
 * Poisson(μ) (their Sec. 3.3), which can give K = 0: nothing is selected then.
 
 Privacy: one :class:`~raydp_hpo.mechanisms.RandomStopping` charge over the worst-case base
-trial, admitted before the first trial — RDP by Papernot & Steinke (2022) Thm. 2 (truncated
+trial, whose base is the trial's *whole* mechanism Q of P&S (model and score):
+``trial_mechanism(training, ε_s) = Composition((training, Laplace(ε_s)))`` — each trial
+reports its validation score with Laplace noise because the selection reads it. Admitted before the first trial — RDP by Papernot & Steinke (2022) Thm. 2 (truncated
 negative binomial) and Thm. 6 (Poisson), computed by dp-accounting's
 ``RepeatAndSelectDpEvent`` implementation. Trials carry ``charge=False`` and are covered by the
 plan; each checks that its own mechanism is dominated by the base.
@@ -139,8 +141,10 @@ class RandomStoppingSearch(DPSearcher):
         mean: E[K] (≥ 1).
         shape: η of the truncated negative binomial (only for that distribution).
 
-    The plan is ``RandomStopping(base, distribution, mean, shape)`` where ``base`` is the trial
-    mechanism (``WorstCase`` over the privacy grid when it varies). When the space sets no
+    The plan is ``RandomStopping(base, distribution, mean, shape)`` where ``base`` is
+    ``trial_mechanism(training, score_epsilon)``: the training mechanism (``WorstCase`` over
+    the privacy grid when it varies) composed with the ``Laplace(score_epsilon)`` noisy score
+    (omitted when ``score_epsilon=None``). When the space sets no
     noise, ``noise_multiplier`` is calibrated so that the plan is admissible.
     """
 
@@ -160,14 +164,18 @@ class RandomStoppingSearch(DPSearcher):
         self._distribution = _coerce_distribution(distribution)
         self._mean = float(mean) if isinstance(mean, (int, float)) else mean
         self._shape = shape
-        stopping_mechanism(self._base_mechanism_or_placeholder(), self._distribution, mean, shape)
+        stopping_mechanism(
+            self._scored(self._base_mechanism_or_placeholder()), self._distribution, mean, shape
+        )
         self._calibrated_sigma: float | None = None
         if self._needs_noise_calibration():
             self._calibrated_sigma = self._calibrate_noise(
-                lambda s: self._plan_mechanism(self._base_mechanism({"noise_multiplier": s})),
+                lambda s: self._plan_mechanism(
+                    self._scored(self._base_mechanism({"noise_multiplier": s}))
+                ),
                 what=f"random stopping with E[K]={mean}",
             )
-        base = self._base_mechanism(self._noise_extra())
+        base = self._scored(self._base_mechanism(self._noise_extra()))
         mech = self._plan_mechanism(base)
         self._require_admissible(mech, what=f"random stopping with E[K]={mean}")
         self._plan = PrivacyPlan(
@@ -179,7 +187,13 @@ class RandomStoppingSearch(DPSearcher):
             description=(
                 f"one RandomStopping charge: K ~ {self._distribution.value}"
                 f"{'' if shape is None else f'(η={shape})'} with E[K]={mean} over the "
-                "worst-case base trial (RDP, P&S 2022 Thm. 2/6)"
+                "worst-case base trial"
+                + (
+                    ""
+                    if self._score_epsilon is None
+                    else f" + Laplace(ε_s={self._score_epsilon:g}) noisy score"
+                )
+                + " (RDP, P&S 2022 Thm. 2/6)"
             ),
             expected_gradient_evaluations=float(mean) * self._max_gradient_evaluations(
                 self._noise_extra()
@@ -212,7 +226,11 @@ class RandomStoppingSearch(DPSearcher):
         if self._calibrated_sigma is not None:
             config["noise_multiplier"] = self._calibrated_sigma
         config["raydp"] = self._raydp(
-            trial_id, base=self._plan.base, data_view={"kind": "full"}, phase=Phase.TUNE
+            trial_id,
+            base=self._plan.base,
+            data_view={"kind": "full"},
+            phase=Phase.TUNE,
+            score_epsilon=self._score_epsilon,  # the selection reads every trial's score
         )
         self._suggested.append(trial_id)
         return self._issue(trial_id, config)

@@ -11,8 +11,11 @@ Algorithm (Koskela & Kulkarni 2023, "Our method", steps 1–4):
 
 Each trial on X₁ keeps the sampling ratio γ and σ and runs ⌈epochs/γ⌉ steps, so its mechanism
 is exactly the base trial's ``SubsampledGaussian(σ, γ, ⌈epochs/γ⌉)`` (relative to X₁); the final
-run has the same privacy settings. The whole cost is one charge
-``SubsampledTuning(tuning=RandomStopping(base, D), final=base, subsample_rate=q)``, whose RDP
+run has the same privacy settings. Tuning trials report their validation score with Laplace
+noise (the selection reads it), so the tuning base is ``trial_mechanism(base, ε_s)``; the
+final run's score is read by no selection and is not noised. The whole cost is one charge
+``SubsampledTuning(tuning=RandomStopping(trial_mechanism(base, ε_s), D), final=base,
+subsample_rate=q)``, whose RDP
 is the Theorem of Koskela & Kulkarni (2023) at integer orders
 (:func:`raydp_hpo.rdp.koskela_kulkarni_rdp`).
 
@@ -61,6 +64,9 @@ class SubsampledTransferSearch(DPSearcher):
         distribution, mean, shape: the law of the secret number of tuning trials K.
         lr_key: the learning-rate key transferred × n/m (absent from the space: no transfer).
 
+    ``privacy_plan().base`` is the tuning trials' base (training + ``Laplace(score_epsilon)``);
+    the final run is covered by the training mechanism alone (its block's ``base``).
+
     The space must give ``sample_rate`` (the DP-SGD sampling ratio γ is kept constant in the
     transfer, so it must not depend on the dataset size as ``batch_size`` would).
     """
@@ -96,7 +102,12 @@ class SubsampledTransferSearch(DPSearcher):
         self._mean = mean
         self._shape = shape
         self._lr_key = lr_key
-        stopping_mechanism(self._base_mechanism(self._probe_extra()), self._distribution, mean, shape)
+        stopping_mechanism(
+            self._scored(self._base_mechanism(self._probe_extra())),
+            self._distribution,
+            mean,
+            shape,
+        )
         self._sigma: float | None = None
         what = f"subsampled tuning with q={q}, E[K]={mean}"
         if self._needs_noise_calibration():
@@ -105,6 +116,7 @@ class SubsampledTransferSearch(DPSearcher):
                 what=what,
             )
         base = self._base_mechanism(self._noise_extra())
+        self._final_base = base
         mech = self._plan_mechanism(base)
         self._require_admissible(mech, what=what)
         per_trial = self._max_gradient_evaluations(self._noise_extra())
@@ -116,13 +128,19 @@ class SubsampledTransferSearch(DPSearcher):
         }
         self._plan = PrivacyPlan(
             mechanism=mech,
-            base=base,
+            base=self._scored(base),
             per_trial_charges=False,
             algorithm=self.algorithm,
             paper=self.paper,
             description=(
                 f"one SubsampledTuning charge: RandomStopping (K ~ {self._distribution.value}, "
-                f"E[K]={mean}) on a q={q} Poisson subsample, final run on the complement "
+                f"E[K]={mean}) on a q={q} Poisson subsample"
+                + (
+                    ""
+                    if self._score_epsilon is None
+                    else f" (tuning trials + Laplace(ε_s={self._score_epsilon:g}) noisy score)"
+                )
+                + ", final run on the complement "
                 "(K&K 2023 Theorem, integer RDP orders)"
             ),
             expected_gradient_evaluations=self._gradient_extras["expected_gradient_evaluations"],
@@ -141,7 +159,10 @@ class SubsampledTransferSearch(DPSearcher):
         return None if self._sigma is None else {"noise_multiplier": self._sigma}
 
     def _plan_mechanism(self, base: Mechanism) -> SubsampledTuning:
-        tuning = stopping_mechanism(base, self._distribution, self._mean, self._shape)
+        """``base`` is the training mechanism; tuning trials add their noisy score."""
+        tuning = stopping_mechanism(
+            self._scored(base), self._distribution, self._mean, self._shape
+        )
         return SubsampledTuning(tuning=tuning, final=base, subsample_rate=self._q)
 
     def privacy_plan(self) -> PrivacyPlan:
@@ -156,7 +177,11 @@ class SubsampledTransferSearch(DPSearcher):
             if self._sigma is not None:
                 config["noise_multiplier"] = self._sigma
             config[RESERVED_KEY] = self._raydp(
-                trial_id, base=self._plan.base, data_view=self._view("subsample"), phase=Phase.TUNE
+                trial_id,
+                base=self._plan.base,
+                data_view=self._view("subsample"),
+                phase=Phase.TUNE,
+                score_epsilon=self._score_epsilon,  # the selection reads it
             )
             self._tuning.append(trial_id)
             return self._issue(trial_id, config)
@@ -172,7 +197,11 @@ class SubsampledTransferSearch(DPSearcher):
         self._selected = best
         config = self.transfer(self._public_config(best))
         config[RESERVED_KEY] = self._raydp(
-            trial_id, base=self._plan.base, data_view=self._view("complement"), phase=Phase.FINAL
+            trial_id,
+            base=self._final_base,
+            data_view=self._view("complement"),
+            phase=Phase.FINAL,
+            score_epsilon=None,  # no selection reads the final run's score
         )
         self._final = trial_id
         return self._issue(trial_id, config)

@@ -19,6 +19,12 @@ plan: rounds are capped at T_max, so by basic composition (Ding et al., Thm. 1) 
 is at most T_max·ϵ-DP with no δ' term (their Thm. 3's δ' only pays for the unbounded number of
 rounds); the plan is ``Composition(PureDP(ϵ, count=T_max), final)`` charged up front. When the
 cap is hit, the current s* is returned (post-processing).
+
+Selection scores: candidates report their raw partition-averaged utility
+(``score_epsilon=None``) because the AboveThreshold noise is what privatises it; the searcher
+reads a candidate's utility *only* inside :func:`above_threshold_rounds` (through the noisy
+comparisons). Nothing else — release, extras, fallbacks — depends on a raw utility; the
+number of rounds run is kept private. The final run's score is read by no selection.
 """
 
 from __future__ import annotations
@@ -193,6 +199,11 @@ class SVTThresholdSearch(DPSearcher):
         return self._plan
 
     @property
+    def num_partitions(self) -> int:
+        """k, the number of disjoint partitions each candidate is trained on."""
+        return self._k_parts
+
+    @property
     def utility_sensitivity(self) -> float:
         """ℓ₁ sensitivity of u_s: 1/k (Ding et al., Lemma 2)."""
         return 1.0 / self._k_parts
@@ -223,6 +234,9 @@ class SVTThresholdSearch(DPSearcher):
                     "seed": self._partition_seed,
                 },
                 phase=Phase.TUNE,
+                # the AboveThreshold noise privatises u_s (Lemma 2, Thm. 3): the candidate
+                # reports its raw partition-averaged score, read only by the noisy comparisons
+                score_epsilon=None,
                 nonprivate=not self._private_partitions,
             )
             self._candidate_trials.append(trial_id)
@@ -249,7 +263,11 @@ class SVTThresholdSearch(DPSearcher):
         index = 0 if selected is None else selected
         config = self._with_noise(self._candidates[index])
         config[RESERVED_KEY] = self._raydp(
-            trial_id, base=self._plan.base, data_view={"kind": "full"}, phase=Phase.FINAL
+            trial_id,
+            base=self._plan.base,
+            data_view={"kind": "full"},
+            phase=Phase.FINAL,
+            score_epsilon=None,  # no selection reads the final run's score
         )
         self._final = trial_id
         return self._issue(trial_id, config)

@@ -88,3 +88,15 @@ def test_grid_search_halts_when_ledger_refuses(ray_session, data, tmp_path: Path
         assert result.certificate.epsilon <= 2.0 + 1e-9
     finally:
         ledger.kill()
+
+
+def test_selection_on_unprivatised_metric_is_refused(ray_session, data, tmp_path: Path) -> None:
+    tuner = DPTuner(None, SPACE, "random_stopping", PrivacyBudget(4.0, 1e-5), metric="loss",
+                    mode="min", data=data, storage_path=tmp_path, search_kwargs={"mean": 2.0})
+    with pytest.raises(InvalidParameterError, match="val_accuracy"):
+        tuner.fit()
+    ledger = get_ledger(f"ledger-{tuner.experiment}", namespace="raydp_hpo")
+    try:
+        assert ledger.charges() == ()  # refused before the plan was charged
+    finally:
+        ledger.kill()

@@ -14,12 +14,20 @@ from ray.tune.search import Searcher
 
 from raydp_hpo.accounting import Accountant, epsilon
 from raydp_hpo.budget import PrivacyBudget
+from raydp_hpo.coverage import is_covered
 from raydp_hpo.errors import InvalidParameterError, SearchSpaceError
 from raydp_hpo.mechanisms import (
+    Composition,
+    Laplace,
+    RandomStopping,
+    StoppingDistribution,
     SubsampledGaussian,
+    SubsampledTuning,
     WorstCase,
+    mechanism_from_dict,
 )
 from raydp_hpo.rdp import DEFAULT_ORDERS, koskela_kulkarni_rdp, rdp_profile, repeat_and_select_rdp
+from raydp_hpo.trial_privacy import DEFAULT_SCORE_EPSILON, trial_mechanism
 from search_algs import (
     RandomStoppingSearch,
     SubsampledTransferSearch,
@@ -35,23 +43,55 @@ FIXED = {"lr": tune.loguniform(1e-3, 1.0), "epochs": 1, "sample_rate": 0.01,
 
 # ----------------------------------------------------------------- random stopping
 
-def test_random_stopping_equals_dp_accounting_repeat_and_select() -> None:
-    s = RandomStoppingSearch(FIXED, mean=4, **KW)
-    base = SubsampledGaussian(1.2, 0.01, 100)
+@pytest.mark.parametrize("score_epsilon", [DEFAULT_SCORE_EPSILON, 0.5, None])
+def test_random_stopping_equals_dp_accounting_repeat_and_select(
+    score_epsilon: float | None,
+) -> None:
+    """P&S's base Q outputs model AND score: Q = training ∘ Laplace(ε_s) (None: training)."""
+    s = RandomStoppingSearch(FIXED, mean=4, score_epsilon=score_epsilon, **KW)
+    train = SubsampledGaussian(1.2, 0.01, 100)
+    base = train if score_epsilon is None else Composition((train, Laplace(score_epsilon)))
     assert s.privacy_plan().base == base
+    assert s.privacy_plan().mechanism == RandomStopping(base, StoppingDistribution.GEOMETRIC, 4)
     acc = rdp_lib.RdpAccountant(orders=list(DEFAULT_ORDERS))
-    event = dp_event.PoissonSampledDpEvent(0.01, dp_event.GaussianDpEvent(1.2))
-    acc.compose(dp_event.RepeatAndSelectDpEvent(dp_event.SelfComposedDpEvent(event, 100), 4, 1))
+    event = dp_event.SelfComposedDpEvent(
+        dp_event.PoissonSampledDpEvent(0.01, dp_event.GaussianDpEvent(1.2)), 100
+    )
+    if score_epsilon is not None:  # Laplace with sensitivity 1 and scale 1/ε_s
+        event = dp_event.ComposedDpEvent([event, dp_event.LaplaceDpEvent(1.0 / score_epsilon)])
+    acc.compose(dp_event.RepeatAndSelectDpEvent(event, 4, 1))
     expected = acc.get_epsilon(BUDGET.delta)
     got = epsilon(s.privacy_plan().mechanism, BUDGET.delta, Accountant.RDP)  # type: ignore[arg-type]
     assert got == pytest.approx(expected, rel=1e-6)  # tolerance: SG RDP golden-tested to 1e-9
+
+
+def test_random_stopping_score_part_costs_privacy() -> None:
+    with_score = RandomStoppingSearch(FIXED, mean=4, **KW).plan_epsilon()
+    public_val = RandomStoppingSearch(FIXED, mean=4, score_epsilon=None, **KW).plan_epsilon()
+    assert with_score > public_val
+    # calibrated noise: the score part forces more training noise for the same budget
+    space = {"lr": 0.1, "epochs": 1, "sample_rate": 0.01}
+    a = RandomStoppingSearch(space, mean=5, **KW)
+    b = RandomStoppingSearch(space, mean=5, score_epsilon=None, **KW)
+    assert a._calibrated_sigma > b._calibrated_sigma  # type: ignore[operator]  # noqa: SLF001
+    assert a.plan_epsilon() <= BUDGET.epsilon and b.plan_epsilon() <= BUDGET.epsilon
+    cfg = a.suggest("t0")
+    assert isinstance(cfg, dict) and cfg["raydp"]["score_epsilon"] == DEFAULT_SCORE_EPSILON
 
 
 def test_random_stopping_worst_case_over_privacy_grid() -> None:
     space = {**FIXED, "sample_rate": tune.choice([0.01, 0.02]), "epochs": tune.grid_search([1, 2])}
     s = RandomStoppingSearch(space, mean=2, **{**KW, "budget": PrivacyBudget(20.0, 1e-5)})
     base = s.privacy_plan().base
-    assert isinstance(base, WorstCase) and len(base.candidates) == 4
+    assert isinstance(base, Composition)
+    worst, score = base.mechanisms
+    assert isinstance(worst, WorstCase) and len(worst.candidates) == 4
+    assert score == Laplace(DEFAULT_SCORE_EPSILON)
+    # every grid point's declared trial mechanism is covered by the base
+    for p in s._privacies():  # noqa: SLF001
+        assert is_covered(trial_mechanism(p.mechanism(), DEFAULT_SCORE_EPSILON), base)
+    # the score part is really in the base: the worst candidate with a larger score is not
+    assert not is_covered(trial_mechanism(worst, 2 * DEFAULT_SCORE_EPSILON), base)
     np.testing.assert_array_equal(
         rdp_profile(s.privacy_plan().mechanism).values,  # type: ignore[arg-type]
         repeat_and_select_rdp(rdp_profile(base).values, 2.0, 1.0),
@@ -127,11 +167,17 @@ def test_budget_too_small_states_the_smallest_budget() -> None:
 
 # ----------------------------------------------------------------- subsampled transfer
 
-def test_subsampled_transfer_plan_equals_koskela_kulkarni() -> None:
-    s = SubsampledTransferSearch(FIXED, subsample_rate=0.1, mean=5, **KW)
+@pytest.mark.parametrize("score_epsilon", [DEFAULT_SCORE_EPSILON, None])
+def test_subsampled_transfer_plan_equals_koskela_kulkarni(score_epsilon: float | None) -> None:
+    s = SubsampledTransferSearch(FIXED, subsample_rate=0.1, mean=5, score_epsilon=score_epsilon,
+                                 **KW)
     base = SubsampledGaussian(1.2, 0.01, 100)
-    tuning = repeat_and_select_rdp(rdp_profile(base).values, 5.0, 1.0)
-    expected = koskela_kulkarni_rdp(tuning, rdp_profile(base).values, 0.1)
+    tuning_base = trial_mechanism(base, score_epsilon)  # tuning trials release noisy scores
+    assert s.privacy_plan().base == tuning_base
+    assert s.privacy_plan().mechanism == SubsampledTuning(
+        RandomStopping(tuning_base, StoppingDistribution.GEOMETRIC, 5), base, 0.1)
+    tuning = repeat_and_select_rdp(rdp_profile(tuning_base).values, 5.0, 1.0)
+    expected = koskela_kulkarni_rdp(tuning, rdp_profile(base).values, 0.1)  # final: no score
     got = rdp_profile(s.privacy_plan().mechanism).values  # type: ignore[arg-type]
     np.testing.assert_allclose(got, expected, rtol=1e-12)
     assert s.plan_epsilon() <= BUDGET.epsilon
@@ -162,6 +208,12 @@ def _run_transfer(optimizer: str) -> tuple[list[dict], dict]:
 def test_subsampled_transfer_lr_rule_and_views(optimizer: str, factor: float) -> None:
     tuning, final = _run_transfer(optimizer)
     assert all(c["raydp"]["data_view"]["kind"] == "subsample" for c in tuning)
+    assert all(c["raydp"]["score_epsilon"] == DEFAULT_SCORE_EPSILON for c in tuning)
+    assert final["raydp"]["score_epsilon"] is None  # no selection reads the final score
+    train = SubsampledGaussian(1.2, 0.01, 100)
+    assert mechanism_from_dict(final["raydp"]["base"]) == train
+    assert mechanism_from_dict(tuning[0]["raydp"]["base"]) == trial_mechanism(
+        train, DEFAULT_SCORE_EPSILON)
     view = final["raydp"]["data_view"]
     assert view["kind"] == "complement" and view["seed"] == tuning[0]["raydp"]["data_view"]["seed"]
     best = max(tuning, key=lambda c: c["lr"])

@@ -14,8 +14,9 @@ from ray.tune.search import Searcher
 
 from raydp_hpo.budget import PrivacyBudget
 from raydp_hpo.coverage import is_covered
+from raydp_hpo.errors import InvalidParameterError
 from raydp_hpo.mechanisms import StoppingDistribution, mechanism_from_dict
-from raydp_hpo.trial_privacy import privacy_from_config
+from raydp_hpo.trial_privacy import DEFAULT_SCORE_EPSILON, privacy_from_config, trial_mechanism
 from search_algs import (
     DPSearcher,
     GridSearchComposed,
@@ -36,19 +37,24 @@ COMMON: dict[str, Any] = dict(metric="acc", mode="max", dataset_size=N, budget=B
 RANDOM_SPACE = {"lr": tune.loguniform(1e-3, 1.0), "epochs": 1, "sample_rate": 0.01}
 GRID_SPACE = {"lr": tune.choice([0.01, 0.1, 1.0]), "epochs": 1, "sample_rate": 0.01}
 
-FACTORIES: dict[str, Callable[[], DPSearcher]] = {
-    "random_stopping": lambda: RandomStoppingSearch(RANDOM_SPACE, mean=3, **COMMON),
-    "random_stopping_tnb": lambda: RandomStoppingSearch(
+FACTORIES: dict[str, Callable[..., DPSearcher]] = {
+    "random_stopping": lambda **kw: RandomStoppingSearch(RANDOM_SPACE, mean=3, **COMMON, **kw),
+    "random_stopping_tnb": lambda **kw: RandomStoppingSearch(
         RANDOM_SPACE, distribution=StoppingDistribution.TRUNCATED_NEGATIVE_BINOMIAL,
-        mean=3, shape=0.5, **COMMON),
-    "subsampled_transfer": lambda: SubsampledTransferSearch(
-        RANDOM_SPACE, subsample_rate=0.2, mean=3, **COMMON),
-    "svt_threshold": lambda: SVTThresholdSearch(
-        GRID_SPACE, num_partitions=20, round_epsilon=0.05, max_rounds=10, **COMMON),
-    "linear_scaling": lambda: LinearScalingSearch({"momentum": 0.9}, runs_per_sweep=2, **COMMON),
-    "one_shot_random": lambda: OneShotRandomSearch(RANDOM_SPACE, **COMMON),
-    "grid_composed": lambda: GridSearchComposed(GRID_SPACE, **COMMON),
+        mean=3, shape=0.5, **COMMON, **kw),
+    "subsampled_transfer": lambda **kw: SubsampledTransferSearch(
+        RANDOM_SPACE, subsample_rate=0.2, mean=3, **COMMON, **kw),
+    "svt_threshold": lambda **kw: SVTThresholdSearch(
+        GRID_SPACE, num_partitions=20, round_epsilon=0.05, max_rounds=10, **COMMON, **kw),
+    "linear_scaling": lambda **kw: LinearScalingSearch(
+        {"momentum": 0.9}, runs_per_sweep=2, **COMMON, **kw),
+    "one_shot_random": lambda **kw: OneShotRandomSearch(RANDOM_SPACE, **COMMON, **kw),
+    "grid_composed": lambda **kw: GridSearchComposed(GRID_SPACE, **COMMON, **kw),
 }
+#: algorithms whose tuning trials' scores are privatised by the searcher itself (not Laplace)
+SELF_PRIVATISED = {SVTThresholdSearch}
+#: algorithms without any selection on a trial score
+NO_SELECTION = {OneShotRandomSearch}
 
 
 def metric_of(config: dict[str, Any]) -> float:
@@ -74,15 +80,15 @@ def drive(searcher: DPSearcher, max_trials: int = 200) -> tuple[list[str], list[
 
 
 @pytest.fixture(params=sorted(FACTORIES))
-def make(request: pytest.FixtureRequest) -> Callable[[], DPSearcher]:
+def make(request: pytest.FixtureRequest) -> Callable[..., DPSearcher]:
     return FACTORIES[request.param]
 
 
-def test_is_ray_searcher(make: Callable[[], DPSearcher]) -> None:
+def test_is_ray_searcher(make: Callable[..., DPSearcher]) -> None:
     assert isinstance(make(), Searcher)
 
 
-def test_lifecycle_finishes_with_release(make: Callable[[], DPSearcher]) -> None:
+def test_lifecycle_finishes_with_release(make: Callable[..., DPSearcher]) -> None:
     s = make()
     ids, configs = drive(s)
     rel = s.release()
@@ -94,7 +100,8 @@ def test_lifecycle_finishes_with_release(make: Callable[[], DPSearcher]) -> None
     for cfg in configs:
         r = cfg["raydp"]
         assert set(r) == {"ledger", "namespace", "experiment", "charge", "charge_id",
-                          "covered_by", "base", "data_view", "nonprivate", "phase"}
+                          "covered_by", "base", "data_view", "nonprivate", "phase",
+                          "score_epsilon"}
         assert r["ledger"] == "L" and r["namespace"] == "ns" and r["experiment"] == "exp"
         assert r["charge_id"].startswith("exp/")
         assert r["phase"] in ("tune", "final")
@@ -105,7 +112,7 @@ def test_lifecycle_finishes_with_release(make: Callable[[], DPSearcher]) -> None
             assert r["charge"] is False and r["covered_by"] == "exp/plan"
 
 
-def test_plan_within_budget(make: Callable[[], DPSearcher]) -> None:
+def test_plan_within_budget(make: Callable[..., DPSearcher]) -> None:
     s = make()
     plan = s.privacy_plan()
     assert plan.paper and plan.algorithm and plan.description
@@ -115,24 +122,99 @@ def test_plan_within_budget(make: Callable[[], DPSearcher]) -> None:
     assert s.privacy_plan() is plan  # pure, repeatable
 
 
-def test_private_trials_are_covered_by_base(make: Callable[[], DPSearcher]) -> None:
-    s = make()
+def expected_score_epsilon(s: DPSearcher, phase: str) -> float | None:
+    """ε_s a trial of ``phase`` must carry: the searcher's for trials whose score feeds a
+    selection, None for final runs, SVT candidates (AboveThreshold privatises u_s) and the
+    one-shot baseline."""
+    if phase == "final" or type(s) in SELF_PRIVATISED | NO_SELECTION:
+        return None
+    return s.score_epsilon
+
+
+@pytest.mark.parametrize("score_epsilon", [0.5, None])
+def test_score_epsilon_in_raydp_blocks_per_phase(
+    make: Callable[..., DPSearcher], score_epsilon: float | None
+) -> None:
+    s = make(score_epsilon=score_epsilon)
+    assert s.score_epsilon == score_epsilon
     _, configs = drive(s)
+    phases = set()
+    for cfg in configs:
+        r = cfg["raydp"]
+        phases.add(r["phase"])
+        assert r["score_epsilon"] == expected_score_epsilon(s, r["phase"]), r["phase"]
+    assert phases  # every searcher issued trials
+
+
+@pytest.mark.parametrize("score_epsilon", [DEFAULT_SCORE_EPSILON, None])
+def test_private_trials_are_covered_by_base(
+    make: Callable[..., DPSearcher], score_epsilon: float | None
+) -> None:
+    """What the trainable declares — trial_mechanism(training, block's score_epsilon) — is
+    covered by the block's base, in every phase that uses covered_by."""
+    s = make(score_epsilon=score_epsilon)
+    _, configs = drive(s)
+    checked = 0
     for cfg in configs:
         r = cfg["raydp"]
         if r["nonprivate"] or r["base"] is None:
             continue
         public = {k: v for k, v in cfg.items() if k != "raydp"}
-        mech = privacy_from_config(public, N).mechanism()
-        assert is_covered(mech, mechanism_from_dict(r["base"]))
+        declared = trial_mechanism(privacy_from_config(public, N).mechanism(), r["score_epsilon"])
+        base = mechanism_from_dict(r["base"])
+        assert is_covered(declared, base)
+        if r["covered_by"] is not None:
+            checked += 1
+        if r["score_epsilon"] is not None and r["covered_by"] is not None:
+            # the base really contains the score part: training alone + a larger score
+            # release would not be covered
+            bigger = trial_mechanism(privacy_from_config(public, N).mechanism(),
+                                     2 * r["score_epsilon"])
+            assert not is_covered(bigger, base)
+    if not s.privacy_plan().per_trial_charges:
+        assert checked > 0 or isinstance(s, SVTThresholdSearch)
 
 
-def test_reproducible_with_seed(make: Callable[[], DPSearcher]) -> None:
+def test_per_trial_charges_include_the_score(make: Callable[..., DPSearcher]) -> None:
+    """Trials that charge themselves declare trial_mechanism(...); the searcher's own view of
+    that charge (composed_mechanism) must agree trial by trial."""
+    s = make()
+    if not s.privacy_plan().per_trial_charges:
+        return
+    _, configs = drive(s)
+    declared = [
+        trial_mechanism(
+            privacy_from_config({k: v for k, v in c.items() if k != "raydp"}, N).mechanism(),
+            c["raydp"]["score_epsilon"],
+        )
+        for c in configs
+    ]
+    assert tuple(declared) == s.composed_mechanism().mechanisms  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("bad", [0, 0.0, -1, -1.0, math.nan, math.inf, "0.1", True])
+def test_invalid_score_epsilon_is_refused(make: Callable[..., DPSearcher], bad: object) -> None:
+    with pytest.raises(InvalidParameterError, match="score_epsilon"):
+        make(score_epsilon=bad)
+
+
+def test_restore_refuses_other_score_epsilon(
+    make: Callable[..., DPSearcher], tmp_path: Any
+) -> None:
+    s = make()
+    path = os.path.join(tmp_path, "s.pkl")
+    s.save(path)
+    other = make(score_epsilon=0.5)
+    with pytest.raises(InvalidParameterError, match="score_epsilon|privacy plan"):
+        other.restore(path)
+
+
+def test_reproducible_with_seed(make: Callable[..., DPSearcher]) -> None:
     a, b = make(), make()
     assert drive(a)[1] == drive(b)[1]
 
 
-def test_save_restore_mid_search(make: Callable[[], DPSearcher], tmp_path: Any) -> None:
+def test_save_restore_mid_search(make: Callable[..., DPSearcher], tmp_path: Any) -> None:
     s = make()
     first = s.suggest("t0")
     assert isinstance(first, dict)
@@ -147,7 +229,7 @@ def test_save_restore_mid_search(make: Callable[[], DPSearcher], tmp_path: Any) 
     pickle.loads(pickle.dumps(restored.get_state()))
 
 
-def test_failed_trial_is_not_retried(make: Callable[[], DPSearcher]) -> None:
+def test_failed_trial_is_not_retried(make: Callable[..., DPSearcher]) -> None:
     s = make()
     cfg = s.suggest("t0")
     assert isinstance(cfg, dict)
@@ -156,7 +238,7 @@ def test_failed_trial_is_not_retried(make: Callable[[], DPSearcher]) -> None:
     assert nxt == Searcher.FINISHED or (isinstance(nxt, dict) and nxt["raydp"]["charge_id"] == "exp/t1")
 
 
-def test_reserved_key_in_space_is_refused(make: Callable[[], DPSearcher]) -> None:
+def test_reserved_key_in_space_is_refused(make: Callable[..., DPSearcher]) -> None:
     s = make()
     cls = type(s)
     with pytest.raises(ValueError, match="reserved"):

@@ -11,10 +11,19 @@ from ray.tune.search import Searcher
 
 from raydp_hpo.accounting import Accountant, epsilon
 from raydp_hpo.budget import PrivacyBudget
+from raydp_hpo.coverage import is_covered
 from raydp_hpo.errors import InvalidParameterError, SearchSpaceError
 from raydp_hpo.gdp import gdp_epsilon
-from raydp_hpo.mechanisms import Composition, PureDP, SubsampledGaussian
+from raydp_hpo.mechanisms import (
+    Composition,
+    Gaussian,
+    Laplace,
+    PureDP,
+    SubsampledGaussian,
+    mechanism_from_dict,
+)
 from raydp_hpo.rdp import DEFAULT_ORDERS, rdp_profile
+from raydp_hpo.trial_privacy import DEFAULT_SCORE_EPSILON, privacy_from_config, trial_mechanism
 from search_algs import (
     GridSearchComposed,
     LinearScalingSearch,
@@ -30,8 +39,10 @@ GRID = {"lr": tune.choice([0.01, 0.1, 1.0]), "epochs": 1, "sample_rate": 0.01}
 
 
 def test_linear_scaling_total_mu_and_gdp_budget() -> None:
+    """score_epsilon=None (validation split public): exactly Panda et al.'s μ-GDP plan."""
     budget = PrivacyBudget(1.0, 1e-5)
-    s = LinearScalingSearch({"momentum": 0.9}, runs_per_sweep=3, **{**KW, "budget": budget})
+    s = LinearScalingSearch({"momentum": 0.9}, runs_per_sweep=3, score_epsilon=None,
+                            **{**KW, "budget": budget})
     mu1, mu2, muf = s._mus[0], s._mus[1], s._mu_f  # noqa: SLF001
     assert s.total_mu == pytest.approx(math.sqrt(3 * mu1**2 + 3 * mu2**2 + muf**2), rel=1e-12)
     assert gdp_epsilon(s.total_mu, budget.delta) <= budget.epsilon
@@ -40,6 +51,43 @@ def test_linear_scaling_total_mu_and_gdp_budget() -> None:
     # the plan's RDP is exactly that of one Gaussian with μ_t: α·μ_t²/2 (rel. 1e-12)
     np.testing.assert_allclose(rdp_profile(s.privacy_plan().mechanism).values,  # type: ignore[arg-type]
                                DEFAULT_ORDERS * s.total_mu**2 / 2, rtol=1e-12)
+
+
+def test_linear_scaling_plan_composes_noisy_sweep_scores() -> None:
+    """Each sweep run is training ∘ Laplace(ε_s); the plan holds the 2n Laplace releases as a
+    separate component; μ_t covers the Gaussian part only and the whole plan fits (RDP)."""
+    budget = PrivacyBudget(1.0, 1e-5)
+    kw = {**KW, "budget": budget}
+    s = LinearScalingSearch({"momentum": 0.9}, runs_per_sweep=3, **kw)
+    public = LinearScalingSearch({"momentum": 0.9}, runs_per_sweep=3, score_epsilon=None, **kw)
+    mu1, mu2, muf = s._mus[0], s._mus[1], s._mu_f  # noqa: SLF001
+    plan = s.privacy_plan().mechanism
+    assert plan == Composition((Gaussian(1 / mu1, 3), Gaussian(1 / mu2, 3),
+                                Laplace(DEFAULT_SCORE_EPSILON, 6), Gaussian(1 / muf, 1)))
+    assert s.plan_epsilon() <= budget.epsilon
+    assert muf < public._mu_f  # noqa: SLF001  # the score releases are paid by the final run
+    # RDP: Gaussian part α·μ_t²/2 plus six Laplace(ε_s) curves (rel. 1e-12)
+    lap = rdp_profile(Laplace(DEFAULT_SCORE_EPSILON, 6)).values
+    np.testing.assert_allclose(rdp_profile(plan).values,  # type: ignore[arg-type]
+                               DEFAULT_ORDERS * s.total_mu**2 / 2 + lap, rtol=1e-12)
+    cfgs = [s.suggest(f"t{i}") for i in range(6)]
+    for i, c in enumerate(cfgs):
+        assert isinstance(c, dict) and c["raydp"]["score_epsilon"] == DEFAULT_SCORE_EPSILON
+        base = mechanism_from_dict(c["raydp"]["base"])
+        assert base == trial_mechanism(Gaussian(1 / s._mus[i // 3], 1), DEFAULT_SCORE_EPSILON)  # noqa: SLF001
+        declared = trial_mechanism(privacy_from_config(c, N).mechanism(), DEFAULT_SCORE_EPSILON)
+        assert is_covered(declared, base)
+        s.on_trial_complete(f"t{i}", {"acc": 0.1 * i})
+    final = s.suggest("t6")
+    assert isinstance(final, dict) and final["raydp"]["score_epsilon"] is None
+    assert mechanism_from_dict(final["raydp"]["base"]) == Gaussian(1 / muf, 1)
+
+
+def test_linear_scaling_subsampled_includes_scores() -> None:
+    s = LinearScalingSearch({}, runs_per_sweep=2, full_batch=False, sample_rate=0.01, **KW)
+    plan = s.privacy_plan().mechanism
+    assert isinstance(plan, Composition) and Laplace(DEFAULT_SCORE_EPSILON, 4) in plan.mechanisms
+    assert s.plan_epsilon() <= BUDGET.epsilon
 
 
 def test_linear_scaling_fit_and_final_run() -> None:
@@ -82,9 +130,11 @@ def test_linear_scaling_subsampled_option() -> None:
     assert isinstance(cfg, dict) and cfg["sample_rate"] == 0.01 and "noise_multiplier" in cfg
 
 
-def test_svt_plan_is_tmax_rounds_plus_final() -> None:
+@pytest.mark.parametrize("score_epsilon", [DEFAULT_SCORE_EPSILON, None])
+def test_svt_plan_is_tmax_rounds_plus_final(score_epsilon: float | None) -> None:
+    """SVT privatises u_s itself (AboveThreshold): no Laplace score part, whatever ε_s."""
     s = SVTThresholdSearch({**GRID, "noise_multiplier": 1.5}, max_rounds=12, round_epsilon=0.05,
-                           num_partitions=20, **KW)
+                           num_partitions=20, score_epsilon=score_epsilon, **KW)
     final = SubsampledGaussian(1.5, 0.01, 100)
     assert s.privacy_plan().mechanism == Composition((PureDP(0.05, count=12), final))
     assert s.utility_sensitivity == pytest.approx(1 / 20)
@@ -102,10 +152,12 @@ def test_svt_selects_the_clearly_best_candidate() -> None:
     for i, c in enumerate(cfgs):
         assert isinstance(c, dict) and c["raydp"]["data_view"]["kind"] == "partitions"
         assert c["raydp"]["nonprivate"] is True
+        assert c["raydp"]["score_epsilon"] is None  # the AboveThreshold noise covers u_s
         s.on_trial_complete(f"t{i}", {"acc": util[c["lr"]]})
     final = s.suggest("t3")
     assert isinstance(final, dict) and final["raydp"]["data_view"] == {"kind": "full"}
     assert final["lr"] == 0.1  # kϵ = 100: noise scales 0.02/0.04, utility gap 0.6
+    assert final["raydp"]["score_epsilon"] is None
     s.on_trial_complete("t3", {"acc": 0.9})
     assert s.suggest("t4") == Searcher.FINISHED and s.release().trial_id == "t3"
 
@@ -123,6 +175,39 @@ def test_svt_errors() -> None:
         SVTThresholdSearch({"lr": tune.uniform(0, 1), "epochs": 1, "sample_rate": 0.01}, **KW)
     with pytest.raises(InvalidParameterError, match="too small"):
         SVTThresholdSearch(GRID, max_rounds=200, round_epsilon=0.1, **KW)
+
+
+def test_svt_utilities_only_reach_the_noisy_comparisons() -> None:
+    """Two runs whose candidate utilities differ but whose SVT outcome is the same produce
+    identical suggestions and releases: nothing but above_threshold_rounds reads u_s."""
+    outs = []
+    for utils in ([0.2, 0.9, 0.3], [0.25, 0.95, 0.1]):
+        s = SVTThresholdSearch(GRID, max_rounds=40, round_epsilon=0.5, num_partitions=10_000,
+                               **{**KW, "budget": PrivacyBudget(50.0, 1e-5)})
+        cfgs = [s.suggest(f"t{i}") for i in range(3)]
+        for i in range(3):
+            s.on_trial_complete(f"t{i}", {"acc": utils[i]})
+        final = s.suggest("t3")
+        s.on_trial_complete("t3", {"acc": 0.5})
+        rel = s.release()
+        outs.append((cfgs, final, rel.hyperparameters, rel.trial_id, rel.extras))
+    assert outs[0] == outs[1]
+
+
+def test_grid_composed_charges_include_the_score() -> None:
+    s = GridSearchComposed({**GRID, "noise_multiplier": 1.5}, **{**KW, "budget": PrivacyBudget(20.0, 1e-5)})
+    train = SubsampledGaussian(1.5, 0.01, 100)
+    assert s.composed_mechanism() == Composition(
+        tuple([Composition((train, Laplace(DEFAULT_SCORE_EPSILON)))] * 3))
+    c0 = s.suggest("t0")
+    assert isinstance(c0, dict) and c0["raydp"]["score_epsilon"] == DEFAULT_SCORE_EPSILON
+    public = GridSearchComposed({**GRID, "noise_multiplier": 1.5}, score_epsilon=None,
+                                **{**KW, "budget": PrivacyBudget(20.0, 1e-5)})
+    assert public.composed_mechanism() == Composition((train,) * 3)  # the old plan
+    # calibrated: the score parts are part of the composition that must fit
+    a, b = GridSearchComposed(GRID, **KW), GridSearchComposed(GRID, score_epsilon=None, **KW)
+    assert a._sigma > b._sigma  # type: ignore[operator]  # noqa: SLF001
+    assert epsilon(a.composed_mechanism(), BUDGET.delta, Accountant.RDP) <= BUDGET.epsilon
 
 
 def test_grid_composed_calibrates_whole_grid_and_stops_on_refusal() -> None:
@@ -143,6 +228,12 @@ def test_one_shot_plan_is_one_run_at_the_budget() -> None:
     s = OneShotRandomSearch({"lr": tune.loguniform(1e-3, 1), "epochs": 2, "sample_rate": 0.01}, **KW)
     plan = s.privacy_plan()
     assert isinstance(plan.mechanism, SubsampledGaussian) and plan.mechanism.steps == 200
+    # no selection reads the single run's score: no Laplace part, no noisy score
+    public = OneShotRandomSearch({"lr": tune.loguniform(1e-3, 1), "epochs": 2,
+                                  "sample_rate": 0.01}, score_epsilon=None, **KW)
+    assert public.privacy_plan().mechanism == plan.mechanism
+    cfg = s.suggest("t0")
+    assert isinstance(cfg, dict) and cfg["raydp"]["score_epsilon"] is None
     assert 0.99 * BUDGET.epsilon <= s.plan_epsilon() <= BUDGET.epsilon  # σ tolerance 1e-3
     with pytest.raises(SearchSpaceError, match="'epochs'.*continuous"):
         OneShotRandomSearch({"epochs": tune.uniform(1, 2), "sample_rate": 0.01}, **KW)

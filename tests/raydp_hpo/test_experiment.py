@@ -1,0 +1,156 @@
+"""Experiment files: parsing and eager validation (each bad-input case), no Ray started."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from raydp_hpo.budget import PrivacyBudget
+from raydp_hpo.cli import EXIT_BAD_INPUT, EXIT_OK, main
+from raydp_hpo.errors import ConfigError
+from raydp_hpo.experiment import (
+    ExperimentSpec,
+    build_param_space,
+    load_experiment,
+    parse_experiment,
+    validate_search,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "cluster/examples/mnist1d_small.yaml"
+
+
+@pytest.fixture
+def raw() -> dict[str, Any]:
+    return yaml.safe_load(EXAMPLE.read_text())
+
+
+def test_example_file_parses_into_frozen_specs() -> None:
+    spec = load_experiment(EXAMPLE)
+    assert isinstance(spec, ExperimentSpec)
+    assert spec.experiment == "mnist1d-small"
+    assert spec.budget == PrivacyBudget(8.0, 1e-5)
+    assert spec.data.source == "mnist1d" and spec.data.size == 2000
+    assert spec.search.algorithm == "random_stopping"
+    assert spec.search.settings == {"distribution": "geometric", "mean": 2}
+    assert spec.ledger is None
+    assert spec.run_dir == Path(spec.storage_path) / "mnist1d-small"
+    with pytest.raises(AttributeError):
+        spec.experiment = "x"  # type: ignore[misc]
+
+
+def test_domains_become_tune_domains(raw: dict[str, Any]) -> None:
+    from ray.tune.search.sample import Categorical, Float, Integer
+
+    raw["space"].update(
+        a={"uniform": [0, 1]}, b={"randint": [1, 5]}, c={"grid": [1, 2]},
+        d={"quniform": [0, 1, 0.1]}, e="constant",
+    )
+    space = build_param_space(parse_experiment(raw))
+    assert isinstance(space["lr"], Float) and isinstance(space["a"], Float)
+    assert isinstance(space["b"], Integer)
+    assert isinstance(space["batch_size"], Categorical)
+    assert space["c"] == {"grid_search": [1, 2]}
+    assert space["e"] == "constant" and space["epochs"] == 1
+    assert space["model"] == "mlp"
+
+
+def test_yaml_exponent_without_dot_is_a_number(raw: dict[str, Any]) -> None:
+    raw["budget"] = {"epsilon": "4", "delta": "1e-5"}  # what PyYAML gives for 1e-5
+    assert parse_experiment(raw).budget == PrivacyBudget(4.0, 1e-5)
+
+
+def _set(raw: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(raw)
+    node = out
+    keys = path.split(".")
+    for k in keys[:-1]:
+        node = node[k]
+    if value is _DELETE:
+        del node[keys[-1]]
+    else:
+        node[keys[-1]] = value
+    return out
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("budgte", {"epsilon": 1, "delta": 1e-5}, "unknown key 'budgte'.*did you mean 'budget'"),
+        ("data.sise", 100, "unknown key 'sise' in data; did you mean 'size'"),
+        ("search.setings", {}, "did you mean 'settings'"),
+        ("budget.epsilno", 1.0, "did you mean 'epsilon'"),
+        ("resources.gpus", 1, "did you mean 'gpu'"),
+        ("ledger", {"nme": "x"}, "did you mean 'name'"),
+        ("space.lr", {"loguniforn": [0.1, 1]}, "unknown domain 'loguniforn'.*'loguniform'"),
+        ("space.lr", {"loguniform": [0, 1]}, "low > 0"),
+        ("space.lr", {"uniform": [2, 1]}, "low < high"),
+        ("space.lr", {"uniform": [1]}, "list of 2 numbers"),
+        ("space.lr", {"choice": []}, "non-empty list"),
+        ("space.lr", {"uniform": [0, 1], "x": 1}, "one-key domain"),
+        ("space.model", "cnn1d", "reserved"),
+        ("space", {}, "at least one key"),
+        ("data.source", "mnist", "did you mean 'mnist1d'"),
+        ("data.uri", "x.parquet", "only for source 'parquet'"),
+        ("data.size", 5, ">= 10"),
+        ("data.val_fraction", 0.95, "< 1"),
+        ("model.name", "mlpp", "did you mean 'mlp'"),
+        ("search.algorithm", "random_stoping", "did you mean 'random_stopping'"),
+        ("search.mode", "maximise", "'max' or 'min'"),
+        ("budget.epsilon", -1.0, "epsilon"),
+        ("budget.delta", 2.0, "delta"),
+        ("budget.delta", "tiny", "must be a number"),
+        ("resources.cpu", -1, ">= 0"),
+        ("seed", "zero", "integer"),
+        ("experiment", _DELETE, "needs the key 'experiment'"),
+        ("storage_path", "s3://bucket/x", "mounted shared file system"),
+        ("ledger", {"name": "x", "budget": {"epsilon": 9, "delta": 1e-6}}, "one δ"),
+    ],
+)
+def test_bad_input_names_the_key(raw: dict[str, Any], path: str, value: Any,
+                                 message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_experiment(_set(raw, path, value))
+
+
+def test_parquet_source_needs_its_columns(raw: dict[str, Any]) -> None:
+    raw["data"] = {"source": "parquet", "uri": "x.parquet", "label_column": "y"}
+    with pytest.raises(ConfigError, match="exactly one of data.feature_columns"):
+        parse_experiment(raw)
+    raw["data"]["feature_columns"] = ["a", "b"]
+    spec = parse_experiment(raw)
+    assert spec.data.feature_columns == ("a", "b")
+    del raw["data"]["label_column"]
+    with pytest.raises(ConfigError, match="needs data.label_column"):
+        parse_experiment(raw)
+
+
+def test_search_validation_before_anything_runs(raw: dict[str, Any]) -> None:
+    raw["search"]["settings"] = {"distribution": "geometric", "mean": 2, "meen": 3}
+    with pytest.raises(ConfigError, match="meen"):
+        validate_search(parse_experiment(raw), 1600)
+    raw["search"]["settings"] = {"mean": 50}
+    raw["budget"] = {"epsilon": 0.5, "delta": 1e-5}
+    with pytest.raises(ValueError, match="too small"):
+        validate_search(parse_experiment(raw), 1600)
+
+
+def test_cli_run_bad_input_exit_code_and_dry_run(raw: dict[str, Any], tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**raw, "sead": 1}))
+    assert main(["run", str(bad)]) == EXIT_BAD_INPUT
+    assert "did you mean 'seed'" in capsys.readouterr().err
+    assert main(["run", str(tmp_path / "missing.yaml")]) == EXIT_BAD_INPUT
+    assert main(["run", str(EXAMPLE), "--dry-run", "--storage-path", str(tmp_path)]) == EXIT_OK
+    assert not (tmp_path / "mnist1d-small").exists()  # nothing ran
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("experiment: [unclosed")
+    assert main(["run", str(broken)]) == EXIT_BAD_INPUT
