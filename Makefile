@@ -30,6 +30,10 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
+# Real clusters: `ray start --head` + `ray job submit`, simulated multi-node, failures.
+test-cluster: $(STAMP)
+	$(PY) -m pytest -q -m cluster
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check raydp_hpo search_algs trainables cluster tests benchmarks
 	$(VENV)/bin/mypy raydp_hpo search_algs trainables

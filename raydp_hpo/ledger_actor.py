@@ -183,6 +183,8 @@ def get_ledger(
         num_cpus=0,
         max_restarts=-1,
         max_task_retries=-1,
+        # On the head node: worker nodes come and go; the journal keeps the budget anyway.
+        resources={"node:__internal_head__": 0.001},
     )
     created = remote_cls.remote(budget, str(journal_path), adaptivity.value, accountant.value)
     handle = LedgerHandle(name, namespace, created)

@@ -33,7 +33,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,6 +174,7 @@ class DPTuner:
         experiment: experiment name (prefix of every charge id); default: a fresh unique one.
         search_kwargs: algorithm-specific keyword arguments (unknown ones raise).
         max_concurrent_trials: trials running at once.
+        callbacks: extra ``ray.tune.Callback`` objects (progress display, logging).
         seed: the searcher's seed. Default ``None``: fresh OS entropy. The searcher draws
             secrets from it (random stopping's K, subsample and partition seeds), so a given
             seed is for reproducibility only and must be kept as secret as the data.
@@ -198,6 +199,7 @@ class DPTuner:
         max_concurrent_trials: int = 2,
         seed: int | None = None,
         verbose: int = 0,
+        callbacks: Sequence[Any] = (),
     ) -> None:
         from trainables.data import DataSplits
 
@@ -226,6 +228,7 @@ class DPTuner:
         self._max_concurrent = int(max_concurrent_trials)
         self._seed = seed
         self._verbose = verbose
+        self._callbacks = list(callbacks)
 
     @property
     def experiment(self) -> str:
@@ -341,7 +344,7 @@ class DPTuner:
             name="tune",
             storage_path=str(exp_dir),
             stop=stopper,
-            callbacks=[LedgerAuditCallback(ledger, exp_dir / "audit.jsonl")],
+            callbacks=[LedgerAuditCallback(ledger, exp_dir / "audit.jsonl"), *self._callbacks],
             verbose=self._verbose,
             failure_config=tune.FailureConfig(max_failures=0),
         )

@@ -170,11 +170,24 @@ def finite_values(key: str, value: object) -> list[Any] | None:
     if isinstance(value, Domain):
         return None
     if isinstance(value, dict):
-        raise SearchSpaceError(
-            f"search space key {key!r} is a nested dict; DP searchers need a flat space "
-            "(flatten it, e.g. 'model_width' instead of {'model': {'width': ...}})"
-        )
+        if key in PRIVACY_KEYS or _contains_domain(value):
+            raise SearchSpaceError(
+                f"search space key {key!r} is a nested dict with search domains; DP searchers "
+                "need a flat space (flatten it, e.g. 'model_width' instead of "
+                "{'model': {'width': ...}}). Constant dicts (e.g. model_kwargs) are fine."
+            )
+        return [value]  # a constant dict, e.g. model_kwargs={"hidden": [64]}
     return [value]
+
+
+def _contains_domain(value: object) -> bool:
+    if isinstance(value, Domain) or is_grid(value):
+        return True
+    if isinstance(value, dict):
+        return any(_contains_domain(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_contains_domain(v) for v in value)
+    return False
 
 
 def _check_space(param_space: Mapping[str, Any], *, requires_epochs: bool = True) -> dict[str, Any]:

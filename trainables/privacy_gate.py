@@ -76,7 +76,7 @@ class RaydpSettings:
             raise InvalidParameterError("config['raydp']['charge'] is true but charge_id is empty")
         if s.charge and s.covered_by:
             raise InvalidParameterError("set either raydp.charge or raydp.covered_by, not both")
-        if s.covered_by and s.base is None:
+        if s.covered_by and s.base is None and not s.nonprivate:
             raise InvalidParameterError("raydp.covered_by needs raydp.base (the plan's mechanism)")
         if s.score_epsilon is not None:
             from raydp_hpo._validation import positive_float
@@ -84,8 +84,8 @@ class RaydpSettings:
             object.__setattr__(
                 s, "score_epsilon", positive_float("raydp.score_epsilon", s.score_epsilon)
             )
-        if s.nonprivate and (s.charge or s.covered_by):
-            raise InvalidParameterError("a nonprivate run cannot charge or be covered")
+        if s.nonprivate and s.charge:
+            raise InvalidParameterError("a nonprivate run cannot charge the ledger")
         return s
 
     @property
@@ -119,9 +119,19 @@ def admit(
     ``resume_charge_id``: the charge stored in the checkpoint being resumed (never re-charged;
     it must be on the ledger).
     """
-    if settings.nonprivate or not settings.needs_ledger:
+    if not settings.needs_ledger:
         return None
     assert ledger is not None
+    if settings.nonprivate:
+        # Non-private training whose outputs leave only through a searcher's own DP mechanism
+        # (Ding et al.'s SVT: partition models → noisy AboveThreshold). It must run under that
+        # searcher's admitted plan.
+        if settings.covered_by is None or not ledger.has_charge(settings.covered_by):
+            raise RayDPHPOError(
+                f"non-private trial needs the searcher's plan charge {settings.covered_by!r} on "
+                "the ledger (its outputs are privatised by that plan). Nothing was trained."
+            )
+        return settings.covered_by
     if settings.covered_by is not None:
         if not ledger.has_charge(settings.covered_by):
             raise RayDPHPOError(

@@ -100,3 +100,33 @@ def test_selection_on_unprivatised_metric_is_refused(ray_session, data, tmp_path
         assert ledger.charges() == ()  # refused before the plan was charged
     finally:
         ledger.kill()
+
+
+ALGORITHM_CASES = {
+    "subsampled_transfer": (SPACE, {"mean": 2.0, "subsample_rate": 0.3}),
+    "svt_threshold": (
+        {**SPACE, "lr": tune.grid_search([0.1, 0.5])},
+        {"num_partitions": 3, "max_rounds": 2, "round_epsilon": 0.5},
+    ),
+    "linear_scaling": (
+        {"max_grad_norm": 1.0, "model": "mlp"},
+        {"runs_per_sweep": 1, "sweep_epsilons": (0.3, 0.6), "steps_range": (2, 4)},
+    ),
+    "one_shot_random": (SPACE, {}),
+}
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHM_CASES))
+def test_each_algorithm_in_a_real_tuner(ray_session, data, tmp_path: Path, algorithm) -> None:
+    space, kwargs = ALGORITHM_CASES[algorithm]
+    budget = PrivacyBudget(6.0, 1e-5)
+    tuner = DPTuner(None, space, algorithm, budget, data=data, storage_path=tmp_path,
+                    experiment=f"{algorithm}-{uuid.uuid4().hex[:6]}", search_kwargs=kwargs,
+                    max_concurrent_trials=2)
+    result = tuner.fit()
+    cert = result.certificate
+    assert cert.within_budget
+    # everything charged is exactly the searcher's plan (one up-front charge)
+    assert len(cert.charges) == 1 and cert.charges[0][0].endswith("/plan")
+    assert result.hyperparameters is not None and result.model is not None
+    assert not any(t["error"] for t in result.private_trials), result.private_trials
