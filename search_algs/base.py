@@ -603,6 +603,18 @@ class DPSearcher(Searcher, abc.ABC):
     def privacy_plan(self) -> PrivacyPlan:
         """The fixed privacy plan (pure; the same object every call)."""
 
+    def _release_final_run(self, final: str | None, extras: dict[str, Any]) -> Release:
+        """Release of a search that ends in a final run: its public config and, if the run
+        completed, its trial id (whose model is released)."""
+        if final is None:
+            extras["reason"] = "the final run was not started"
+            return Release(None, None, self.algorithm, extras)
+        hyper = self._public_config(final)
+        if self._results.get(final) is None:
+            extras["final_failed"] = final in self._results
+            return Release(hyper, None, self.algorithm, extras)
+        return Release(hyper, final, self.algorithm, extras)
+
     @abc.abstractmethod
     def release(self) -> Release:
         """The public output (call after the run)."""

@@ -404,11 +404,4 @@ class LinearScalingSearch(DPSearcher):
         if self._full_batch:
             extras.update({"mu1": self._mus[0], "mu2": self._mus[1], "mu_f": self._mu_f,
                            "mu_total": self.total_mu})
-        if self._final is None:
-            extras["reason"] = "the final run was not started"
-            return Release(None, None, self.algorithm, extras)
-        hyper = self._public_config(self._final)
-        if self._results.get(self._final) is None:
-            extras["final_failed"] = self._final in self._results
-            return Release(hyper, None, self.algorithm, extras)
-        return Release(hyper, self._final, self.algorithm, extras)
+        return self._release_final_run(self._final, extras)

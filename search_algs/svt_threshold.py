@@ -279,14 +279,7 @@ class SVTThresholdSearch(DPSearcher):
             "svt_epsilon_charged": self._round_eps * self._max_rounds,
             "utility_sensitivity": self.utility_sensitivity,
         }
-        if self._final is None:
-            extras["reason"] = "the final run was not started"
-            return Release(None, None, self.algorithm, extras)
-        hyper = self._public_config(self._final)
-        if self._results.get(self._final) is None:
-            extras["final_failed"] = self._final in self._results
-            return Release(hyper, None, self.algorithm, extras)
-        return Release(hyper, self._final, self.algorithm, extras)
+        return self._release_final_run(self._final, extras)
 
     def svt_epsilon(self) -> float:
         """ε of the plan under the RDP accountant (convenience)."""
