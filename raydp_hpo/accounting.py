@@ -6,7 +6,8 @@ Accountants (an enum, never a string flag):
   conversion (Canonne, Kamath & Steinke 2020, Prop. 12); composes every mechanism here.
 * ``PLD``  — dp-accounting privacy loss distributions (pessimistic, both directions of
   add/remove); mechanisms without a PLD enter through an (ε, δ) guarantee with the δ split
-  documented in :mod:`raydp_hpo.pld`.
+  documented in :mod:`raydp_hpo.pld`. Where prv-accountant's error-bounded upper bound is
+  valid (:mod:`raydp_hpo.prv`), the smaller of the two upper bounds is reported.
 * ``BEST`` — the minimum of the two. Both are valid upper bounds for a composition whose
   mechanisms are fixed in advance, so their minimum is one too.
 
@@ -31,6 +32,7 @@ from raydp_hpo._validation import (
 from raydp_hpo.errors import InvalidParameterError
 from raydp_hpo.mechanisms import Composition, Mechanism, SubsampledGaussian
 from raydp_hpo.pld import pld_delta, pld_epsilon
+from raydp_hpo.prv import prv_epsilon
 from raydp_hpo.pure import pure_epsilon
 from raydp_hpo.rdp import RdpProfile, rdp_profile
 
@@ -101,6 +103,9 @@ def epsilon(
         candidates.append(_rdp_total(mechs).epsilon(delta))
     if accountant in (Accountant.PLD, Accountant.BEST):
         candidates.append(pld_epsilon(mechs, delta))
+        prv = prv_epsilon(mechs, delta)  # error-bounded upper bound, where valid
+        if prv is not None:
+            candidates.append(prv)
     pure = _pure_total(mechs)
     if pure is not None:
         candidates.append(pure)

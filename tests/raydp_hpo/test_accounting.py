@@ -178,3 +178,24 @@ def test_matches_dp_accounting_event_api() -> None:
     # Our grid is a superset-ish of orders, so ours can only be tighter (or equal) ± 1e-3.
     assert ours <= acc.get_epsilon(1e-6) + 1e-9
     assert ours == pytest.approx(acc.get_epsilon(1e-6), rel=2e-2)
+
+
+def test_prv_upper_bound_is_valid_and_tight_for_gaussians() -> None:
+    # Gaussian(σ, T) is exactly (√T/σ)-GDP: the PRV upper bound must lie in
+    # [exact, exact + eps_error + 1e-3] (prv-accountant's stated error, plus slack for δ_error).
+    from raydp_hpo.prv import PRV_EPS_ERROR, prv_epsilon
+
+    for mech in [Gaussian(1.0), Gaussian(10.0, 200), Gaussian(3.0, 7)]:
+        exact = gdp_epsilon(gaussian_mu(mech.noise_multiplier, mech.count), 1e-5)
+        upper = prv_epsilon([mech], 1e-5)
+        assert upper is not None
+        assert exact <= upper <= exact + PRV_EPS_ERROR + 1e-3
+
+
+def test_prv_not_used_where_one_directional() -> None:
+    from raydp_hpo.prv import prv_epsilon
+
+    # prv-accountant 0.2.0 models one direction of add/remove for the subsampled Gaussian.
+    assert prv_epsilon([SubsampledGaussian(1.0, 0.1, 10)], 1e-5) is None
+    assert prv_epsilon([RandomStopping(Gaussian(2.0), StoppingDistribution.GEOMETRIC, 3)],
+                       1e-5) is None
