@@ -265,6 +265,13 @@ class DPTuner:
         from search_algs import SVTThresholdSearch
 
         score_eps = getattr(searcher, "score_epsilon", None)
+        if self._trainable is None and self._metric != "val_accuracy":
+            raise InvalidParameterError(
+                f"metric={self._metric!r} is not a selection score of the built-in trainable: it "
+                "reports 'val_accuracy' (validation split, Laplace-noised when private) as the "
+                "only score a selection may read; 'loss' is computed on private training data "
+                "and 'test_accuracy' on the test split. Use metric='val_accuracy'."
+            )
         if score_eps is not None and self._metric != "val_accuracy":
             raise InvalidParameterError(
                 f"metric={self._metric!r}: trials privatise only their final 'val_accuracy' "
@@ -322,8 +329,15 @@ class DPTuner:
         return make_trainable(self._data, self._resources)
 
     # ------------------------------------------------------------------ fit
-    def fit(self) -> DPResult:
-        """Charge the plan, run the search, release hyperparameters + model + certificate."""
+    def fit(self, *, resume: bool = False) -> DPResult:
+        """Charge the plan, run the search, release hyperparameters + model + certificate.
+
+        ``resume=True`` continues an interrupted experiment of the same name and storage path
+        with ``Tuner.restore``: the ledger is re-attached from its journal, the plan charge is
+        replayed by its id (never charged twice), the searcher's saved state (including its
+        secret draws) is restored, and unfinished trials continue from their checkpoints
+        inside their admitted charges (a trial that must start over pays again).
+        """
         from ray import tune
 
         from raydp_hpo.tune_hooks import LedgerAuditCallback, LedgerStopper
@@ -354,8 +368,30 @@ class DPTuner:
             max_concurrent_trials=self._max_concurrent,
             reuse_actors=False,
         )
-        tuner = tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
+        tune_dir = exp_dir / "tune"
+        if resume:
+            if not tune.Tuner.can_restore(str(tune_dir)):
+                raise RayDPHPOError(
+                    f"nothing to resume at {tune_dir}; run fit() without resume=True"
+                )
+            tuner = tune.Tuner.restore(
+                str(tune_dir),
+                trainable,
+                resume_unfinished=True,
+                resume_errored=False,
+                restart_errored=False,
+            )
+        else:
+            if tune.Tuner.can_restore(str(tune_dir)):
+                raise InvalidParameterError(
+                    f"experiment {self._experiment!r} already exists at {exp_dir}; use "
+                    "fit(resume=True) to continue it, or another experiment name"
+                )
+            tuner = tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
         grid = tuner.fit()
+        if resume:
+            # Tune ran its own (unpickled) copy of the searcher: read back its final state.
+            searcher.restore_from_dir(str(tune_dir))
         return self._release(searcher, ledger, grid, plan, str(exp_dir))
 
     def _release(self, searcher: Any, ledger: LedgerHandle, grid: Any, plan: Any,
