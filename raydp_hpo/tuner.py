@@ -175,6 +175,8 @@ class DPTuner:
         search_kwargs: algorithm-specific keyword arguments (unknown ones raise).
         max_concurrent_trials: trials running at once.
         callbacks: extra ``ray.tune.Callback`` objects (progress display, logging).
+        reuse_actors: reuse trial worker processes between trials (much less start-up time;
+            each trial still builds its own model, RNGs and charge).
         seed: the searcher's seed. Default ``None``: fresh OS entropy. The searcher draws
             secrets from it (random stopping's K, subsample and partition seeds), so a given
             seed is for reproducibility only and must be kept as secret as the data.
@@ -200,6 +202,7 @@ class DPTuner:
         seed: int | None = None,
         verbose: int = 0,
         callbacks: Sequence[Any] = (),
+        reuse_actors: bool = True,
     ) -> None:
         from trainables.data import DataSplits
 
@@ -229,6 +232,7 @@ class DPTuner:
         self._seed = seed
         self._verbose = verbose
         self._callbacks = list(callbacks)
+        self._reuse_actors = bool(reuse_actors)
 
     @property
     def experiment(self) -> str:
@@ -366,7 +370,7 @@ class DPTuner:
             search_alg=searcher,
             num_samples=-1,
             max_concurrent_trials=self._max_concurrent,
-            reuse_actors=False,
+            reuse_actors=self._reuse_actors,
         )
         tune_dir = exp_dir / "tune"
         if resume:

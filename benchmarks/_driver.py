@@ -1,0 +1,181 @@
+"""Sequential in-process driver for the privacy-utility benchmark (no Ray Tune).
+
+It runs the REAL searchers of :mod:`search_algs` and the REAL trainable
+:func:`trainables.training.train_dp` one trial after the other, following the lifecycle of
+:class:`search_algs.base.DPSearcher` exactly as ``DPTuner`` does:
+
+1. build the searcher with a :class:`~raydp_hpo.ledger.PrivacyLedger` (FIXED_PLAN, BEST
+   accountant) and ``admissible=ledger.would_admit``;
+2. charge ``searcher.privacy_plan().mechanism`` (when not ``None``) under
+   ``searcher.plan_charge_id``;
+3. loop ``suggest`` → ``train_dp`` → ``on_trial_complete`` until ``FINISHED``;
+4. ``release()``; the released model is the released trial's model, so its test accuracy is
+   that trial's ``test_accuracy``.
+
+Also holds the small models the benchmark uses: search spaces must be flat, so model sizes are
+fixed by importable factories (``"_driver:mlp64"``) instead of a nested ``model_kwargs``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from raydp_hpo.accounting import Accountant
+from raydp_hpo.budget import PrivacyBudget
+from raydp_hpo.errors import BudgetExhaustedError
+from raydp_hpo.ledger import Adaptivity, PrivacyLedger
+from search_algs import make_searcher
+from trainables.data import DataSplits
+from trainables.models import MLP
+from trainables.training import declared_privacy, train_dp
+
+__all__ = ["SearchOutcome", "run_search", "run_oracle", "mlp64", "mlp128", "mlp256"]
+
+FINISHED = "FINISHED"  # ray.tune.search.Searcher.FINISHED
+
+
+def mlp64(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """One hidden layer of 64 ReLU units."""
+    return MLP(input_shape, num_classes, hidden=(64,))
+
+
+def mlp128(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """One hidden layer of 128 ReLU units."""
+    return MLP(input_shape, num_classes, hidden=(128,))
+
+
+def mlp256(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """Two hidden layers of 256 ReLU units (the package default MLP)."""
+    return MLP(input_shape, num_classes, hidden=(256, 256))
+
+
+@dataclass
+class SearchOutcome:
+    """What one search produced (private diagnostics included: this is a benchmark)."""
+
+    status: str  # "ok", "refused", "error", "no_release"
+    reason: str = ""
+    test_accuracy: float | None = None
+    val_accuracy: float | None = None  # the released trial's (possibly noised) score
+    hyperparameters: dict[str, Any] | None = None
+    trials: int = 0
+    refused_trials: int = 0
+    gradient_evaluations: float = 0.0
+    planned_gradient_evaluations: float | None = None
+    plan_epsilon: float | None = None
+    wall_s: float = 0.0
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def gradient_evaluations(config: Mapping[str, Any], data: DataSplits, result: Any) -> float:
+    """Σ over the trial's models of steps × per-step evaluations × expected batch q·n."""
+    privacy, n = declared_privacy(config, data)
+    steps = int(result.metrics.get("steps", 0))
+    per_model = steps * privacy.gradient_evaluations_per_step * privacy.sample_rate * n
+    return float(per_model * max(1, len(result.models)))
+
+
+def run_search(
+    method: str,
+    space: Mapping[str, Any],
+    data: DataSplits,
+    budget: PrivacyBudget,
+    seed: int,
+    searcher_kwargs: Mapping[str, Any] | None = None,
+    *,
+    metric: str = "val_accuracy",
+    max_trials: int = 1000,
+) -> SearchOutcome:
+    """Run one DP search to its release, sequentially, and return its outcome."""
+    t0 = time.perf_counter()
+    ledger = PrivacyLedger(budget, adaptivity=Adaptivity.FIXED_PLAN, accountant=Accountant.BEST)
+    experiment = f"{method}-s{seed}"
+    try:
+        searcher = make_searcher(
+            method,
+            param_space=dict(space),
+            metric=metric,
+            mode="max",
+            dataset_size=len(data.train),
+            budget=budget,
+            seed=seed,
+            experiment=experiment,
+            admissible=ledger.would_admit,
+            **dict(searcher_kwargs or {}),
+        )
+    except (ValueError, TypeError) as exc:  # InvalidParameterError / SearchSpaceError
+        return SearchOutcome("refused", f"{type(exc).__name__}: {exc}",
+                             wall_s=time.perf_counter() - t0)
+    plan = searcher.privacy_plan()
+    if plan.mechanism is not None:
+        ledger.charge(searcher.plan_charge_id, plan.mechanism, owner=experiment)
+    out = SearchOutcome("ok", planned_gradient_evaluations=plan.expected_gradient_evaluations)
+    metrics: dict[str, dict[str, Any]] = {}
+    live: set[str] = set()
+    for i in range(max_trials + 1):
+        if i == max_trials:
+            out.status, out.reason = "error", f"more than {max_trials} trials: stopped"
+            break
+        tid = f"t{i:04d}"
+        cfg = searcher.suggest(tid)
+        if cfg == FINISHED:
+            break
+        if cfg is None:
+            # sequential driver: every suggested trial has completed, so None is a bug
+            out.status = "error"
+            out.reason = f"suggest returned None with {len(live)} trials running"
+            break
+        live.add(tid)
+        out.trials += 1
+        try:
+            result = train_dp(cfg, data, ledger=ledger)
+        except BudgetExhaustedError as exc:
+            out.refused_trials += 1
+            out.extras.setdefault("refusals", []).append(str(exc)[:200])
+            searcher.on_trial_complete(tid, None, error=True)
+            live.discard(tid)
+            continue
+        metrics[tid] = dict(result.metrics)
+        out.gradient_evaluations += gradient_evaluations(cfg, data, result)
+        searcher.on_trial_complete(tid, dict(result.metrics), error=False)
+        live.discard(tid)
+    release = searcher.release()
+    out.extras.update({k: v for k, v in release.extras.items() if isinstance(v, (int, float, bool, str))})
+    out.hyperparameters = release.hyperparameters
+    if ledger.charges():
+        out.plan_epsilon = float(ledger.spent())
+    if out.status == "ok":
+        if release.trial_id is None or release.trial_id not in metrics:
+            out.status = "no_release"
+            out.reason = str(release.extras.get("reason", "no released trial"))
+        else:
+            m = metrics[release.trial_id]
+            out.test_accuracy = float(m["test_accuracy"])
+            out.val_accuracy = float(m["val_accuracy"])
+    out.wall_s = time.perf_counter() - t0
+    return out
+
+
+def run_oracle(space: Mapping[str, Any], grid_key: str, grid: list[float],
+               data: DataSplits) -> SearchOutcome:
+    """Non-private oracle: train every grid point without noise (not DP, not charged) and
+    return the test accuracy of the best validation accuracy."""
+    t0 = time.perf_counter()
+    best: tuple[float, float, float] | None = None
+    evals = 0.0
+    for value in grid:
+        cfg = {**space, grid_key: value, "raydp": {"nonprivate": True}}
+        result = train_dp(cfg, data)
+        evals += gradient_evaluations(cfg, data, result)
+        val, test = float(result.metrics["val_accuracy"]), float(result.metrics["test_accuracy"])
+        if best is None or val > best[0]:
+            best = (val, test, value)
+    assert best is not None
+    return SearchOutcome("ok", test_accuracy=best[1], val_accuracy=best[0],
+                         hyperparameters={grid_key: best[2]}, trials=len(grid),
+                         gradient_evaluations=evals, wall_s=time.perf_counter() - t0)
