@@ -315,9 +315,8 @@ class PrivacyLedger:
     def _pld_epsilon(self, extra: Mechanism | None) -> float:
         if extra is None:
             return self._pld.epsilon(self._budget.delta)
-        trial = PldComposer()
-        trial._composed = self._pld._composed  # noqa: SLF001 - immutable PLD object, shared
-        trial._non_pld = list(self._pld._non_pld)  # noqa: SLF001
+        self._pld._fold()  # noqa: SLF001 - fold once, so candidates only add their own PLD
+        trial = self._pld.copy()
         trial.add(extra)
         return trial.epsilon(self._budget.delta)
 

@@ -90,8 +90,15 @@ class LedgerHandle:
         self.namespace = namespace
         self._actor = actor
 
+    _expected: tuple[Any, ...] | None = None  # settings still to verify (get_ledger wait=False)
+
     def __reduce__(self):
         return (_reattach, (self.name, self.namespace))
+
+    def verify(self) -> LedgerHandle:
+        """Block until the actor is up and check it has the settings asked for."""
+        _verify(self)
+        return self
 
     @property
     def actor(self) -> Any:
@@ -148,6 +155,7 @@ def get_ledger(
     namespace: str = DEFAULT_NAMESPACE,
     adaptivity: Adaptivity = Adaptivity.ADAPTIVE,
     accountant: Accountant = Accountant.RDP,
+    wait: bool = True,
 ) -> LedgerHandle:
     """Create or attach to the ledger actor ``name`` in ``namespace``.
 
@@ -157,6 +165,9 @@ def get_ledger(
     * Without ``budget``: attaches to an existing actor, or raises if there is none.
 
     ``journal`` defaults to :func:`default_journal_path`. Ray must be initialised.
+
+    ``wait=False`` returns at once while the actor starts (its worker imports take ~1 s);
+    the caller must then call :meth:`LedgerHandle.verify` before relying on the ledger.
     """
     if not name or not isinstance(name, str):
         raise RayDPHPOError(f"ledger name must be a non-empty string, got {name!r}")
@@ -188,6 +199,18 @@ def get_ledger(
     )
     created = remote_cls.remote(budget, str(journal_path), adaptivity.value, accountant.value)
     handle = LedgerHandle(name, namespace, created)
+    handle._expected = (budget, adaptivity, accountant, None if journal is None else journal_path)
+    if wait:
+        handle.verify()
+    return handle
+
+
+def _verify(handle: LedgerHandle) -> None:
+    expected = handle._expected
+    if expected is None:
+        return
+    budget, adaptivity, accountant, journal_path = expected
+    name = handle.name
     try:
         settings = handle.settings()
     except ray.exceptions.RayActorError as exc:
@@ -199,10 +222,10 @@ def get_ledger(
         "accountant": accountant.value,
     }
     live = {k: settings[k] for k in wanted}
-    if live != wanted or (journal is not None and settings["journal"] != str(journal_path)):
+    if live != wanted or (journal_path is not None and settings["journal"] != str(journal_path)):
         raise LedgerMismatchError(
             f"ledger {name!r} already exists with {live} (journal {settings['journal']}); "
             f"asked for {wanted} (journal {journal_path}). Attach without a budget, or use "
             "another ledger name."
         )
-    return handle
+    handle._expected = None

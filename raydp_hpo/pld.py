@@ -142,17 +142,38 @@ class PldComposer:
 
     def __init__(self) -> None:
         self._composed: PLD | None = None
+        self._pending: list[Mechanism] = []  # PLD-capable, not folded in yet (lazy)
         self._non_pld: list[Mechanism] = []
 
     def add(self, m: Mechanism) -> None:
+        """Record ``m``; PLD composition is deferred until a figure is asked for."""
         if has_pld(m):
-            p = _pld_of(m, 0.0)
-            assert p is not None
-            self._composed = p if self._composed is None else self._composed.compose(p)
+            self._pending.append(m)
         else:
             self._non_pld.append(m)
 
+    def copy(self) -> PldComposer:
+        out = PldComposer()
+        out._composed = self._composed  # immutable PLD object: safe to share
+        out._pending = list(self._pending)
+        out._non_pld = list(self._non_pld)
+        return out
+
+    def _fold(self) -> None:
+        # Identical mechanisms (common: trials of one search) are self-composed in one go.
+        counts: dict[Mechanism, int] = {}
+        for m in self._pending:
+            counts[m] = counts.get(m, 0) + 1
+        for m, count in counts.items():
+            p = _pld_of(m, 0.0)
+            assert p is not None
+            if count > 1:
+                p = p.self_compose(count)
+            self._composed = p if self._composed is None else self._composed.compose(p)
+        self._pending = []
+
     def _total(self, delta: float) -> PLD | None:
+        self._fold()
         m = sum(count_non_pld(x) for x in self._non_pld)
         share = NON_PLD_DELTA_FRACTION * delta / m if m else 0.0
         out = self._composed
@@ -175,6 +196,7 @@ class PldComposer:
                 "tuning and worst-case mechanisms only have an (ε, δ) conversion. "
                 "Use Accountant.RDP for δ(ε)."
             )
+        self._fold()
         if self._composed is None:
             return 0.0
         return float(self._composed.get_delta_for_epsilon(epsilon))

@@ -251,18 +251,24 @@ class DPTuner:
                 ignore_reinit_error=True,
             )
 
-    def _get_ledger(self) -> LedgerHandle:
+    def _get_ledger(self) -> tuple[LedgerHandle, bool]:
+        """The ledger and whether it is a fresh dedicated one (no journal yet). A dedicated
+        ledger's actor is started without waiting; ``fit`` verifies it before any charge."""
         if self._ledger is not None:
-            return self._ledger
+            return self._ledger, False
         journal = self._storage / self._experiment / "ledger.journal"
-        return get_ledger(
+        fresh = not journal.exists()
+        handle = get_ledger(
             f"ledger-{self._experiment}",
             self._budget,
             journal,
             namespace=self._namespace,
             adaptivity=Adaptivity.FIXED_PLAN,
-            accountant=Accountant.BEST,
+            # RDP halts (fast: ~1 ms per admission); the certificate reports PLD as well.
+            accountant=Accountant.RDP,
+            wait=False,
         )
+        return handle, fresh
 
     def _check_selection_inputs(self, searcher: Any) -> None:
         """Selections may only read privatised scores (see raydp_hpo.trial_privacy)."""
@@ -294,7 +300,7 @@ class DPTuner:
                     "larger validation split."
                 )
 
-    def _build_searcher(self, ledger: LedgerHandle) -> Any:
+    def _build_searcher(self, ledger: LedgerHandle, fresh_dedicated: bool = False) -> Any:
         from search_algs import DPSearcher, make_searcher
 
         if isinstance(self._search, DPSearcher):
@@ -304,11 +310,12 @@ class DPTuner:
                 )
             return self._search
         budget = self._budget
-
+        # A fresh dedicated ledger (FIXED_PLAN, RDP, this budget) admits a first charge iff
+        # its RDP ε (capped by a pure-DP bound) is within budget — exactly the `own` check —
+        # so only a shared or already-used ledger needs a round trip per calibration step.
         def admissible(mechanism: Mechanism) -> bool:
-            # both the experiment's own budget and the (maybe shared) ledger's rule
             own = epsilon(mechanism, budget.delta, Accountant.RDP) <= budget.epsilon
-            return own and ledger.would_admit(mechanism)
+            return own and (fresh_dedicated or ledger.would_admit(mechanism))
 
         return make_searcher(
             self._search,
@@ -347,16 +354,25 @@ class DPTuner:
         from raydp_hpo.tune_hooks import LedgerAuditCallback, LedgerStopper
 
         self._ensure_ray()
-        ledger = self._get_ledger()
-        searcher = self._build_searcher(ledger)
+        ledger, fresh = self._get_ledger()
+        if not fresh:
+            ledger.verify()
+        searcher = self._build_searcher(ledger, fresh)
         self._check_selection_inputs(searcher)
         plan = searcher.privacy_plan()
+        trainable = self._trainable_with_data()
+        exp_dir = self._storage / self._experiment
+        tune_dir = exp_dir / "tune"
+        if not resume and tune.Tuner.can_restore(str(tune_dir)):
+            raise InvalidParameterError(
+                f"experiment {self._experiment!r} already exists at {exp_dir}; use "
+                "fit(resume=True) to continue it, or another experiment name"
+            )
+        ledger.verify()  # the actor is up with the right settings before anything is charged
         if plan.mechanism is not None:
             # Admitted (or refused, raising) before any trial touches data. Idempotent on
             # restore: the same plan id is a replay, not a second charge.
             ledger.charge(searcher.plan_charge_id, plan.mechanism, owner=self._experiment)
-        trainable = self._trainable_with_data()
-        exp_dir = self._storage / self._experiment
         stopper = LedgerStopper(ledger, next_charge=plan.base) if plan.per_trial_charges else None
         run_config = tune.RunConfig(
             name="tune",
@@ -372,7 +388,6 @@ class DPTuner:
             max_concurrent_trials=self._max_concurrent,
             reuse_actors=self._reuse_actors,
         )
-        tune_dir = exp_dir / "tune"
         if resume:
             if not tune.Tuner.can_restore(str(tune_dir)):
                 raise RayDPHPOError(
@@ -386,11 +401,6 @@ class DPTuner:
                 restart_errored=False,
             )
         else:
-            if tune.Tuner.can_restore(str(tune_dir)):
-                raise InvalidParameterError(
-                    f"experiment {self._experiment!r} already exists at {exp_dir}; use "
-                    "fit(resume=True) to continue it, or another experiment name"
-                )
             tuner = tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
         grid = tuner.fit()
         if resume:

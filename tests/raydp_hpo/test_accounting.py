@@ -199,3 +199,14 @@ def test_prv_not_used_where_one_directional() -> None:
     assert prv_epsilon([SubsampledGaussian(1.0, 0.1, 10)], 1e-5) is None
     assert prv_epsilon([RandomStopping(Gaussian(2.0), StoppingDistribution.GEOMETRIC, 3)],
                        1e-5) is None
+
+
+def test_vectorised_conversion_matches_dp_accounting() -> None:
+    # rdp_to_epsilon re-implements dp-accounting's compute_epsilon in numpy: equal to 1e-12.
+    from raydp_hpo.rdp import DEFAULT_ORDERS, rdp_to_epsilon
+
+    for mech in [ABADI, Gaussian(0.5, 3), SubsampledGaussian(5.0, 0.3, 2), PureDP(0.01)]:
+        values = rdp_profile(mech).values
+        for d in (1e-3, 1e-5, 1e-9):
+            ref, _ = rdp_lib.compute_epsilon(DEFAULT_ORDERS, values, d)
+            assert rdp_to_epsilon(values, d) == pytest.approx(ref, rel=1e-12, abs=1e-12)
