@@ -19,7 +19,9 @@ covered by that theorem, so this filter uses a union bound over the finite halti
 (conversion of Canonne, Kamath & Steinke 2020, Prop. 12). Proof sketch: partition outcomes by
 the first α ∈ Λ whose budget was never exceeded on that run; on that part the ledger behaves
 exactly like the fixed-α Feldman–Zrnic filter, which is (ε, δ/|Λ|)-DP; summing over the
-partition gives (ε, δ)-DP. This costs ≈ log|Λ|/(α − 1) in ε against a fixed-sequence
+partition gives (ε, δ)-DP. A charge is also admitted when basic composition of pure-DP charges
+stays within ε (a valid filter for pure DP, Rogers et al. 2016); the same partition argument
+covers "either rule admits" (the pure part adds δ = 0), since both running totals only grow. This costs ≈ log|Λ|/(α − 1) in ε against a fixed-sequence
 analysis — the conservative choice; the report states both figures.
 (ε, δ)-only mechanisms (:class:`~raydp_hpo.mechanisms.ApproxDP`) are refused in this mode.
 
@@ -63,6 +65,7 @@ __all__ = [
     "LedgerReport",
     "PrivacyLedger",
     "filter_epsilon",
+    "admits_as_first_charge",
 ]
 
 #: Orders of the adaptive RDP filter's union bound (each gets δ/|Λ|).
@@ -92,6 +95,19 @@ def filter_epsilon(profile: RdpProfile, delta: float) -> float:
         eps = rdp + np.log1p(-1.0 / alphas) - np.log(delta_each * alphas) / (alphas - 1.0)
     eps = np.where(np.isnan(eps), np.inf, eps)
     return float(max(0.0, np.min(eps)))
+
+
+def admits_as_first_charge(
+    budget: PrivacyBudget,
+    mechanism: Mechanism,
+    *,
+    adaptivity: Adaptivity,
+    accountant: Accountant = Accountant.RDP,
+) -> bool:
+    """Whether a fresh ledger with these settings would admit ``mechanism`` (no actor call)."""
+    return PrivacyLedger(budget, adaptivity=adaptivity, accountant=accountant).would_admit(
+        mechanism
+    )
 
 
 @dataclass(frozen=True)

@@ -251,24 +251,47 @@ class DPTuner:
                 ignore_reinit_error=True,
             )
 
-    def _get_ledger(self) -> tuple[LedgerHandle, bool]:
-        """The ledger and whether it is a fresh dedicated one (no journal yet). A dedicated
-        ledger's actor is started without waiting; ``fit`` verifies it before any charge."""
+    @property
+    def ledger_name(self) -> str:
+        """Name of the ledger actor trials charge/check (the shared one, or the dedicated)."""
+        return self._ledger.name if self._ledger is not None else f"ledger-{self._experiment}"
+
+    def _dedicated_adaptivity(self) -> Adaptivity:
+        """FIXED_PLAN only for the built-in searchers: their charges are fixed from the
+        configuration alone (one plan charge, or grid trials drawn without data), so standard
+        composition justifies halting. Any other searcher may adapt charges to results: the
+        adaptive RDP filter then."""
+        import search_algs
+
+        builtin = (
+            search_algs.RandomStoppingSearch,
+            search_algs.SubsampledTransferSearch,
+            search_algs.SVTThresholdSearch,
+            search_algs.LinearScalingSearch,
+            search_algs.OneShotRandomSearch,
+            search_algs.GridSearchComposed,
+        )
+        if isinstance(self._search, search_algs.DPSearcher) and type(self._search) not in builtin:
+            return Adaptivity.ADAPTIVE
+        return Adaptivity.FIXED_PLAN
+
+    def _start_ledger(self) -> tuple[LedgerHandle, Adaptivity | None]:
+        """The shared ledger (verified), or the dedicated one started without waiting (``fit``
+        verifies it before any charge); with the dedicated ledger's halting rule."""
         if self._ledger is not None:
-            return self._ledger, False
-        journal = self._storage / self._experiment / "ledger.journal"
-        fresh = not journal.exists()
+            return self._ledger.verify(), None
+        adaptivity = self._dedicated_adaptivity()
         handle = get_ledger(
-            f"ledger-{self._experiment}",
+            self.ledger_name,
             self._budget,
-            journal,
+            self._storage / self._experiment / "ledger.journal",
             namespace=self._namespace,
-            adaptivity=Adaptivity.FIXED_PLAN,
+            adaptivity=adaptivity,
             # RDP halts (fast: ~1 ms per admission); the certificate reports PLD as well.
             accountant=Accountant.RDP,
             wait=False,
         )
-        return handle, fresh
+        return handle, adaptivity
 
     def _check_selection_inputs(self, searcher: Any) -> None:
         """Selections may only read privatised scores (see raydp_hpo.trial_privacy)."""
@@ -300,7 +323,7 @@ class DPTuner:
                     "larger validation split."
                 )
 
-    def _build_searcher(self, ledger: LedgerHandle, fresh_dedicated: bool = False) -> Any:
+    def _build_searcher(self, ledger: LedgerHandle, dedicated: Adaptivity | None) -> Any:
         from search_algs import DPSearcher, make_searcher
 
         if isinstance(self._search, DPSearcher):
@@ -308,14 +331,29 @@ class DPTuner:
                 raise InvalidParameterError(
                     "search_kwargs are only for a SearchAlgorithm, not a constructed searcher"
                 )
+            if getattr(self._search, "_ledger_name", None) != ledger.name:
+                raise InvalidParameterError(
+                    f"the searcher was built with ledger_name="
+                    f"{getattr(self._search, '_ledger_name', None)!r}, but this DPTuner's "
+                    f"ledger is {ledger.name!r}; build it with ledger_name=tuner.ledger_name"
+                )
             return self._search
         budget = self._budget
-        # A fresh dedicated ledger (FIXED_PLAN, RDP, this budget) admits a first charge iff
-        # its RDP ε (capped by a pure-DP bound) is within budget — exactly the `own` check —
-        # so only a shared or already-used ledger needs a round trip per calibration step.
-        def admissible(mechanism: Mechanism) -> bool:
-            own = epsilon(mechanism, budget.delta, Accountant.RDP) <= budget.epsilon
-            return own and (fresh_dedicated or ledger.would_admit(mechanism))
+        plan_id = f"{self._experiment}/plan"
+        admissible: Any
+        if dedicated is not None:
+            # The dedicated ledger holds only this experiment's charges: judge the plan as its
+            # first charge — locally, the same on a first run and on resume (where the ledger
+            # already holds this very plan and must not count it twice).
+            admissible = _FirstChargeRule(budget, dedicated)
+        else:
+            # A shared ledger: its own rule, unless this experiment's plan is already on it
+            # (resume: the charge is replayed by id, not added).
+            resumed = ledger.has_charge(plan_id)
+
+            def admissible(mechanism: Mechanism) -> bool:
+                own = epsilon(mechanism, budget.delta, Accountant.RDP) <= budget.epsilon
+                return own and (resumed or ledger.would_admit(mechanism))
 
         return make_searcher(
             self._search,
@@ -354,10 +392,8 @@ class DPTuner:
         from raydp_hpo.tune_hooks import LedgerAuditCallback, LedgerStopper
 
         self._ensure_ray()
-        ledger, fresh = self._get_ledger()
-        if not fresh:
-            ledger.verify()
-        searcher = self._build_searcher(ledger, fresh)
+        ledger, dedicated = self._start_ledger()
+        searcher = self._build_searcher(ledger, dedicated)
         self._check_selection_inputs(searcher)
         plan = searcher.privacy_plan()
         trainable = self._trainable_with_data()
@@ -512,6 +548,23 @@ class DPTuner:
         model.load_state_dict(payload["runners"][0]["model"])
         model.eval()
         return model
+
+
+@dataclass(frozen=True)
+class _FirstChargeRule:
+    """Picklable admissibility rule for a dedicated ledger: within the experiment's budget
+    under RDP and admitted as the first charge of a fresh ledger with this halting rule."""
+
+    budget: PrivacyBudget
+    adaptivity: Adaptivity
+
+    def __call__(self, mechanism: Mechanism) -> bool:
+        from raydp_hpo.ledger import admits_as_first_charge
+
+        own = epsilon(mechanism, self.budget.delta, Accountant.RDP) <= self.budget.epsilon
+        return own and admits_as_first_charge(
+            self.budget, mechanism, adaptivity=self.adaptivity, accountant=Accountant.RDP
+        )
 
 
 def _root_cause(err: BaseException) -> BaseException:

@@ -130,3 +130,23 @@ def test_each_algorithm_in_a_real_tuner(ray_session, data, tmp_path: Path, algor
     assert len(cert.charges) == 1 and cert.charges[0][0].endswith("/plan")
     assert result.hyperparameters is not None and result.model is not None
     assert not any(t["error"] for t in result.private_trials), result.private_trials
+
+
+def test_resume_replays_the_plan_charge(ray_session, data, tmp_path: Path) -> None:
+    # Resuming must judge the plan as the dedicated ledger's first charge again (not count the
+    # already-charged plan twice, which would refuse it or calibrate a different plan).
+    experiment = f"resume-{uuid.uuid4().hex[:6]}"
+
+    def make() -> DPTuner:
+        return DPTuner(None, SPACE, "random_stopping", PrivacyBudget(4.0, 1e-5), data=data,
+                       storage_path=tmp_path, experiment=experiment, search_kwargs={"mean": 2.0})
+
+    first = make().fit()
+    with pytest.raises(InvalidParameterError, match="already exists"):
+        make().fit()  # a second fresh run of the same experiment is refused
+    again = make().fit(resume=True)
+    assert len(again.certificate.charges) == 1
+    assert again.certificate.charges == first.certificate.charges
+    assert again.certificate.epsilon == pytest.approx(first.certificate.epsilon)
+    assert again.hyperparameters == first.hyperparameters
+    get_ledger(f"ledger-{experiment}", namespace="raydp_hpo").kill()
