@@ -60,6 +60,9 @@ class _LedgerActor:
     def epsilon_if_charged(self, mechanism: Mechanism) -> float:
         return self._ledger.epsilon_if_charged(mechanism)
 
+    def would_admit(self, mechanism: Mechanism) -> bool:
+        return self._ledger.would_admit(mechanism)
+
     def has_charge(self, charge_id: str) -> bool:
         return self._ledger.has_charge(charge_id)
 
@@ -121,7 +124,7 @@ class LedgerHandle:
         return ray.get(self._actor.epsilon_if_charged.remote(mechanism))
 
     def would_admit(self, mechanism: Mechanism) -> bool:
-        return self.epsilon_if_charged(mechanism) <= self.budget.epsilon
+        return ray.get(self._actor.would_admit.remote(mechanism))
 
     def has_charge(self, charge_id: str) -> bool:
         return ray.get(self._actor.has_charge.remote(charge_id))
