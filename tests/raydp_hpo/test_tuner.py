@@ -150,3 +150,22 @@ def test_resume_replays_the_plan_charge(ray_session, data, tmp_path: Path) -> No
     assert again.certificate.epsilon == pytest.approx(first.certificate.epsilon)
     assert again.hyperparameters == first.hyperparameters
     get_ledger(f"ledger-{experiment}", namespace="raydp_hpo").kill()
+
+
+def test_runs_inside_a_ray_task(ray_session, tmp_path: Path) -> None:
+    import ray
+
+    @ray.remote(num_cpus=0)  # the driver task must not hold the CPUs its trials need
+    def search(storage: str) -> tuple[float, float, bool]:
+        from raydp_hpo.budget import PrivacyBudget
+        from raydp_hpo.tuner import DPTuner
+        from trainables.data import load_mnist1d, split
+
+        data = split(load_mnist1d(num_samples=600, seed=5), 0.2, 0.2, seed=0)
+        result = DPTuner(None, SPACE, "one_shot_random", PrivacyBudget(2.0, 1e-5), data=data,
+                         storage_path=storage).fit()
+        cert = result.certificate
+        return cert.epsilon, cert.budget.epsilon, result.model is not None
+
+    eps, budget_eps, has_model = ray.get(search.remote(str(tmp_path)), timeout=600)
+    assert 0 < eps <= budget_eps and has_model
