@@ -31,6 +31,7 @@ import json
 import math
 import os
 import re
+import shutil
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -404,11 +405,6 @@ class DPTuner:
                 f"experiment {self._experiment!r} already exists at {exp_dir}; use "
                 "fit(resume=True) to continue it, or another experiment name"
             )
-        ledger.verify()  # the actor is up with the right settings before anything is charged
-        if plan.mechanism is not None:
-            # Admitted (or refused, raising) before any trial touches data. Idempotent on
-            # restore: the same plan id is a replay, not a second charge.
-            ledger.charge(searcher.plan_charge_id, plan.mechanism, owner=self._experiment)
         stopper = LedgerStopper(ledger, next_charge=plan.base) if plan.per_trial_charges else None
         run_config = tune.RunConfig(
             name="tune",
@@ -438,6 +434,17 @@ class DPTuner:
             )
         else:
             tuner = tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
+        # The ledger actor started in the background meanwhile; nothing has run yet.
+        try:
+            ledger.verify()  # up, with the settings asked for, before anything is charged
+            if plan.mechanism is not None:
+                # Admitted (or refused, raising) before any trial touches data. Idempotent on
+                # restore: the same plan id is a replay, not a second charge.
+                ledger.charge(searcher.plan_charge_id, plan.mechanism, owner=self._experiment)
+        except BaseException:
+            if not resume:  # leave no half-created experiment behind: nothing ran
+                shutil.rmtree(tune_dir, ignore_errors=True)
+            raise
         grid = tuner.fit()
         if resume:
             # Tune ran its own (unpickled) copy of the searcher: read back its final state.
