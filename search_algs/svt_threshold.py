@@ -78,7 +78,13 @@ def above_threshold_rounds(
         rounds += 1
         u_hat = u + step * granularity + rng.laplace(0.0, scale_threshold)
         accumulated = False
-        for s, u_s in enumerate(utilities):
+        # The paper asks whether *some* configuration passes; it does not fix a scan order.
+        # A fixed order favours the first candidates whenever the noise dominates (e.g. the
+        # smallest learning rate of a sorted grid), so each round scans in a fresh secret
+        # random order: data-independent, so AboveThreshold's guarantee is unchanged.
+        for s in rng.permutation(len(utilities)):
+            s = int(s)
+            u_s = utilities[s]
             gamma = rng.laplace(0.0, scale_query)
             if u_s + gamma >= u_hat:
                 s_star = s
@@ -258,9 +264,10 @@ class SVTThresholdSearch(DPSearcher):
         )
         self._rounds_run = rounds
         self._selected = selected
-        # s* = ∅ (nothing ever passed): fall back to the first candidate — a data-independent
-        # choice given the SVT output, hence post-processing.
-        index = 0 if selected is None else selected
+        # s* = ∅ (nothing ever passed): fall back to a uniformly random candidate — a
+        # data-independent choice given the SVT output, hence post-processing (a fixed first
+        # candidate would systematically pick one end of a sorted grid).
+        index = int(self._rng.integers(len(self._candidates))) if selected is None else selected
         config = self._with_noise(self._candidates[index])
         config[RESERVED_KEY] = self._raydp(
             trial_id,
