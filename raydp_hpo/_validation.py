@@ -4,8 +4,23 @@ from __future__ import annotations
 
 import math
 import numbers
+from enum import Enum
+from typing import TypeVar
 
 from raydp_hpo.errors import InvalidParameterError
+
+E = TypeVar("E", bound=Enum)
+
+
+def coerce_enum(enum_cls: type[E], value: object, what: str) -> E:
+    """``value`` as a member of ``enum_cls`` (a member or its value); else a clear error."""
+    if isinstance(value, enum_cls):
+        return value
+    try:
+        return enum_cls(value)
+    except ValueError:
+        names = ", ".join(str(m.value) for m in enum_cls)
+        raise InvalidParameterError(f"unknown {what} {value!r}; use one of {names}") from None
 
 
 def _is_real(value: object) -> bool:

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from enum import Enum
 
 from raydp_hpo._validation import (
+    coerce_enum,
     nonnegative_float,
     open_unit_float,
     positive_float,
@@ -73,15 +74,7 @@ def _rdp_total(mechs: Sequence[Mechanism]) -> RdpProfile:
 
 
 def _coerce_accountant(accountant: Accountant | str) -> Accountant:
-    if isinstance(accountant, Accountant):
-        return accountant
-    try:
-        return Accountant(accountant)
-    except ValueError:
-        names = ", ".join(a.value for a in Accountant)
-        raise InvalidParameterError(
-            f"unknown accountant {accountant!r}; use one of {names}"
-        ) from None
+    return coerce_enum(Accountant, accountant, "accountant")
 
 
 def epsilon(

@@ -20,6 +20,7 @@ from enum import Enum
 from typing import Any, Union
 
 from raydp_hpo._validation import (
+    coerce_enum,
     positive_float,
     positive_int,
     unit_interval_float,
@@ -203,19 +204,7 @@ class RandomStopping:
 
     def __post_init__(self) -> None:
         _check_mechanism("base", self.base)
-        dist = self.distribution
-        if isinstance(dist, str):
-            try:
-                dist = StoppingDistribution(dist)
-            except ValueError:
-                names = ", ".join(d.value for d in StoppingDistribution)
-                raise InvalidParameterError(
-                    f"unknown stopping distribution {self.distribution!r}; use one of {names}"
-                ) from None
-        if not isinstance(dist, StoppingDistribution):
-            raise InvalidParameterError(
-                f"distribution must be a StoppingDistribution, got distribution={dist!r}"
-            )
+        dist = coerce_enum(StoppingDistribution, self.distribution, "stopping distribution")
         object.__setattr__(self, "distribution", dist)
         mean = positive_float("mean", self.mean)
         if mean < 1:

@@ -31,8 +31,7 @@ from dp_accounting.rdp.rdp_privacy_accountant import _gamma_truncated_negative_b
 from ray.tune.search import Searcher
 from scipy.special import gammaln
 
-from raydp_hpo._validation import positive_float
-from raydp_hpo.errors import InvalidParameterError
+from raydp_hpo._validation import coerce_enum, positive_float
 from raydp_hpo.mechanisms import Mechanism, RandomStopping, StoppingDistribution
 from search_algs.base import DPSearcher, Phase, PrivacyPlan, Release
 
@@ -46,15 +45,7 @@ PAPER = (
 
 
 def _coerce_distribution(distribution: StoppingDistribution | str) -> StoppingDistribution:
-    if isinstance(distribution, StoppingDistribution):
-        return distribution
-    try:
-        return StoppingDistribution(distribution)
-    except ValueError:
-        names = ", ".join(d.value for d in StoppingDistribution)
-        raise InvalidParameterError(
-            f"unknown stopping distribution {distribution!r}; use one of {names}"
-        ) from None
+    return coerce_enum(StoppingDistribution, distribution, "stopping distribution")
 
 
 def stopping_mechanism(

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
-
 import pytest
 
 from raydp_hpo.budget import PrivacyBudget
@@ -21,23 +18,4 @@ def digits() -> DataSplits:
 def ledger() -> PrivacyLedger:
     return PrivacyLedger(PrivacyBudget(epsilon=50.0, delta=1e-5))
 
-
-@pytest.fixture(scope="session")
-def ray_session():
-    """One local Ray runtime for the whole session; shut down only if we started it."""
-    ray = pytest.importorskip("ray")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    started = False
-    if not ray.is_initialized():
-        tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")
-        ray.init(
-            address="local",
-            num_cpus=2,
-            include_dashboard=False,
-            log_to_driver=False,
-            _temp_dir=tmp,
-        )
-        started = True
-    yield ray
-    if started:
-        ray.shutdown()
+# ray_session: the shared fixture in tests/conftest.py
