@@ -32,7 +32,7 @@ from raydp_hpo._validation import (
 )
 from raydp_hpo.errors import InvalidParameterError
 from raydp_hpo.mechanisms import Composition, Mechanism, SubsampledGaussian
-from raydp_hpo.pld import pld_delta, pld_epsilon
+from raydp_hpo.pld import has_pld, pld_delta, pld_epsilon
 from raydp_hpo.prv import prv_epsilon
 from raydp_hpo.pure import pure_epsilon
 from raydp_hpo.rdp import RdpProfile, rdp_profile
@@ -131,11 +131,8 @@ def delta(
         candidates.append(_rdp_total(mechs).delta(eps))
     if accountant is Accountant.PLD:
         candidates.append(pld_delta(mechs, eps))
-    if accountant is Accountant.BEST:
-        from raydp_hpo.pld import has_pld
-
-        if all(has_pld(m) for m in mechs):
-            candidates.append(pld_delta(mechs, eps))
+    if accountant is Accountant.BEST and all(has_pld(m) for m in mechs):
+        candidates.append(pld_delta(mechs, eps))
     return float(min(candidates))
 
 

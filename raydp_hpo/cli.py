@@ -58,50 +58,19 @@ def _cmd_account(args: argparse.Namespace) -> int:
 
 
 def _cmd_ledger_show(args: argparse.Namespace) -> int:
-    from raydp_hpo.journal import read_journal
     from raydp_hpo.ledger import PrivacyLedger
 
     path = Path(args.journal)
-    header, _ = read_journal(path)
-    if header is None:
-        raise RayDPHPOError(f"no ledger journal at {path}")
-    # Read-only view: replay into an in-memory ledger (no lock, no writes).
-    ledger = PrivacyLedger.open(path) if args.lock else None
-    if ledger is None:
-        ledger = _replay_readonly(path)
+    # Default: read-only replay (no lock, no writes), so a live ledger's journal can be shown.
+    ledger = PrivacyLedger.open(path) if args.lock else PrivacyLedger.read_only(path)
     report = ledger.report()
     ledger.close()
     print(json.dumps(report.to_dict(), indent=2) if args.json else f"ledger {path}\n{report.format()}")
     return EXIT_OK
 
 
-def _replay_readonly(path: Path):  # type: ignore[no-untyped-def]
-    from raydp_hpo.accounting import Accountant
-    from raydp_hpo.budget import PrivacyBudget
-    from raydp_hpo.journal import read_journal
-    from raydp_hpo.ledger import Adaptivity, Charge, PrivacyLedger
-    from raydp_hpo.mechanisms import mechanism_from_dict
-    from raydp_hpo.rdp import rdp_profile
-
-    header, records = read_journal(path)
-    assert header is not None
-    ledger = PrivacyLedger(
-        PrivacyBudget.from_dict(header["budget"]),
-        None,
-        adaptivity=Adaptivity(header["adaptivity"]),
-        accountant=Accountant(header["accountant"]),
-    )
-    for rec in records:
-        mech = mechanism_from_dict(rec["mechanism"])
-        ledger._commit(  # noqa: SLF001 - read-only replay of journal records
-            Charge(rec["seq"], rec["charge_id"], rec.get("owner", ""), rec["time"], mech,
-                   rec["epsilon_after"]),
-            rdp_profile(mech),
-        )
-    return ledger
-
-
 def _cmd_ledger_list(args: argparse.Namespace) -> int:
+    from raydp_hpo.ledger import PrivacyLedger
     from raydp_hpo.ledger_actor import DEFAULT_NAMESPACE, default_journal_path
 
     root = Path(args.dir) if args.dir else default_journal_path("x", DEFAULT_NAMESPACE).parent.parent
@@ -112,7 +81,7 @@ def _cmd_ledger_list(args: argparse.Namespace) -> int:
     print(f"{'journal':<60} {'ε budget':>9} {'δ':>9} {'spent':>8} {'remaining':>9} {'charges':>7}")
     for path in journals:
         try:
-            report = _replay_readonly(path).report()
+            report = PrivacyLedger.read_only(path).report()
         except RayDPHPOError as exc:
             print(f"{str(path):<60} unreadable: {exc}")
             continue

@@ -272,6 +272,11 @@ class PrivacyLedger:
                 f"opened with {self._settings()}. A budget cannot be changed after charges; "
                 "open it with the journal's settings (or use `raydp-hpo ledger show`)."
             )
+        self._replay(records)
+
+    def _replay(self, records: list[dict[str, Any]]) -> None:
+        """Rebuild the state from journal charge records, in order (no admission checks:
+        these charges were admitted when they were written)."""
         for rec in records:
             mech = mechanism_from_dict(rec["mechanism"])
             self._commit(
@@ -286,18 +291,37 @@ class PrivacyLedger:
                 rdp_profile(mech),
             )
 
-    @classmethod
-    def open(cls, journal: str | Path) -> PrivacyLedger:
-        """Open an existing journal with the settings stored in its header."""
-        header, _ = read_journal(journal)
+    @staticmethod
+    def _header_settings(journal: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        header, records = read_journal(journal)
         if header is None:
             raise RayDPHPOError(f"no ledger journal at {journal}")
+        return header, records
+
+    @classmethod
+    def open(cls, journal: str | Path) -> PrivacyLedger:
+        """Open an existing journal for writing, with the settings stored in its header."""
+        header, _ = cls._header_settings(journal)
         return cls(
             PrivacyBudget.from_dict(header["budget"]),
             journal,
             adaptivity=Adaptivity(header["adaptivity"]),
             accountant=Accountant(header["accountant"]),
         )
+
+    @classmethod
+    def read_only(cls, journal: str | Path) -> PrivacyLedger:
+        """An in-memory copy of a journal's ledger: no lock, no writes, so it can inspect a
+        journal that a live ledger holds open. Charges made on it are not persisted."""
+        header, records = cls._header_settings(journal)
+        ledger = cls(
+            PrivacyBudget.from_dict(header["budget"]),
+            None,
+            adaptivity=Adaptivity(header["adaptivity"]),
+            accountant=Accountant(header["accountant"]),
+        )
+        ledger._replay(records)
+        return ledger
 
     def close(self) -> None:
         if self._journal is not None:
