@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from enum import Enum
 
 from raydp_hpo._validation import (
     coerce_enum,
@@ -30,6 +29,7 @@ from raydp_hpo._validation import (
     positive_int,
     unit_interval_float,
 )
+from raydp_hpo.accountant_kind import Accountant
 from raydp_hpo.errors import InvalidParameterError
 from raydp_hpo.mechanisms import Composition, Mechanism, SubsampledGaussian
 from raydp_hpo.pld import has_pld, pld_delta, pld_epsilon
@@ -38,14 +38,6 @@ from raydp_hpo.pure import pure_epsilon
 from raydp_hpo.rdp import RdpProfile, rdp_profile
 
 __all__ = ["Accountant", "epsilon", "delta", "calibrate_noise", "epsilons"]
-
-
-class Accountant(Enum):
-    """Which accountant turns a composition of mechanisms into (ε, δ)."""
-
-    RDP = "rdp"
-    PLD = "pld"
-    BEST = "best"
 
 
 def _as_list(mechanisms: Mechanism | Iterable[Mechanism]) -> list[Mechanism]:

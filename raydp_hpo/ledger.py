@@ -35,31 +35,32 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from raydp_hpo.accounting import Accountant
+from raydp_hpo.accountant_kind import Accountant
 from raydp_hpo.budget import PrivacyBudget
 from raydp_hpo.errors import (
-    BudgetExhaustedError,
     ChargeConflictError,
     InvalidParameterError,
     LedgerMismatchError,
     RayDPHPOError,
 )
 from raydp_hpo.journal import Journal, read_journal
+from raydp_hpo.ledger_records import Adaptivity, Charge, ChargeDecision, LedgerReport
 from raydp_hpo.mechanisms import Mechanism, mechanism_from_dict, mechanism_to_dict
-from raydp_hpo.pld import PldComposer
 from raydp_hpo.pure import pure_epsilon
 from raydp_hpo.rdp import DEFAULT_ORDERS, RdpProfile, rdp_profile
+
+if TYPE_CHECKING:
+    from raydp_hpo.pld import PldComposer
 
 __all__ = [
     "Adaptivity",
     "HALTING_ORDERS",
+    "MAX_ATTEMPTS",
     "Charge",
     "ChargeDecision",
     "LedgerReport",
@@ -68,6 +69,9 @@ __all__ = [
     "admits_as_first_charge",
 ]
 
+#: Most fresh starts :meth:`PrivacyLedger.try_charge_new_attempt` allows under one charge id.
+MAX_ATTEMPTS = 10_000
+
 #: Orders of the adaptive RDP filter's union bound (each gets δ/|Λ|).
 HALTING_ORDERS: tuple[float, ...] = (
     1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 32, 48, 64, 96, 128, 256,
@@ -75,13 +79,6 @@ HALTING_ORDERS: tuple[float, ...] = (
 )
 _HALT_INDEX = np.array([int(np.argmin(np.abs(DEFAULT_ORDERS - a))) for a in HALTING_ORDERS])
 assert np.allclose(DEFAULT_ORDERS[_HALT_INDEX], HALTING_ORDERS)
-
-
-class Adaptivity(Enum):
-    """Whether charges may be chosen adaptively (decides which halting rule is valid)."""
-
-    ADAPTIVE = "adaptive"
-    FIXED_PLAN = "fixed_plan"
 
 
 def filter_epsilon(profile: RdpProfile, delta: float) -> float:
@@ -108,98 +105,6 @@ def admits_as_first_charge(
     return PrivacyLedger(budget, adaptivity=adaptivity, accountant=accountant).would_admit(
         mechanism
     )
-
-
-@dataclass(frozen=True)
-class Charge:
-    """One admitted charge as recorded in the ledger (and its journal)."""
-
-    seq: int
-    charge_id: str
-    owner: str
-    time: float
-    mechanism: Mechanism
-    epsilon_after: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "seq": self.seq,
-            "charge_id": self.charge_id,
-            "owner": self.owner,
-            "time": self.time,
-            "mechanism": mechanism_to_dict(self.mechanism),
-            "epsilon_after": self.epsilon_after,
-        }
-
-
-@dataclass(frozen=True)
-class ChargeDecision:
-    """The answer to :meth:`PrivacyLedger.try_charge`.
-
-    ``epsilon_after`` is the spend the ledger would have (refused) or has (admitted) with the
-    charge included; ``spent_epsilon`` is the spend after the call. ``replayed`` marks a repeat
-    of an already admitted charge id (idempotent: nothing was charged again).
-    """
-
-    admitted: bool
-    charge_id: str
-    epsilon_after: float
-    spent_epsilon: float
-    budget: PrivacyBudget
-    replayed: bool = False
-
-    def raise_if_refused(self) -> ChargeDecision:
-        if not self.admitted:
-            raise BudgetExhaustedError(
-                self.charge_id,
-                self.epsilon_after,
-                self.spent_epsilon,
-                self.budget.epsilon,
-                self.budget.delta,
-            )
-        return self
-
-
-@dataclass(frozen=True)
-class LedgerReport:
-    """State of a ledger: budget, spend under the halting rule and under each accountant."""
-
-    budget: PrivacyBudget
-    adaptivity: Adaptivity
-    halting_accountant: Accountant
-    spent_epsilon: float
-    remaining_epsilon: float
-    epsilon_by_accountant: dict[str, float]
-    charges: tuple[Charge, ...] = field(default=())
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "budget": self.budget.to_dict(),
-            "adaptivity": self.adaptivity.value,
-            "halting_accountant": self.halting_accountant.value,
-            "spent_epsilon": self.spent_epsilon,
-            "remaining_epsilon": self.remaining_epsilon,
-            "epsilon_by_accountant": dict(self.epsilon_by_accountant),
-            "charges": [c.to_dict() for c in self.charges],
-        }
-
-    def format(self) -> str:
-        lines = [
-            f"budget            ε={self.budget.epsilon:g}, δ={self.budget.delta:g}",
-            f"halting rule      {self.adaptivity.value} / {self.halting_accountant.value}",
-            f"spent (halting)   ε={self.spent_epsilon:.4f}",
-            f"remaining         ε={self.remaining_epsilon:.4f}",
-        ]
-        for name, eps in self.epsilon_by_accountant.items():
-            lines.append(f"  {name:<16}ε={eps:.4f} at δ={self.budget.delta:g}")
-        lines.append(f"charges           {len(self.charges)}")
-        for c in self.charges:
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(c.time))
-            lines.append(
-                f"  #{c.seq:<4} {stamp}  {c.charge_id}  owner={c.owner or '-'}  "
-                f"ε_after={c.epsilon_after:.4f}  {type(c.mechanism).__name__}"
-            )
-        return "\n".join(lines)
 
 
 class PrivacyLedger:
@@ -240,7 +145,7 @@ class PrivacyLedger:
         self._charges: list[Charge] = []
         self._by_id: dict[str, Charge] = {}
         self._rdp = RdpProfile.zero()
-        self._pld = PldComposer()
+        self._pld_composer: PldComposer | None = None  # built on first PLD use (see _pld)
         self._pure: float | None = 0.0
         self._journal: Journal | None = None
         if journal is not None:
@@ -352,6 +257,22 @@ class PrivacyLedger:
         # Basic composition of pure-DP charges is a valid filter too (Rogers et al. 2016).
         return eps if pure is None else min(eps, pure)
 
+    @property
+    def _pld(self) -> PldComposer:
+        """The PLD composition of every charge, built on first use.
+
+        Only PLD halting, BEST halting and :meth:`report` need it; importing dp-accounting's
+        PLD stack costs ~1.2 s, which an RDP-halting ledger (actor) never pays.
+        """
+        if self._pld_composer is None:
+            from raydp_hpo.pld import PldComposer
+
+            composer = PldComposer()
+            for charge in self._charges:
+                composer.add(charge.mechanism)
+            self._pld_composer = composer
+        return self._pld_composer
+
     def _pld_epsilon(self, extra: Mechanism | None) -> float:
         if extra is None:
             return self._pld.epsilon(self._budget.delta)
@@ -367,7 +288,8 @@ class PrivacyLedger:
         if self._pure is not None:
             p = pure_epsilon(charge.mechanism)
             self._pure = None if p is None else self._pure + p
-        self._pld.add(charge.mechanism)
+        if self._pld_composer is not None:
+            self._pld_composer.add(charge.mechanism)
 
     # -- public API ----------------------------------------------------------------------
     @property
@@ -450,6 +372,25 @@ class PrivacyLedger:
     def charge(self, charge_id: str, mechanism: Mechanism, owner: str = "") -> ChargeDecision:
         """Like :meth:`try_charge` but raises :class:`BudgetExhaustedError` on refusal."""
         return self.try_charge(charge_id, mechanism, owner).raise_if_refused()
+
+    def try_charge_new_attempt(
+        self, charge_id: str, mechanism: Mechanism, owner: str = ""
+    ) -> ChargeDecision:
+        """:meth:`try_charge` under ``f"{charge_id}/attempt-{k}"``, k the smallest unused.
+
+        For runs that may start over under the same id (a Tune trial retried from scratch):
+        every fresh start pays, instead of replaying the first attempt's charge. Finding k and
+        charging is one atomic step, so two concurrent starts can never share one charge. The
+        decision's ``charge_id`` is the attempt id charged (or refused).
+        """
+        if not isinstance(charge_id, str) or not charge_id:
+            raise InvalidParameterError(f"charge_id must be a non-empty string, got {charge_id!r}")
+        with self._lock:
+            for attempt in range(MAX_ATTEMPTS):
+                attempt_id = f"{charge_id}/attempt-{attempt}"
+                if attempt_id not in self._by_id:
+                    return self.try_charge(attempt_id, mechanism, owner)
+        raise RayDPHPOError(f"more than {MAX_ATTEMPTS} attempts of charge {charge_id!r}")
 
     def has_charge(self, charge_id: str) -> bool:
         with self._lock:

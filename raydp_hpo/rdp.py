@@ -7,12 +7,14 @@ guarantee (:class:`~raydp_hpo.mechanisms.ApproxDP`), composed on the side by bas
 
 Sources of each curve:
 
-* Poisson-subsampled Gaussian, Gaussian, Laplace, repeat-and-select: dp-accounting's
-  ``RdpAccountant`` (Mironov 2017; Mironov, Talwar & Zhang 2019; Papernot & Steinke 2022).
+* Poisson-subsampled Gaussian: vectorised A_α at integer orders, the fractional-order series
+  of Mironov, Talwar & Zhang (2019, Sec. 3.3) elsewhere. Gaussian: α/(2σ²). Laplace: Mironov
+  (2017, Prop. 6). The scalar kernels are a port of dp-accounting's (:mod:`raydp_hpo._rdp_kernels`,
+  golden-tested against dp-accounting), so RDP accounting never imports dp-accounting.
 * Pure ε-DP: min(ε, αε²/2) (Mironov 2017, Prop. 3; Bun & Steinke 2016, Prop. 3.3).
 * Worst case over candidates: pointwise maximum.
 * Random stopping over any base curve: Papernot & Steinke (2022) Thm. 2 (truncated negative
-  binomial) / Thm. 6 (Poisson), via dp-accounting's implementation of those formulas.
+  binomial) / Thm. 6 (Poisson), ported from dp-accounting's implementation of those formulas.
 * Subsampled tuning: Koskela & Kulkarni (2023), theorem in
   ../shared/papers/koskela-kulkarni-2023-subsampled-dp-hpo.txt, integer orders, log-space.
 
@@ -28,11 +30,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from absl import logging as _absl_logging
-from dp_accounting import dp_event
-from dp_accounting.rdp import rdp_privacy_accountant as _rdp_lib
 from scipy.special import gammaln, logsumexp
 
+from raydp_hpo import _rdp_kernels
 from raydp_hpo.errors import InvalidParameterError, UnsupportedMechanismError
 from raydp_hpo.mechanisms import (
     ApproxDP,
@@ -131,7 +131,8 @@ def rdp_to_epsilon(values: np.ndarray, delta: float, orders: np.ndarray = DEFAUL
     """Smallest ε over orders for which the RDP curve implies (ε, δ)-DP.
 
     Canonne, Kamath & Steinke (2020), Prop. 12: (α, ρ)-RDP implies (ε, δ)-DP with
-    ε = ρ + log1p(−1/α) − log(δ·α)/(α − 1). Computed by dp-accounting's ``compute_epsilon``.
+    ε = ρ + log1p(−1/α) − log(δ·α)/(α − 1); a vectorised form of dp-accounting's
+    ``compute_epsilon`` (golden-tested against it).
     """
     values = np.asarray(values, dtype=float)
     if np.any(np.isnan(values)):
@@ -154,7 +155,7 @@ def rdp_to_epsilon(values: np.ndarray, delta: float, orders: np.ndarray = DEFAUL
 
 def rdp_to_delta(values: np.ndarray, epsilon: float, orders: np.ndarray = DEFAULT_ORDERS) -> float:
     """Smallest δ over orders for which the RDP curve implies (ε, δ)-DP (same proposition)."""
-    delta, _ = _rdp_lib.compute_delta(orders, values, epsilon)
+    delta, _ = _rdp_kernels.compute_delta(orders, values, epsilon)
     return float(delta)
 
 
@@ -166,12 +167,6 @@ def classic_rdp_to_epsilon(
     mask = orders > 1
     eps = np.asarray(values)[mask] + math.log(1 / delta) / (orders[mask] - 1)
     return float(np.min(eps))
-
-
-def _dp_accounting_rdp(event: dp_event.DpEvent) -> np.ndarray:
-    accountant = _rdp_lib.RdpAccountant(orders=list(DEFAULT_ORDERS))
-    accountant.compose(event)
-    return accountant.rdp
 
 
 @functools.lru_cache(maxsize=4096)
@@ -192,8 +187,9 @@ def _compute_rdp(m: Mechanism) -> RdpProfile:
         # Exact: ε(α) = α·count/(2σ²) (Mironov 2017, Prop. 7).
         return RdpProfile(DEFAULT_ORDERS * m.count / (2.0 * m.noise_multiplier**2))
     if isinstance(m, Laplace):
-        event = dp_event.SelfComposedDpEvent(dp_event.LaplaceDpEvent(1.0 / m.epsilon), m.count)
-        return RdpProfile(_dp_accounting_rdp(event))
+        # Exact (Mironov 2017, Prop. 6), composed count times.
+        per = np.array([_rdp_kernels.laplace_rdp(m.epsilon, a) for a in DEFAULT_ORDERS])
+        return RdpProfile(per * m.count)
     if isinstance(m, PureDP):
         per = np.minimum(m.epsilon, DEFAULT_ORDERS * m.epsilon**2 / 2.0)
         return RdpProfile(per * m.count)
@@ -237,8 +233,9 @@ def subsampled_gaussian_rdp(q: float, sigma: float) -> np.ndarray:
 
     evaluated here as one vectorised log-sum-exp per order (the per-term Python loop of
     dp-accounting is ~15× slower, too slow for ledger admission at 1000 charges); fractional
-    orders use dp-accounting's series (their Sec. 3.3, fractional case). Golden-tested against
-    dp-accounting at every order. q = 1 is the plain Gaussian, ε(α) = α/(2σ²).
+    orders use the series of their Sec. 3.3 (fractional case), ported from dp-accounting
+    (:func:`raydp_hpo._rdp_kernels.log_a_frac`). Golden-tested against dp-accounting at every
+    order. q = 1 is the plain Gaussian, ε(α) = α/(2σ²).
     """
     orders = DEFAULT_ORDERS
     if q == 1.0:
@@ -269,16 +266,11 @@ def subsampled_gaussian_rdp(q: float, sigma: float) -> np.ndarray:
             + j * log_q + (n - j) * log_1q + (j * j - j) * inv_2s2
         )
         out[k] = float(logsumexp(terms)) / (n - 1)
-    # dp-accounting logs a warning and returns +inf (order excluded: no claim) when its
-    # fractional-order series does not converge, which is routine near α = 1 for large q.
-    previous = _absl_logging.get_verbosity()
-    _absl_logging.set_verbosity(_absl_logging.ERROR)
-    try:
-        for k in _FRACTIONAL_INDEX:
-            alpha = float(orders[k])
-            out[k] = _rdp_lib._compute_log_a_frac(q, sigma, alpha) / (alpha - 1)  # noqa: SLF001
-    finally:
-        _absl_logging.set_verbosity(previous)
+    # The fractional-order series returns +inf (order excluded: no claim) when it does not
+    # converge, which is routine near α = 1 for large q.
+    for k in _FRACTIONAL_INDEX:
+        alpha = float(orders[k])
+        out[k] = _rdp_kernels.log_a_frac(q, sigma, alpha) / (alpha - 1)
     return out
 
 
@@ -306,14 +298,12 @@ def repeat_and_select_rdp(base_rdp: np.ndarray, mean: float, eta: float) -> np.n
 
     and Poisson (η = ∞), Thm. 6: ε'(λ) = ε(λ) + E[K]·δ̂ + log(E[K])/(λ − 1) with
     δ̂ = δ(log(1 + 1/(λ − 1))) of the base. Monotonicity of RDP in λ tightens low orders.
-    Delegates to dp-accounting's implementation of these formulas (pinned by golden tests).
+    Computed by the port of dp-accounting's implementation of these formulas
+    (:func:`raydp_hpo._rdp_kernels.repeat_and_select_rdp`, golden-tested against it).
     """
     if math.isnan(mean) or mean < 1:
         raise InvalidParameterError(f"mean must be >= 1, got mean={mean!r}")
-    values = _rdp_lib._compute_rdp_repeat_and_select(  # noqa: SLF001 - pinned, golden-tested
-        list(DEFAULT_ORDERS), list(base_rdp), mean, eta
-    )
-    return np.asarray(values, dtype=float)
+    return _rdp_kernels.repeat_and_select_rdp(DEFAULT_ORDERS, base_rdp, mean, eta)
 
 
 def koskela_kulkarni_rdp(

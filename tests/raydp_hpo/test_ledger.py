@@ -85,6 +85,24 @@ def test_idempotent_replay_and_conflict(tmp_path: Path) -> None:
         assert len(ledger.charges()) == 2
 
 
+def test_new_attempt_always_pays_and_refusal_changes_nothing(tmp_path: Path) -> None:
+    with _ledger(tmp_path) as ledger:
+        first = ledger.try_charge_new_attempt("exp/t1", TRIAL, owner="trial-1")
+        second = ledger.try_charge_new_attempt("exp/t1", TRIAL, owner="trial-1")
+        assert (first.charge_id, second.charge_id) == ("exp/t1/attempt-0", "exp/t1/attempt-1")
+        assert first.admitted and second.admitted and not second.replayed
+        assert [c.charge_id for c in ledger.charges()] == [first.charge_id, second.charge_id]
+        journal = (tmp_path / "ledger.journal").read_bytes()
+        big = SubsampledGaussian(0.5, 0.5, 10_000)
+        refused = ledger.try_charge_new_attempt("exp/t1", big)
+        assert not refused.admitted and refused.charge_id == "exp/t1/attempt-2"
+        assert (tmp_path / "ledger.journal").read_bytes() == journal
+        with pytest.raises(BudgetExhaustedError):
+            refused.raise_if_refused()
+        with pytest.raises(InvalidParameterError, match="charge_id"):
+            ledger.try_charge_new_attempt("", TRIAL)
+
+
 def test_journal_replay_exact(tmp_path: Path) -> None:
     with _ledger(tmp_path) as ledger:
         ledger.charge("a", TRIAL, owner="x")
