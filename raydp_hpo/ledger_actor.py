@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.exceptions import ActorAlreadyExistsError
 
-from raydp_hpo.accounting import Accountant
+from raydp_hpo.accountant_kind import Accountant
 from raydp_hpo.budget import PrivacyBudget
 from raydp_hpo.errors import LedgerMismatchError, RayDPHPOError
-from raydp_hpo.ledger import Adaptivity, Charge, ChargeDecision, LedgerReport, PrivacyLedger
+from raydp_hpo.ledger_records import Adaptivity, Charge, ChargeDecision, LedgerReport
 from raydp_hpo.mechanisms import Mechanism
 
 __all__ = ["DEFAULT_NAMESPACE", "LedgerHandle", "get_ledger", "default_journal_path"]
@@ -39,6 +40,10 @@ def default_journal_path(name: str, namespace: str = DEFAULT_NAMESPACE) -> Path:
 
 class _LedgerActor:
     def __init__(self, budget: PrivacyBudget, journal: str, adaptivity: str, accountant: str):
+        # Imported here, in the actor's process only: clients (trial workers, drivers) use
+        # this module without loading the accountants.
+        from raydp_hpo.ledger import PrivacyLedger
+
         self._ledger = PrivacyLedger(
             budget,
             journal,
@@ -56,6 +61,11 @@ class _LedgerActor:
 
     def try_charge(self, charge_id: str, mechanism: Mechanism, owner: str) -> ChargeDecision:
         return self._ledger.try_charge(charge_id, mechanism, owner)
+
+    def try_charge_new_attempt(
+        self, charge_id: str, mechanism: Mechanism, owner: str
+    ) -> ChargeDecision:
+        return self._ledger.try_charge_new_attempt(charge_id, mechanism, owner)
 
     def epsilon_if_charged(self, mechanism: Mechanism) -> float:
         return self._ledger.epsilon_if_charged(mechanism)
@@ -88,10 +98,14 @@ class LedgerHandle:
     Picklable: trials receive it (or just the name/namespace) and call it from any node.
     """
 
-    def __init__(self, name: str, namespace: str, actor: Any) -> None:
+    def __init__(self, name: str, namespace: str, actor: Any, *, created: bool = False) -> None:
         self.name = name
         self.namespace = namespace
         self._actor = actor
+        #: True when :func:`get_ledger` created the actor (rather than attaching to one): it
+        #: then has exactly the settings asked for. Its start-up can still fail (e.g. a journal
+        #: written with other settings); every call then fails and :meth:`verify` says why.
+        self.created = created
 
     _expected: tuple[Any, ...] | None = None  # settings still to verify (get_ledger wait=False)
 
@@ -120,6 +134,12 @@ class LedgerHandle:
     def charge(self, charge_id: str, mechanism: Mechanism, owner: str = "") -> ChargeDecision:
         return self.try_charge(charge_id, mechanism, owner).raise_if_refused()
 
+    def try_charge_new_attempt(
+        self, charge_id: str, mechanism: Mechanism, owner: str = ""
+    ) -> ChargeDecision:
+        """One round trip: see :meth:`PrivacyLedger.try_charge_new_attempt`."""
+        return ray.get(self._actor.try_charge_new_attempt.remote(charge_id, mechanism, owner))
+
     def epsilon_if_charged(self, mechanism: Mechanism) -> float:
         return ray.get(self._actor.epsilon_if_charged.remote(mechanism))
 
@@ -131,6 +151,18 @@ class LedgerHandle:
 
     def spent(self) -> float:
         return ray.get(self._actor.spent.remote())
+
+    def spent_ref(self) -> ray.ObjectRef:
+        """Ask for :meth:`spent` without waiting: an ObjectRef to ``ray.get`` later."""
+        return self._actor.spent.remote()
+
+    def would_admit_ref(self, mechanism: Mechanism) -> ray.ObjectRef:
+        """Ask for :meth:`would_admit` without waiting: an ObjectRef to ``ray.get`` later."""
+        return self._actor.would_admit.remote(mechanism)
+
+    def remaining_ref(self) -> ray.ObjectRef:
+        """Ask for :meth:`remaining` without waiting: an ObjectRef to ``ray.get`` later."""
+        return self._actor.remaining.remote()
 
     def remaining(self) -> float:
         return ray.get(self._actor.remaining.remote())
@@ -169,8 +201,10 @@ def get_ledger(
 
     ``journal`` defaults to :func:`default_journal_path`. Ray must be initialised.
 
-    ``wait=False`` returns at once while the actor starts (its worker imports take ~1 s);
-    the caller must then call :meth:`LedgerHandle.verify` before relying on the ledger.
+    ``wait=False`` returns at once while the actor starts (a new worker process: ~1 s). If
+    this call created the actor (``handle.created``), its settings are the ones given by
+    construction; if it attached to an existing one, the caller must call
+    :meth:`LedgerHandle.verify` before relying on the ledger.
     """
     if not name or not isinstance(name, str):
         raise RayDPHPOError(f"ledger name must be a non-empty string, got {name!r}")
@@ -178,13 +212,13 @@ def get_ledger(
         raise RayDPHPOError("Ray is not initialised; call ray.init() before get_ledger()")
     if budget is None:
         try:
-            actor = ray.get_actor(name, namespace=namespace)
+            existing = ray.get_actor(name, namespace=namespace)
         except ValueError:
             raise RayDPHPOError(
                 f"no ledger named {name!r} in namespace {namespace!r}; create it with a budget: "
                 f"get_ledger({name!r}, budget=PrivacyBudget(epsilon, delta))"
             ) from None
-        return LedgerHandle(name, namespace, actor)
+        return LedgerHandle(name, namespace, existing)
 
     journal_path = Path(journal).expanduser().resolve() if journal else default_journal_path(
         name, namespace
@@ -193,15 +227,24 @@ def get_ledger(
         name=name,
         namespace=namespace,
         lifetime="detached",
-        get_if_exists=True,
         num_cpus=0,
         max_restarts=-1,
         max_task_retries=-1,
         # On the head node: worker nodes come and go; the journal keeps the budget anyway.
         resources={"node:__internal_head__": 0.001},
     )
-    created = remote_cls.remote(budget, str(journal_path), adaptivity.value, accountant.value)
-    handle = LedgerHandle(name, namespace, created)
+    # Get-or-create (what Ray's ``get_if_exists`` does), keeping track of which happened.
+    actor: Any
+    created: bool
+    try:
+        actor, created = ray.get_actor(name, namespace=namespace), False
+    except ValueError:
+        try:
+            actor = remote_cls.remote(budget, str(journal_path), adaptivity.value, accountant.value)
+            created = True
+        except ActorAlreadyExistsError:  # another driver created it meanwhile
+            actor, created = ray.get_actor(name, namespace=namespace), False
+    handle = LedgerHandle(name, namespace, actor, created=created)
     handle._expected = (budget, adaptivity, accountant, None if journal is None else journal_path)
     if wait:
         handle.verify()
@@ -218,7 +261,10 @@ def _verify(handle: LedgerHandle) -> None:
         settings = handle.settings()
     except ray.exceptions.RayActorError as exc:
         cause = getattr(exc, "cause", None) or exc
-        raise RayDPHPOError(f"ledger actor {name!r} failed to start: {cause}") from None
+        # Ray's message holds the actor's whole traceback; its last line is the error itself.
+        lines = str(cause).strip().splitlines()
+        reason = lines[-1] if lines else repr(cause)
+        raise RayDPHPOError(f"ledger actor {name!r} failed to start: {reason}") from None
     wanted = {
         "budget": budget,
         "adaptivity": adaptivity.value,

@@ -1,41 +1,49 @@
 """DP training for Ray Tune trials: data, models, Opacus-backed DP-SGD / ADADP, the privacy
-gate and the Tune trainable. Imports the core (:mod:`raydp_hpo`) only."""
+gate and the Tune trainable. Imports the core (:mod:`raydp_hpo`) only.
+
+Re-exported lazily (PEP 562): ``from trainables.privacy_gate import admit`` or
+``trainables.data`` never pulls in torch unless the name needs it.
+"""
 
 from __future__ import annotations
 
-from trainables.data import (
-    Dataset,
-    DataSplits,
-    load_digits,
-    load_mnist1d,
-    load_parquet,
-    select_view,
-    split,
-)
-from trainables.models import MODEL_NAMES, build_model, validate_model
-from trainables.privacy_gate import RaydpSettings, admit
-from trainables.training import ReleaseLog, TrainResult, declared_privacy, load_checkpoint, train_dp
-from trainables.tune_trainable import dp_trainable, make_trainable, with_data
+import importlib
+from typing import Any
 
-__all__ = [
-    "Dataset",
-    "DataSplits",
-    "load_parquet",
-    "load_digits",
-    "load_mnist1d",
-    "split",
-    "select_view",
-    "MODEL_NAMES",
-    "build_model",
-    "validate_model",
-    "RaydpSettings",
-    "admit",
-    "TrainResult",
-    "ReleaseLog",
-    "declared_privacy",
-    "load_checkpoint",
-    "train_dp",
-    "dp_trainable",
-    "make_trainable",
-    "with_data",
-]
+_EXPORTS: dict[str, str] = {
+    "Dataset": "trainables.data",
+    "DataSplits": "trainables.data",
+    "load_parquet": "trainables.data",
+    "load_digits": "trainables.data",
+    "load_mnist1d": "trainables.data",
+    "split": "trainables.data",
+    "select_view": "trainables.data",
+    "MODEL_NAMES": "trainables.models",
+    "build_model": "trainables.models",
+    "validate_model": "trainables.models",
+    "RaydpSettings": "trainables.privacy_gate",
+    "admit": "trainables.privacy_gate",
+    "TrainResult": "trainables.training",
+    "ReleaseLog": "trainables.training",
+    "declared_privacy": "trainables.training",
+    "load_checkpoint": "trainables.training",
+    "train_dp": "trainables.training",
+    "dp_trainable": "trainables.tune_trainable",
+    "make_trainable": "trainables.tune_trainable",
+    "with_data": "trainables.tune_trainable",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trainables' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -22,13 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from raydp_hpo.coverage import is_covered
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 from raydp_hpo.mechanisms import Mechanism, mechanism_from_dict, mechanism_to_dict
 
-__all__ = ["RaydpSettings", "admit", "resolve_ledger", "MAX_ATTEMPTS"]
-
-MAX_ATTEMPTS = 10_000
+__all__ = ["RaydpSettings", "admit", "resolve_ledger"]
 
 _KEYS = {
     "ledger",
@@ -138,6 +135,8 @@ def admit(
                 f"plan charge {settings.covered_by!r} is not on the ledger; the searcher must "
                 "charge the plan before starting its trials. Nothing was trained."
             )
+        from raydp_hpo.coverage import is_covered  # RDP curves: only trials under a plan
+
         base = mechanism_from_dict(dict(settings.base or {}))
         if not is_covered(mechanism, base):
             raise RayDPHPOError(
@@ -153,9 +152,6 @@ def admit(
             )
         return resume_charge_id
     assert settings.charge_id is not None
-    for attempt in range(MAX_ATTEMPTS):
-        cid = f"{settings.charge_id}/attempt-{attempt}"
-        if not ledger.has_charge(cid):
-            ledger.charge(cid, mechanism, owner=owner)  # raises BudgetExhaustedError
-            return cid
-    raise RayDPHPOError(f"more than {MAX_ATTEMPTS} attempts of charge {settings.charge_id!r}")
+    # One atomic call (one actor round trip): the smallest unused attempt id is charged.
+    decision = ledger.try_charge_new_attempt(settings.charge_id, mechanism, owner=owner)
+    return decision.raise_if_refused().charge_id  # raises BudgetExhaustedError

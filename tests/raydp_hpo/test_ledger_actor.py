@@ -81,7 +81,11 @@ def test_attach_rules(ray_session, tmp_path: Path) -> None:
         get_ledger(name, namespace="tests")
     ledger = get_ledger(name, BUDGET, tmp_path / "j", namespace="tests")
     try:
+        assert ledger.created  # this call made it: its settings are the ones asked for
         assert get_ledger(name, namespace="tests").budget == BUDGET
+        again = get_ledger(name, BUDGET, tmp_path / "j", namespace="tests", wait=False)
+        assert not again.created  # attached: settings must be verified
+        again.verify()
         with pytest.raises(LedgerMismatchError, match="already exists"):
             get_ledger(name, PrivacyBudget(5.0, 1e-5), namespace="tests")
     finally:
