@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import ray
 from ray.tune import Callback, Stopper
 
 from raydp_hpo.mechanisms import Mechanism
@@ -37,7 +38,13 @@ class LedgerStopper(Stopper):
             when the ledger would refuse it. Without it, stops when remaining ε ≤
             ``min_remaining_epsilon``.
         min_remaining_epsilon: see above (default 0: stop only when nothing remains).
-        poll_interval_s: cache the ledger answer this long.
+        poll_interval_s: ask the ledger at most this often.
+
+    With a ledger actor the question is sent without waiting and its answer read at a later
+    controller step (Tune's controller is single-threaded; a blocking round trip per step, or
+    waiting for an actor still starting, would stall every trial). A ledger that cannot be
+    reached stops the experiment: it could not admit anything anyway. Trials refused by the
+    ledger (``raydp_budget_exhausted`` in a result) stop it at once.
     """
 
     def __init__(
@@ -54,64 +61,133 @@ class LedgerStopper(Stopper):
         self._poll = float(poll_interval_s)
         self._last_poll = -float("inf")
         self._exhausted = False
+        self._asked: Any = None  # an unanswered ObjectRef
+        self.ledger_error: Exception | None = None  # why the ledger could not be asked
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
         if result.get(BUDGET_EXHAUSTED_KEY):
             self._exhausted = True
         return False
 
-    def _check(self) -> bool:
+    def _ask(self) -> Any:
+        """The ledger's answer (local ledger) or an ObjectRef for it (ledger actor)."""
         if self._next is not None:
-            return not self._ledger.would_admit(self._next)
-        return self._ledger.remaining() <= self._min_remaining
+            ask = getattr(self._ledger, "would_admit_ref", None)
+            return ask(self._next) if ask is not None else self._ledger.would_admit(self._next)
+        ask = getattr(self._ledger, "remaining_ref", None)
+        return ask() if ask is not None else self._ledger.remaining()
+
+    def _is_exhausted(self, answer: Any) -> bool:
+        if self._next is not None:
+            return not answer
+        return float(answer) <= self._min_remaining
 
     def stop_all(self) -> bool:
         if self._exhausted:
             return True
-        now = time.monotonic()
-        if now - self._last_poll >= self._poll:
-            self._last_poll = now
-            self._exhausted = self._check()
+        try:
+            if self._asked is not None:
+                if not _ready(self._asked):
+                    return False
+                answer, self._asked = ray.get(self._asked), None
+                self._exhausted = self._is_exhausted(answer)
+                return self._exhausted
+            now = time.monotonic()
+            if now - self._last_poll >= self._poll:
+                self._last_poll = now
+                answer = self._ask()
+                if isinstance(answer, ray.ObjectRef):
+                    self._asked = answer
+                else:
+                    self._exhausted = self._is_exhausted(answer)
+        except Exception as exc:  # unreachable ledger: nothing more can be admitted
+            self._asked = None
+            self.ledger_error = exc
+            self._exhausted = True
         return self._exhausted
 
 
 class LedgerAuditCallback(Callback):
-    """Append-only JSON-lines audit trail of trial events with the ledger's spend."""
+    """Append-only JSON-lines audit trail: trial events, and the ledger's spend over time.
 
-    def __init__(self, ledger: Any, path: str | os.PathLike[str]) -> None:
+    Trial events (``start``, ``result``, ``complete``, ``error``) are written as they happen.
+    The ledger's spend is written as ``spend`` records: asked for at most every
+    ``spend_interval_s`` at a controller step, without waiting (Tune's controller is
+    single-threaded; a round trip per trial would slow every experiment), written when the
+    answer is in, and asked once more, waiting, when the experiment ends. The file is synced
+    to disk at the end; the ledger's journal, fsync'd on every charge, is the privacy record.
+    """
+
+    def __init__(
+        self, ledger: Any, path: str | os.PathLike[str], *, spend_interval_s: float = 1.0
+    ) -> None:
         self._ledger = ledger
         self._path = Path(path).expanduser().resolve()
         self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._interval = float(spend_interval_s)
+        self._last_ask = -float("inf")
+        self._asked: Any = None  # an unanswered ObjectRef for the spend
 
     @property
     def path(self) -> Path:
         return self._path
 
-    def _write(self, event: str, trial: Any, *, with_spend: bool = False, **extra: Any) -> None:
+    def _append(self, record: dict[str, Any], *, durable: bool = False) -> None:
+        with open(self._path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record, default=str, allow_nan=True) + "\n")
+            fh.flush()
+            if durable:
+                os.fsync(fh.fileno())
+
+    def _event(self, event: str, trial: Any, **extra: Any) -> None:
         record: dict[str, Any] = {
             "time": time.time(),
             "event": event,
             "trial_id": getattr(trial, "trial_id", str(trial)),
         }
-        if with_spend:
-            # One ledger round trip, only where a trial's charge is settled (it runs on Tune's
-            # single-threaded controller, so per-result calls would slow every experiment).
-            try:
-                record["spent_epsilon"] = float(self._ledger.spent())
-            except Exception as exc:  # the audit must never crash the experiment
-                record["spent_epsilon"] = float("nan")
-                record["ledger_error"] = repr(exc)
         record.update(extra)
-        line = json.dumps(record, default=str, allow_nan=True) + "\n"
-        with open(self._path, "a", encoding="utf-8") as fh:
-            fh.write(line)
-            fh.flush()
-            if with_spend:  # settlement lines are made durable; the ledger journal is the record
-                os.fsync(fh.fileno())
+        self._append(record)
+
+    def _write_spend(self, spend: Any, *, durable: bool = False) -> None:
+        record: dict[str, Any] = {"time": time.time(), "event": "spend"}
+        if isinstance(spend, Exception):  # the audit must never crash the experiment
+            record["spent_epsilon"] = float("nan")
+            record["ledger_error"] = repr(spend)
+        else:
+            record["spent_epsilon"] = float(spend)
+        self._append(record, durable=durable)
+
+    def _ask_spend(self) -> Any:
+        """An ObjectRef for the ledger actor's spend, or the spend itself for a local ledger."""
+        try:
+            ask = getattr(self._ledger, "spent_ref", None)
+            return ask() if ask is not None else float(self._ledger.spent())
+        except Exception as exc:
+            return exc
+
+    def record_spend(self, *, wait: bool) -> None:
+        """Write the spend answered since the last call; ask again if the interval has passed.
+
+        ``wait=True`` asks now and writes the answer before returning (and syncs the file).
+        """
+        if self._asked is not None and (wait or _ready(self._asked)):
+            self._write_spend(_resolve(self._asked))
+            self._asked = None
+        now = time.monotonic()
+        if wait or (self._asked is None and now - self._last_ask >= self._interval):
+            self._last_ask = now
+            answer = self._ask_spend()
+            if isinstance(answer, ray.ObjectRef):
+                if wait:
+                    self._write_spend(_resolve(answer), durable=True)
+                else:
+                    self._asked = answer
+            else:
+                self._write_spend(answer, durable=wait)
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         config = {k: v for k, v in (getattr(trial, "config", {}) or {}).items() if k != "raydp"}
-        self._write("start", trial, config=config)
+        self._event("start", trial, config=config)
 
     def on_trial_result(
         self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
@@ -123,10 +199,28 @@ class LedgerAuditCallback(Callback):
         }
         if result.get(BUDGET_EXHAUSTED_KEY):
             keep[BUDGET_EXHAUSTED_KEY] = True
-        self._write("result", trial, result=keep)
+        self._event("result", trial, result=keep)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._write("complete", trial, with_spend=True)
+        self._event("complete", trial)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._write("error", trial, with_spend=True)
+        self._event("error", trial)
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        self.record_spend(wait=False)
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self.record_spend(wait=True)
+
+
+def _ready(ref: ray.ObjectRef) -> bool:
+    done, _ = ray.wait([ref], timeout=0)
+    return bool(done)
+
+
+def _resolve(ref: ray.ObjectRef) -> Any:
+    try:
+        return ray.get(ref)
+    except Exception as exc:  # the audit must never crash the experiment
+        return exc

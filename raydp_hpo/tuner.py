@@ -405,7 +405,12 @@ class DPTuner:
                 f"experiment {self._experiment!r} already exists at {exp_dir}; use "
                 "fit(resume=True) to continue it, or another experiment name"
             )
-        stopper = LedgerStopper(ledger, next_charge=plan.base) if plan.per_trial_charges else None
+        overlap_start = ledger.created and plan.mechanism is None and not resume
+        stopper = (
+            LedgerStopper(ledger, next_charge=plan.base)
+            if plan.per_trial_charges or overlap_start
+            else None
+        )
         run_config = tune.RunConfig(
             name="tune",
             storage_path=str(exp_dir),
@@ -435,8 +440,14 @@ class DPTuner:
         else:
             tuner = tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
         # The ledger actor started in the background meanwhile; nothing has run yet.
+        # A dedicated ledger that this call created has the settings asked for by
+        # construction, and every trial is admitted by it before touching data, so when there
+        # is no plan to charge first, Tune may start while the actor is still coming up (its
+        # worker start is ~1 s). Should the actor fail to start, every admission fails
+        # (nothing runs), the LedgerStopper stops the search, and verify() below says why.
         try:
-            ledger.verify()  # up, with the settings asked for, before anything is charged
+            if not overlap_start:
+                ledger.verify()  # up, with the settings asked for, before anything is charged
             if plan.mechanism is not None:
                 # Admitted (or refused, raising) before any trial touches data. Idempotent on
                 # restore: the same plan id is a replay, not a second charge.
@@ -446,6 +457,7 @@ class DPTuner:
                 shutil.rmtree(tune_dir, ignore_errors=True)
             raise
         grid = tuner.fit()
+        ledger.verify()  # raises the reason if the ledger never came up
         if resume:
             # Tune ran its own (unpickled) copy of the searcher: read back its final state.
             searcher.restore_from_dir(str(tune_dir))

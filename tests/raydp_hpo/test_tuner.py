@@ -11,7 +11,7 @@ from ray import tune
 
 from raydp_hpo.accounting import Accountant, epsilon
 from raydp_hpo.budget import PrivacyBudget
-from raydp_hpo.errors import InvalidParameterError
+from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 from raydp_hpo.ledger_actor import get_ledger
 from raydp_hpo.tuner import DPTuner
 from trainables.data import load_mnist1d, split
@@ -169,3 +169,27 @@ def test_runs_inside_a_ray_task(ray_session, tmp_path: Path) -> None:
 
     eps, budget_eps, has_model = ray.get(search.remote(str(tmp_path)), timeout=600)
     assert 0 < eps <= budget_eps and has_model
+
+
+def test_dedicated_ledger_that_cannot_start_runs_nothing(ray_session, data, tmp_path: Path) -> None:
+    """Tune starts while a freshly created dedicated ledger comes up; if it never does (here: a
+    journal left with another budget), every admission fails, nothing trains, and fit() says
+    why. The journal is untouched."""
+    from raydp_hpo.ledger import PrivacyLedger
+    from raydp_hpo.mechanisms import SubsampledGaussian
+
+    experiment = f"stale-{uuid.uuid4().hex[:6]}"
+    journal = tmp_path / experiment / "ledger.journal"
+    journal.parent.mkdir(parents=True)
+    with PrivacyLedger(PrivacyBudget(1.0, 1e-5), journal) as stale:
+        stale.charge("old", SubsampledGaussian(2.0, 0.01, 10))
+    before = journal.read_bytes()
+    space = {**SPACE, "lr": tune.grid_search([0.1, 0.3, 1.0]), "noise_multiplier": 1.6}
+    tuner = DPTuner(None, space, "grid_composed", PrivacyBudget(8.0, 1e-5), data=data,
+                    storage_path=tmp_path, experiment=experiment, max_concurrent_trials=1)
+    with pytest.raises(RayDPHPOError, match="failed to start: .*LedgerMismatchError.*budget"):
+        tuner.fit()
+    assert journal.read_bytes() == before
+    results = [json.loads(line) for p in (tmp_path / experiment / "tune").rglob("result.json")
+               for line in p.read_text().splitlines() if line.strip()]
+    assert all("val_accuracy" not in r for r in results)  # no trial trained
