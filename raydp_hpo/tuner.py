@@ -27,6 +27,7 @@ directory are **not covered by the guarantee** and must not be published.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -171,7 +172,8 @@ class DPTuner:
         resources: per-trial resources, e.g. ``{"cpu": 1, "gpu": 0}``.
         storage_path: where Tune results and the dedicated ledger journal go.
         ledger: a shared :class:`LedgerHandle` (dataset-level budget), or ``None`` for a
-            dedicated ledger with exactly ``budget``.
+            dedicated ledger with exactly ``budget`` (its actor is stopped when ``fit``
+            returns; its journal under ``storage_path`` stays and is the record).
         experiment: experiment name (prefix of every charge id); default: a fresh unique one.
         search_kwargs: algorithm-specific keyword arguments (unknown ones raise).
         max_concurrent_trials: trials running at once.
@@ -388,12 +390,24 @@ class DPTuner:
         secret draws) is restored, and unfinished trials continue from their checkpoints
         inside their admitted charges (a trial that must start over pays again).
         """
+        self._ensure_ray()
+        ledger, dedicated = self._start_ledger()
+        try:
+            return self._fit(ledger, dedicated, resume=resume)
+        finally:
+            if dedicated is not None:
+                # The dedicated ledger serves this run only: its journal is the record
+                # (`raydp-hpo ledger show`), and a resume re-creates the actor from it. A
+                # detached actor left behind per experiment would pile up on the cluster.
+                with contextlib.suppress(Exception):  # never mask the run's own outcome
+                    ledger.kill()
+
+    def _fit(self, ledger: LedgerHandle, dedicated: Adaptivity | None, *, resume: bool
+             ) -> DPResult:
         from ray import tune
 
         from raydp_hpo.tune_hooks import LedgerAuditCallback, LedgerStopper
 
-        self._ensure_ray()
-        ledger, dedicated = self._start_ledger()
         searcher = self._build_searcher(ledger, dedicated)
         self._check_selection_inputs(searcher)
         plan = searcher.privacy_plan()

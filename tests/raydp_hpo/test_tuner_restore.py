@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from raydp_hpo.ledger_actor import get_ledger
+from raydp_hpo.ledger import PrivacyLedger
 from tests.raydp_hpo._interrupted_run import make_tuner
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -53,7 +53,7 @@ def test_interrupted_search_resumes_without_lost_or_repeated_charges(ray_session
 
     result = make_tuner(str(tmp_path), experiment).fit(resume=True)
 
-    ledger = get_ledger(f"ledger-{experiment}", namespace="raydp_hpo")
+    ledger = PrivacyLedger.read_only(journal)  # the actor is gone with fit(); the journal stays
     try:
         ids = [c.charge_id for c in ledger.charges()]
         assert ids[: len(before)] == before  # nothing lost, order kept
@@ -64,4 +64,4 @@ def test_interrupted_search_resumes_without_lost_or_repeated_charges(ray_session
         assert result.certificate.within_budget
         assert result.hyperparameters is not None
     finally:
-        ledger.kill()
+        ledger.close()
