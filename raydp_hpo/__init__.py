@@ -6,8 +6,7 @@ The public API is re-exported lazily (PEP 562) so that importing the privacy cor
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from raydp_hpo._lazy_exports import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -68,14 +67,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'raydp_hpo' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

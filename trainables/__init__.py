@@ -7,8 +7,7 @@ Re-exported lazily (PEP 562): ``from trainables.privacy_gate import admit`` or
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from raydp_hpo._lazy_exports import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "Dataset": "trainables.data",
@@ -36,14 +35,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trainables' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
