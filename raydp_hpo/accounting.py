@@ -19,7 +19,7 @@ adaptive charges is in :mod:`raydp_hpo.ledger`.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from raydp_hpo._validation import (
     coerce_enum,
@@ -37,7 +37,7 @@ from raydp_hpo.prv import prv_epsilon
 from raydp_hpo.pure import pure_epsilon
 from raydp_hpo.rdp import RdpProfile, rdp_profile
 
-__all__ = ["Accountant", "epsilon", "delta", "calibrate_noise", "epsilons"]
+__all__ = ["Accountant", "epsilon", "delta", "calibrate_noise", "epsilons", "smallest_noise_multiplier"]
 
 
 def _as_list(mechanisms: Mechanism | Iterable[Mechanism]) -> list[Mechanism]:
@@ -128,6 +128,45 @@ def delta(
     return float(min(candidates))
 
 
+def smallest_noise_multiplier(
+    fits: Callable[[float], bool],
+    *,
+    max_noise_multiplier: float,
+    tolerance: float,
+    floor: float,
+    refine_below_floor: bool,
+) -> float | None:
+    """Smallest σ (to within ``tolerance``, relative) with ``fits(σ)``; ``None`` if none up to
+    ``max_noise_multiplier`` does. ``fits`` must be monotone: more noise never hurts.
+
+    Doubles σ from 1 until it fits; if σ = 1 already fits, halves it while it still fits and
+    stays above ``floor`` (at the floor: returns the last fitting σ, or with
+    ``refine_below_floor`` goes on bisecting below it). Then bisects. The result is always
+    the upper end of the final bracket, a σ at which ``fits`` held ("round toward more
+    privacy").
+    """
+    hi = 1.0
+    while not fits(hi):
+        hi *= 2.0
+        if hi > max_noise_multiplier:
+            return None
+    lo = hi / 2.0 if hi > 1.0 else 0.0
+    if lo == 0.0:
+        # σ = 1 fits: search downward for the smallest fitting σ.
+        lo = 1.0
+        while lo > floor and fits(lo):
+            hi, lo = lo, lo / 2.0
+        if lo <= floor and not refine_below_floor:
+            return hi
+    while (hi - lo) > tolerance * hi:
+        mid = (lo + hi) / 2.0
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 def calibrate_noise(
     target_epsilon: float,
     delta: float,
@@ -159,27 +198,19 @@ def calibrate_noise(
     def eps_of(sigma: float) -> float:
         return epsilon(SubsampledGaussian(sigma, q, steps), delta, accountant)
 
-    hi = 1.0
-    while eps_of(hi) > target:
-        hi *= 2.0
-        if hi > max_noise_multiplier:
-            raise InvalidParameterError(
-                f"no noise multiplier <= {max_noise_multiplier:g} reaches "
-                f"target_epsilon={target_epsilon} at delta={delta} with sample_rate={q}, "
-                f"steps={steps}; raise the target or lower the sample rate / steps"
-            )
-    lo = hi / 2.0 if hi > 1.0 else 0.0
-    if lo == 0.0:
-        # ε(1) ≤ target: search downward for the smallest admissible σ.
-        lo = 1.0
-        while lo > 1e-3 and eps_of(lo) <= target:
-            hi, lo = lo, lo / 2.0
-    while (hi - lo) > tolerance * hi:
-        mid = (lo + hi) / 2.0
-        if eps_of(mid) > target:
-            lo = mid
-        else:
-            hi = mid
-    if not math.isfinite(eps_of(hi)) or eps_of(hi) > target:  # pragma: no cover - invariant
+    sigma = smallest_noise_multiplier(
+        lambda s: eps_of(s) <= target,
+        max_noise_multiplier=max_noise_multiplier,
+        tolerance=tolerance,
+        floor=1e-3,
+        refine_below_floor=True,
+    )
+    if sigma is None:
+        raise InvalidParameterError(
+            f"no noise multiplier <= {max_noise_multiplier:g} reaches "
+            f"target_epsilon={target_epsilon} at delta={delta} with sample_rate={q}, "
+            f"steps={steps}; raise the target or lower the sample rate / steps"
+        )
+    if not math.isfinite(eps_of(sigma)) or eps_of(sigma) > target:  # pragma: no cover
         raise AssertionError("calibration invariant violated")
-    return hi
+    return sigma

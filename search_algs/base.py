@@ -41,7 +41,7 @@ from ray.tune.search import Searcher
 from ray.tune.search.sample import Categorical, Domain, Function
 
 from raydp_hpo._validation import positive_float
-from raydp_hpo.accounting import Accountant, epsilon
+from raydp_hpo.accounting import Accountant, epsilon, smallest_noise_multiplier
 from raydp_hpo.budget import PrivacyBudget
 from raydp_hpo.errors import InvalidParameterError, SearchSpaceError
 from raydp_hpo.mechanisms import Mechanism, WorstCase, mechanism_to_dict
@@ -452,35 +452,26 @@ class DPSearcher(Searcher, abc.ABC):
         parts of trials whose scores feed a selection (:meth:`_scored`): σ only buys down the
         training part, so a score part that alone exceeds the budget is reported as such.
         """
-        hi = 1.0
-        while not self._admissible(plan_of_sigma(hi)):
-            hi *= 2.0
-            if hi > MAX_NOISE_MULTIPLIER:
-                score = (
-                    ""
-                    if self._score_epsilon is None
-                    else f" (the noisy selection scores alone cost score_epsilon="
-                    f"{self._score_epsilon:g} per scored trial: lower score_epsilon)"
-                )
-                raise InvalidParameterError(
-                    f"budget ε={self._budget.epsilon:g}, δ={self._budget.delta:g} is too small "
-                    f"for {what}: even noise_multiplier={MAX_NOISE_MULTIPLIER:g} does not fit"
-                    f"{score}. Raise the budget or cut epochs / sample rate / expected trials."
-                )
-        lo = hi / 2.0 if hi > 1.0 else 0.0
-        if lo == 0.0:
-            lo = 1.0
-            while lo > 1e-2 and self._admissible(plan_of_sigma(lo)):
-                hi, lo = lo, lo / 2.0
-            if lo <= 1e-2:
-                return hi
-        while hi - lo > 1e-3 * hi:
-            mid = (lo + hi) / 2.0
-            if self._admissible(plan_of_sigma(mid)):
-                hi = mid
-            else:
-                lo = mid
-        return hi
+        sigma = smallest_noise_multiplier(
+            lambda s: self._admissible(plan_of_sigma(s)),
+            max_noise_multiplier=MAX_NOISE_MULTIPLIER,
+            tolerance=1e-3,
+            floor=1e-2,
+            refine_below_floor=False,
+        )
+        if sigma is None:
+            score = (
+                ""
+                if self._score_epsilon is None
+                else f" (the noisy selection scores alone cost score_epsilon="
+                f"{self._score_epsilon:g} per scored trial: lower score_epsilon)"
+            )
+            raise InvalidParameterError(
+                f"budget ε={self._budget.epsilon:g}, δ={self._budget.delta:g} is too small "
+                f"for {what}: even noise_multiplier={MAX_NOISE_MULTIPLIER:g} does not fit"
+                f"{score}. Raise the budget or cut epochs / sample rate / expected trials."
+            )
+        return sigma
 
     def _require_admissible(self, mechanism: Mechanism, *, what: str) -> None:
         if not self._admissible(mechanism):
