@@ -279,42 +279,40 @@ def table(stats: dict[tuple, dict[str, Any]], datasets: list[str], epsilons: lis
                  "wall s / search | grad evals / search | trials / search |")
     lines.append("|---|---|---|---|---|---|---|---|---|")
     notes: list[str] = []
+
+    def row(ds: str, eps_txt: str, label: str, o: dict[str, Any], acc: str, rerr_txt: str,
+            note_prefix: str) -> None:
+        lines.append(f"| {ds} | {eps_txt} | {label} | {acc} | {o['ok']}/{o['n']} | {rerr_txt} | "
+                     f"{o['wall']:.1f} | {o['evals']:.3g} | {o['trials']:.1f} |")
+        for f in o["failures"]:
+            notes.append(f"{note_prefix} seed {f['seed']}: {f['status']}: "
+                         f"{_fmt_reason(f.get('reason', ''), 300)}")
+
+    def mean_std(o: dict[str, Any]) -> str:
+        return f"{o['mean']:.4f} ± {o['std']:.4f}"
+
     for ds in datasets:
         o = stats.get((ds, None, "non_dp_reference"))
         if o is not None:
-            acc = f"{o['mean']:.4f} ± {o['std']:.4f}" if o["ok"] else "—"
-            lines.append(f"| {ds} | ∞ | non-DP reference (no clipping/noise, not in RERR) | "
-                         f"{acc} | {o['ok']}/{o['n']} | — | {o['wall']:.1f} | "
-                         f"{o['evals']:.3g} | {o['trials']:.1f} |")
-            for f in o["failures"]:
-                notes.append(f"{ds} non-DP reference seed {f['seed']}: {f['status']}: "
-                             f"{_fmt_reason(f.get('reason', ''), 300)}")
+            row(ds, "∞", "non-DP reference (no clipping/noise, not in RERR)", o,
+                mean_std(o) if o["ok"] else "—", "—", f"{ds} non-DP reference")
         for eps in epsilons:
             o = stats.get((ds, eps, "oracle"))
             if o is not None:
-                acc = f"{o['mean']:.4f} ± {o['std']:.4f}" if o["ok"] else "—"
-                lines.append(f"| {ds} | {eps:g} | **oracle** (DP-SGD grid at full ε, selection "
-                             f"not counted) | {acc} | {o['ok']}/{o['n']} | 100% | "
-                             f"{o['wall']:.1f} | {o['evals']:.3g} | {o['trials']:.1f} |")
-                for f in o["failures"]:
-                    notes.append(f"{ds} ε={eps:g} oracle seed {f['seed']}: {f['status']}: "
-                                 f"{_fmt_reason(f.get('reason', ''), 300)}")
+                row(ds, f"{eps:g}", "**oracle** (DP-SGD grid at full ε, selection not counted)",
+                    o, mean_std(o) if o["ok"] else "—", "100%", f"{ds} ε={eps:g} oracle")
             for m in methods:
                 s = stats.get((ds, eps, m))
                 if s is None:
                     continue
                 if s["ok"]:
-                    acc = f"{s['mean']:.4f} ± {s['std']:.4f}"
+                    acc = mean_std(s)
                 else:
                     f0 = s["failures"][0]
                     acc = f"{f0['status']}: {_fmt_reason(f0.get('reason', ''))}"
                 r = rerr(stats, ds, eps, m)
                 rtxt = "—" if not math.isfinite(r) else f"{100 * r:.0f}%"
-                lines.append(f"| {ds} | {eps:g} | {m} | {acc} | {s['ok']}/{s['n']} | {rtxt} | "
-                             f"{s['wall']:.1f} | {s['evals']:.3g} | {s['trials']:.1f} |")
-                for f in s["failures"]:
-                    notes.append(f"{ds} ε={eps:g} {m} seed {f['seed']}: {f['status']}: "
-                                 f"{_fmt_reason(f.get('reason', ''), 300)}")
+                row(ds, f"{eps:g}", m, s, acc, rtxt, f"{ds} ε={eps:g} {m}")
     if notes:
         lines += ["", "Failures / refusals (every seed listed):", ""]
         lines += [f"* {n}" for n in notes]
