@@ -36,6 +36,7 @@ error that names the key and suggests the closest valid one. Schema (``?`` = opt
     budget: {epsilon: 8.0, delta: 1.0e-5}
     resources?: {cpu: 1, gpu: 0}     # per trial
     storage_path?: ./raydp_results   # local dir or NFS mount shared by every node
+    tensorboard?: false              # also write Tune's per-trial TensorBoard files
     ledger?:                         # omit: a dedicated ledger with exactly `budget`
       name: mnist1d-dataset          # shared dataset-level ledger actor (one per dataset)
       budget?: {epsilon: 16, delta: 1.0e-5}   # the dataset's total; default: `budget`
@@ -88,7 +89,7 @@ DOMAIN_KINDS = (
 )
 _TOP_KEYS = (
     "experiment", "seed", "data", "model", "search", "space", "budget", "resources",
-    "storage_path", "ledger",
+    "storage_path", "ledger", "tensorboard",
 )
 _DATA_KEYS = (
     "source", "size", "generator_seed", "uri", "feature_columns", "feature_column",
@@ -144,6 +145,12 @@ def _int(where: str, value: Any, minimum: int | None = None) -> int:
     if minimum is not None and value < minimum:
         raise ConfigError(f"{where} must be >= {minimum}, got {value!r}")
     return int(value)
+
+
+def _bool(where: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where} must be true or false, got {value!r}")
+    return value
 
 
 def _str(where: str, value: Any) -> str:
@@ -345,6 +352,7 @@ class ExperimentSpec:
     storage_path: str = "raydp_results"
     ledger: LedgerSpec | None = None
     source_path: str | None = None
+    tensorboard: bool = False
 
     @property
     def run_dir(self) -> Path:
@@ -476,6 +484,7 @@ def parse_experiment(raw: Any, *, source_path: str | None = None) -> ExperimentS
         storage_path=storage_path,
         ledger=LedgerSpec.parse(m["ledger"]) if m.get("ledger") is not None else None,
         source_path=source_path,
+        tensorboard=_bool("tensorboard", m.get("tensorboard", False)),
     )
     if spec.ledger is not None and spec.ledger.budget is not None and (
         spec.ledger.budget.delta != spec.budget.delta
@@ -705,6 +714,7 @@ def run_experiment(spec: ExperimentSpec, *, progress_interval_s: float = 5.0,
         search_kwargs=dict(spec.search.settings),
         max_concurrent_trials=spec.search.max_concurrent_trials,
         seed=spec.seed,
+        tensorboard=spec.tensorboard,
     )
     run_dir.mkdir(parents=True, exist_ok=True)
     journal = spec.ledger_journal()

@@ -14,6 +14,7 @@ restart without GCS fault tolerance). On a multi-node cluster put it on shared s
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -178,6 +179,13 @@ class LedgerHandle:
         ray.kill(self._actor, no_restart=True)
 
 
+@functools.cache
+def _remote_ledger_class() -> Any:
+    """The Ray actor class, made once per process: Ray exports (pickles and uploads) a remote
+    class the first time it is used, so a class made anew per call is exported anew."""
+    return ray.remote(_LedgerActor)
+
+
 def _reattach(name: str, namespace: str) -> LedgerHandle:
     return get_ledger(name, namespace=namespace)
 
@@ -223,7 +231,7 @@ def get_ledger(
     journal_path = Path(journal).expanduser().resolve() if journal else default_journal_path(
         name, namespace
     )
-    remote_cls = ray.remote(_LedgerActor).options(  # type: ignore[attr-defined]
+    remote_cls = _remote_ledger_class().options(
         name=name,
         namespace=namespace,
         lifetime="detached",

@@ -8,6 +8,8 @@
 * :class:`LedgerAuditCallback` — appends one JSON line per trial event (start, result,
   completion, error); completion and error lines carry the ledger's spend at that moment. It is a private
   artefact (it contains per-trial metrics), like Tune's experiment directory.
+* :class:`NoTensorBoardLogger` — takes the place of Tune's default TensorBoard logger, so that
+  a run writes no per-trial TensorBoard event files (see its docstring).
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from typing import Any
 
 import ray
 from ray.tune import Callback, Stopper
+from ray.tune.logger import LoggerCallback, TBXLoggerCallback
 
 from raydp_hpo.mechanisms import Mechanism
 
-__all__ = ["LedgerStopper", "LedgerAuditCallback", "BUDGET_EXHAUSTED_KEY"]
+__all__ = ["LedgerStopper", "LedgerAuditCallback", "NoTensorBoardLogger", "BUDGET_EXHAUSTED_KEY"]
 
 #: Result key a trial sets to True when the ledger refused its charge.
 BUDGET_EXHAUSTED_KEY = "raydp_budget_exhausted"
@@ -212,6 +215,34 @@ class LedgerAuditCallback(Callback):
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         self.record_spend(wait=True)
+
+
+class NoTensorBoardLogger(TBXLoggerCallback):
+    """Fills Tune's TensorBoard-logger slot and writes nothing.
+
+    Tune adds its CSV, JSON and TensorBoard loggers to every run unless a callback of the
+    same type is given (``ray.tune.utils.callback._create_default_callbacks``); the only other
+    switch, ``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS``, drops all three and is process-wide. An
+    instance of this subclass counts as the TensorBoard logger, so Tune adds none.
+
+    Why DPTuner leaves TensorBoard off by default: the event files repeat, per trial, the
+    unprivatised metrics already in Tune's ``result.json`` and ``progress.csv`` — one more
+    private artefact to guard — and opening a ``SummaryWriter`` for each trial costs Tune's
+    single-threaded controller ~5-7 ms per trial (measured, ``benchmarks/overhead.py``), more
+    than the ledger's admission. ``DPTuner(..., tensorboard=True)`` turns it back on.
+    """
+
+    def __init__(self) -> None:  # no tensorboardX import, no writers
+        LoggerCallback.__init__(self)
+
+    def log_trial_start(self, trial: Any) -> None:
+        pass
+
+    def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
+        pass
+
+    def log_trial_end(self, trial: Any, failed: bool = False) -> None:
+        pass
 
 
 def _ready(ref: ray.ObjectRef) -> bool:

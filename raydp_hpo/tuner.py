@@ -178,6 +178,10 @@ class DPTuner:
         search_kwargs: algorithm-specific keyword arguments (unknown ones raise).
         max_concurrent_trials: trials running at once.
         callbacks: extra ``ray.tune.Callback`` objects (progress display, logging).
+        tensorboard: also write Tune's per-trial TensorBoard event files (default ``False``:
+            they repeat the per-trial metrics of ``result.json``, a private artefact, and cost
+            Tune's controller ~5-7 ms per trial; see :class:`~raydp_hpo.tune_hooks.
+            NoTensorBoardLogger`). A ``TBXLoggerCallback`` in ``callbacks`` also turns it on.
         reuse_actors: reuse trial worker processes between trials (much less start-up time;
             each trial still builds its own model, RNGs and charge).
         seed: the searcher's seed. Default ``None``: fresh OS entropy. The searcher draws
@@ -206,6 +210,7 @@ class DPTuner:
         verbose: int = 0,
         callbacks: Sequence[Any] = (),
         reuse_actors: bool = True,
+        tensorboard: bool = False,
     ) -> None:
         from trainables.data import DataSplits
 
@@ -236,6 +241,7 @@ class DPTuner:
         self._verbose = verbose
         self._callbacks = list(callbacks)
         self._reuse_actors = bool(reuse_actors)
+        self._tensorboard = bool(tensorboard)
 
     @property
     def experiment(self) -> str:
@@ -405,8 +411,9 @@ class DPTuner:
     def _fit(self, ledger: LedgerHandle, dedicated: Adaptivity | None, *, resume: bool
              ) -> DPResult:
         from ray import tune
+        from ray.tune.logger import TBXLoggerCallback
 
-        from raydp_hpo.tune_hooks import LedgerAuditCallback, LedgerStopper
+        from raydp_hpo.tune_hooks import LedgerAuditCallback, LedgerStopper, NoTensorBoardLogger
 
         searcher = self._build_searcher(ledger, dedicated)
         self._check_selection_inputs(searcher)
@@ -425,11 +432,16 @@ class DPTuner:
             if plan.per_trial_charges or overlap_start
             else None
         )
+        callbacks = [LedgerAuditCallback(ledger, exp_dir / "audit.jsonl"), *self._callbacks]
+        if not self._tensorboard and not any(
+            isinstance(c, TBXLoggerCallback) for c in self._callbacks
+        ):
+            callbacks.append(NoTensorBoardLogger())
         run_config = tune.RunConfig(
             name="tune",
             storage_path=str(exp_dir),
             stop=stopper,
-            callbacks=[LedgerAuditCallback(ledger, exp_dir / "audit.jsonl"), *self._callbacks],
+            callbacks=callbacks,
             verbose=self._verbose,
             failure_config=tune.FailureConfig(max_failures=0),
         )

@@ -111,6 +111,7 @@ _DELETE = object()
         ("seed", "zero", "integer"),
         ("experiment", _DELETE, "needs the key 'experiment'"),
         ("storage_path", "s3://bucket/x", "mounted shared file system"),
+        ("tensorboard", "yes", "tensorboard must be true or false"),
         ("ledger", {"name": "x", "budget": {"epsilon": 9, "delta": 1e-6}}, "one δ"),
     ],
 )

@@ -39,6 +39,9 @@ def test_random_stopping_end_to_end(ray_session, data, tmp_path: Path) -> None:
     tuner = DPTuner(None, SPACE, "random_stopping", budget, data=data, storage_path=tmp_path,
                     experiment=f"rs-{uuid.uuid4().hex[:6]}", search_kwargs={"mean": 2.0})
     result = tuner.fit()
+    trial_files = list((Path(result.experiment_path) / "tune").rglob("*"))
+    assert any(p.name == "result.json" for p in trial_files)  # Tune's JSON and CSV logs stay
+    assert not any(p.name.startswith("events.out.tfevents") for p in trial_files)  # no TB
     cert = result.certificate
     # exactly one charge: the whole Papernot–Steinke plan, admitted before any trial
     assert len(cert.charges) == 1 and cert.charges[0][0].endswith("/plan")
@@ -54,6 +57,15 @@ def test_random_stopping_end_to_end(ray_session, data, tmp_path: Path) -> None:
     assert set(public) == {"hyperparameters", "checkpoint_path", "budget_exhausted",
                            "certificate", "evaluation"}
     assert public["evaluation"]["covered_by_certificate"] is False
+
+
+def test_tensorboard_is_opt_in(ray_session, data, tmp_path: Path) -> None:
+    space = {**SPACE, "lr": tune.grid_search([0.1, 0.3]), "noise_multiplier": 3.0}
+    result = DPTuner(None, space, "grid_composed", PrivacyBudget(8.0, 1e-5), data=data,
+                     storage_path=tmp_path, experiment=f"tb-{uuid.uuid4().hex[:6]}",
+                     tensorboard=True).fit()
+    events = list((Path(result.experiment_path) / "tune").rglob("events.out.tfevents*"))
+    assert len(events) == 2  # one event file per trial, as plain Tune writes
 
 
 def test_budget_too_small_fails_before_any_trial(ray_session, data, tmp_path: Path) -> None:
