@@ -49,6 +49,7 @@ _EXPORTS: dict[str, str] = {
     "Optimizer": "raydp_hpo.trial_privacy",
     "DPSGDPrivacy": "raydp_hpo.trial_privacy",
     "privacy_from_config": "raydp_hpo.trial_privacy",
+    "RaydpSettings": "raydp_hpo.trial_settings",
     # ledger
     "Adaptivity": "raydp_hpo.ledger",
     "PrivacyLedger": "raydp_hpo.ledger",
@@ -58,6 +59,7 @@ _EXPORTS: dict[str, str] = {
     "LedgerHandle": "raydp_hpo.ledger_actor",
     "LedgerStopper": "raydp_hpo.tune_hooks",
     "LedgerAuditCallback": "raydp_hpo.tune_hooks",
+    "NoTensorBoardLogger": "raydp_hpo.tune_hooks",
     # orchestration
     "DPTuner": "raydp_hpo.tuner",
     "DPResult": "raydp_hpo.tuner",

@@ -6,7 +6,8 @@ charges ``plan.mechanism`` to the privacy ledger under the id ``f"{experiment}/p
 then starts Ray Tune with ``search_alg=searcher, num_samples=-1``.
 
 Searchers talk to trials only through the trial config: the sampled hyperparameters plus the
-reserved key ``"raydp"`` (see :meth:`DPSearcher.suggest`). They never import ``trainables``.
+reserved key ``"raydp"``, a :class:`~raydp_hpo.trial_settings.RaydpSettings` (see
+:meth:`DPSearcher.suggest`). They never import ``trainables``.
 
 Privacy-relevant hyperparameters (those read by :func:`raydp_hpo.trial_privacy.
 privacy_from_config`: ``noise_multiplier``, ``target_epsilon``, ``target_delta``, ``mu``,
@@ -17,7 +18,7 @@ of RDP curves; Papernot & Steinke 2022, Sec. 3.5). When the space sets no noise 
 searcher calibrates one ``noise_multiplier`` so that the plan is admissible.
 
 **Selection scores are releases.** Every trial whose validation score feeds a selection gets
-``config["raydp"]["score_epsilon"] = ε_s`` (the searcher's ``score_epsilon``): it reports its
+``config["raydp"].score_epsilon = ε_s`` (the searcher's ``score_epsilon``): it reports its
 final score with Laplace noise and its mechanism is ``trial_mechanism(training, ε_s)``
 (:mod:`raydp_hpo.trial_privacy`), so every base and plan that covers such a trial contains the
 ``Laplace(ε_s)`` part. Trials whose score no selection reads (final runs) or whose score the
@@ -52,6 +53,7 @@ from raydp_hpo.trial_privacy import (
     privacy_from_config,
     trial_mechanism,
 )
+from raydp_hpo.trial_settings import RAYDP_KEY, RaydpSettings
 
 __all__ = [
     "RESERVED_KEY",
@@ -65,7 +67,7 @@ __all__ = [
 ]
 
 #: The config key carrying the privacy contract of a trial; never part of a release.
-RESERVED_KEY = "raydp"
+RESERVED_KEY = RAYDP_KEY
 #: Keys read by :func:`raydp_hpo.trial_privacy.privacy_from_config`.
 PRIVACY_KEYS: tuple[str, ...] = (
     "noise_multiplier",
@@ -88,7 +90,7 @@ MAX_NOISE_MULTIPLIER = 1e4
 
 
 class Phase:
-    """Values of ``config["raydp"]["phase"]``."""
+    """Values of ``config["raydp"].phase``."""
 
     TUNE = "tune"
     FINAL = "final"
@@ -509,20 +511,20 @@ class DPSearcher(Searcher, abc.ABC):
         charge: bool = False,
         covered: bool = True,
         nonprivate: bool = False,
-    ) -> dict[str, Any]:
-        return {
-            "ledger": self._ledger_name,
-            "namespace": self._namespace,
-            "experiment": self._experiment,
-            "charge": charge,
-            "charge_id": self.charge_id(trial_id),
-            "covered_by": self.plan_charge_id if covered else None,
-            "base": None if base is None else mechanism_to_dict(base),
-            "data_view": data_view,
-            "nonprivate": nonprivate,
-            "phase": phase,
-            "score_epsilon": score_epsilon,
-        }
+    ) -> RaydpSettings:
+        return RaydpSettings(
+            ledger=self._ledger_name,
+            namespace=self._namespace,
+            experiment=self._experiment,
+            charge=charge,
+            charge_id=self.charge_id(trial_id),
+            covered_by=self.plan_charge_id if covered else None,
+            base=None if base is None else mechanism_to_dict(base),
+            data_view=data_view,
+            nonprivate=nonprivate,
+            phase=phase,
+            score_epsilon=score_epsilon,
+        )
 
     def _issue(self, trial_id: str, config: dict[str, Any]) -> dict[str, Any]:
         self._configs[trial_id] = config

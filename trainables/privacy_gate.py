@@ -1,6 +1,7 @@
 """The privacy gate: a trial is admitted by the ledger before it touches any data.
 
-A trial reads ``config["raydp"]`` (keys in :class:`RaydpSettings`) and, before training:
+A trial reads ``config["raydp"]`` (a :class:`~raydp_hpo.trial_settings.RaydpSettings`, or a
+dict with its keys) and, before training:
 
 * ``charge=True`` — charges its own mechanism under a fresh attempt id
   ``"<charge_id>/attempt-<k>"`` (k = the smallest unused attempt number). A Ray Tune retry from
@@ -18,77 +19,13 @@ check raises :class:`~raydp_hpo.errors.RayDPHPOError`; nothing is trained in eit
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 from raydp_hpo.mechanisms import Mechanism, mechanism_from_dict, mechanism_to_dict
+from raydp_hpo.trial_settings import RaydpSettings
 
 __all__ = ["RaydpSettings", "admit", "resolve_ledger"]
-
-_KEYS = {
-    "ledger",
-    "namespace",
-    "experiment",
-    "charge",
-    "charge_id",
-    "covered_by",
-    "base",
-    "data_view",
-    "nonprivate",
-    "phase",  # "tune" or "final": informational, set by the searcher
-    "score_epsilon",  # ε of the Laplace-noised final validation score, or None
-}
-
-
-@dataclass(frozen=True)
-class RaydpSettings:
-    """The validated ``config["raydp"]`` block."""
-
-    ledger: str | None = None
-    namespace: str = "raydp_hpo"
-    experiment: str = "default"
-    charge: bool = False
-    charge_id: str | None = None
-    covered_by: str | None = None
-    base: dict[str, Any] | None = None
-    data_view: dict[str, Any] | None = None
-    nonprivate: bool = False
-    phase: str = "tune"
-    score_epsilon: float | None = None
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> RaydpSettings:
-        raw = config.get("raydp") or {}
-        if not isinstance(raw, Mapping):
-            raise InvalidParameterError(f"config['raydp'] must be a dict, got {raw!r}")
-        unknown = set(raw) - _KEYS
-        if unknown:
-            raise InvalidParameterError(
-                f"unknown config['raydp'] keys {sorted(unknown)}; known: {sorted(_KEYS)}"
-            )
-        s = cls(**{k: v for k, v in raw.items() if v is not None or k in ("ledger",)})
-        if s.charge and not s.charge_id:
-            raise InvalidParameterError("config['raydp']['charge'] is true but charge_id is empty")
-        if s.charge and s.covered_by:
-            raise InvalidParameterError("set either raydp.charge or raydp.covered_by, not both")
-        if s.covered_by and s.base is None and not s.nonprivate:
-            raise InvalidParameterError("raydp.covered_by needs raydp.base (the plan's mechanism)")
-        if s.score_epsilon is not None:
-            from raydp_hpo._validation import positive_float
-
-            object.__setattr__(
-                s, "score_epsilon", positive_float("raydp.score_epsilon", s.score_epsilon)
-            )
-        if s.nonprivate and s.charge:
-            raise InvalidParameterError("a nonprivate run cannot charge the ledger")
-        return s
-
-    @property
-    def needs_ledger(self) -> bool:
-        return self.charge or self.covered_by is not None
-
 
 def resolve_ledger(settings: RaydpSettings, ledger: Any | None) -> Any | None:
     """The ledger passed in, else the named ledger actor (Ray must be initialised)."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
+from raydp_hpo.trial_settings import RaydpSettings
 from trainables.data import DataSplits
 from trainables.training import train_dp
 
@@ -37,8 +38,8 @@ def dp_trainable(config: dict[str, Any], data: DataSplits | None = None) -> None
         raise InvalidParameterError(
             "dp_trainable needs data; build it with make_trainable(data) or with_data(data)"
         )
-    raydp = config.get("raydp") or {}
-    if not (raydp.get("charge") or raydp.get("covered_by") or raydp.get("nonprivate")):
+    settings = RaydpSettings.from_config(config)
+    if not (settings.needs_ledger or settings.nonprivate):
         raise RayDPHPOError(
             "a Tune trial must be accounted: set config['raydp'] with charge=True, covered_by="
             "<plan charge id> or nonprivate=True (oracle baseline)"
@@ -61,7 +62,7 @@ def dp_trainable(config: dict[str, Any], data: DataSplits | None = None) -> None
                 checkpoint_dir=ckpt_dir,
                 resume_from=resume,
                 device=_device(),
-                owner=f"{raydp.get('experiment', 'default')}:trial:{trial_id}",
+                owner=f"{settings.experiment}:trial:{trial_id}",
             )
 
         if restored is None:

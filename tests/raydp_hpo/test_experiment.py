@@ -38,6 +38,9 @@ def test_example_file_parses_into_frozen_specs() -> None:
     assert spec.search.algorithm == "random_stopping"
     assert spec.search.settings == {"distribution": "geometric", "mean": 2}
     assert spec.ledger is None
+    assert spec.tensorboard is False  # Tune's per-trial TensorBoard files: opt-in
+    assert parse_experiment({**yaml.safe_load(EXAMPLE.read_text()), "tensorboard": True}
+                            ).tensorboard is True
     assert spec.run_dir == Path(spec.storage_path) / "mnist1d-small"
     with pytest.raises(AttributeError):
         spec.experiment = "x"  # type: ignore[misc]

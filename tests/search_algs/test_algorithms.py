@@ -76,7 +76,7 @@ def test_random_stopping_score_part_costs_privacy() -> None:
     assert a._calibrated_sigma > b._calibrated_sigma  # type: ignore[operator]  # noqa: SLF001
     assert a.plan_epsilon() <= BUDGET.epsilon and b.plan_epsilon() <= BUDGET.epsilon
     cfg = a.suggest("t0")
-    assert isinstance(cfg, dict) and cfg["raydp"]["score_epsilon"] == DEFAULT_SCORE_EPSILON
+    assert isinstance(cfg, dict) and cfg["raydp"].score_epsilon == DEFAULT_SCORE_EPSILON
 
 
 def test_random_stopping_worst_case_over_privacy_grid() -> None:
@@ -197,7 +197,7 @@ def _run_transfer(optimizer: str) -> tuple[list[dict], dict]:
                 s.on_trial_complete(f"t{j}", {"acc": c["lr"]})
             continue
         assert isinstance(cfg, dict)
-        if cfg["raydp"]["phase"] == "final":
+        if cfg["raydp"].phase == "final":
             assert s.suggest("x") == Searcher.FINISHED
             return tuning, cfg
         tuning.append(cfg)
@@ -207,15 +207,15 @@ def _run_transfer(optimizer: str) -> tuple[list[dict], dict]:
 @pytest.mark.parametrize(("optimizer", "factor"), [("sgd", 10.0), ("momentum", 10.0), ("adam", 1.0)])
 def test_subsampled_transfer_lr_rule_and_views(optimizer: str, factor: float) -> None:
     tuning, final = _run_transfer(optimizer)
-    assert all(c["raydp"]["data_view"]["kind"] == "subsample" for c in tuning)
-    assert all(c["raydp"]["score_epsilon"] == DEFAULT_SCORE_EPSILON for c in tuning)
-    assert final["raydp"]["score_epsilon"] is None  # no selection reads the final score
+    assert all(c["raydp"].data_view["kind"] == "subsample" for c in tuning)
+    assert all(c["raydp"].score_epsilon == DEFAULT_SCORE_EPSILON for c in tuning)
+    assert final["raydp"].score_epsilon is None  # no selection reads the final score
     train = SubsampledGaussian(1.2, 0.01, 100)
-    assert mechanism_from_dict(final["raydp"]["base"]) == train
-    assert mechanism_from_dict(tuning[0]["raydp"]["base"]) == trial_mechanism(
+    assert mechanism_from_dict(final["raydp"].base) == train
+    assert mechanism_from_dict(tuning[0]["raydp"].base) == trial_mechanism(
         train, DEFAULT_SCORE_EPSILON)
-    view = final["raydp"]["data_view"]
-    assert view["kind"] == "complement" and view["seed"] == tuning[0]["raydp"]["data_view"]["seed"]
+    view = final["raydp"].data_view
+    assert view["kind"] == "complement" and view["seed"] == tuning[0]["raydp"].data_view["seed"]
     best = max(tuning, key=lambda c: c["lr"])
     assert final["lr"] == pytest.approx(best["lr"] * factor, rel=1e-12)  # x n/m = 1/q, or x 1
     for key in ("noise_multiplier", "sample_rate", "epochs"):

@@ -98,7 +98,7 @@ def test_lifecycle_finishes_with_release(make: Callable[..., DPSearcher]) -> Non
         assert rel.trial_id in ids
         assert rel.trial_id is not None
     for cfg in configs:
-        r = cfg["raydp"]
+        r = cfg["raydp"].to_dict()
         assert set(r) == {"ledger", "namespace", "experiment", "charge", "charge_id",
                           "covered_by", "base", "data_view", "nonprivate", "phase",
                           "score_epsilon"}
@@ -140,7 +140,7 @@ def test_score_epsilon_in_raydp_blocks_per_phase(
     _, configs = drive(s)
     phases = set()
     for cfg in configs:
-        r = cfg["raydp"]
+        r = cfg["raydp"].to_dict()
         phases.add(r["phase"])
         assert r["score_epsilon"] == expected_score_epsilon(s, r["phase"]), r["phase"]
     assert phases  # every searcher issued trials
@@ -156,7 +156,7 @@ def test_private_trials_are_covered_by_base(
     _, configs = drive(s)
     checked = 0
     for cfg in configs:
-        r = cfg["raydp"]
+        r = cfg["raydp"].to_dict()
         if r["nonprivate"] or r["base"] is None:
             continue
         public = {k: v for k, v in cfg.items() if k != "raydp"}
@@ -185,7 +185,7 @@ def test_per_trial_charges_include_the_score(make: Callable[..., DPSearcher]) ->
     declared = [
         trial_mechanism(
             privacy_from_config({k: v for k, v in c.items() if k != "raydp"}, N).mechanism(),
-            c["raydp"]["score_epsilon"],
+            c["raydp"].score_epsilon,
         )
         for c in configs
     ]
@@ -235,7 +235,7 @@ def test_failed_trial_is_not_retried(make: Callable[..., DPSearcher]) -> None:
     assert isinstance(cfg, dict)
     s.on_trial_complete("t0", None, error=True)
     nxt = s.suggest("t1")
-    assert nxt == Searcher.FINISHED or (isinstance(nxt, dict) and nxt["raydp"]["charge_id"] == "exp/t1")
+    assert nxt == Searcher.FINISHED or (isinstance(nxt, dict) and nxt["raydp"].charge_id == "exp/t1")
 
 
 def test_reserved_key_in_space_is_refused(make: Callable[..., DPSearcher]) -> None:

@@ -72,15 +72,15 @@ def test_linear_scaling_plan_composes_noisy_sweep_scores() -> None:
                                DEFAULT_ORDERS * s.total_mu**2 / 2 + lap, rtol=1e-12)
     cfgs = [s.suggest(f"t{i}") for i in range(6)]
     for i, c in enumerate(cfgs):
-        assert isinstance(c, dict) and c["raydp"]["score_epsilon"] == DEFAULT_SCORE_EPSILON
-        base = mechanism_from_dict(c["raydp"]["base"])
+        assert isinstance(c, dict) and c["raydp"].score_epsilon == DEFAULT_SCORE_EPSILON
+        base = mechanism_from_dict(c["raydp"].base)
         assert base == trial_mechanism(Gaussian(1 / s._mus[i // 3], 1), DEFAULT_SCORE_EPSILON)  # noqa: SLF001
         declared = trial_mechanism(privacy_from_config(c, N).mechanism(), DEFAULT_SCORE_EPSILON)
         assert is_covered(declared, base)
         s.on_trial_complete(f"t{i}", {"acc": 0.1 * i})
     final = s.suggest("t6")
-    assert isinstance(final, dict) and final["raydp"]["score_epsilon"] is None
-    assert mechanism_from_dict(final["raydp"]["base"]) == Gaussian(1 / muf, 1)
+    assert isinstance(final, dict) and final["raydp"].score_epsilon is None
+    assert mechanism_from_dict(final["raydp"].base) == Gaussian(1 / muf, 1)
 
 
 def test_linear_scaling_subsampled_includes_scores() -> None:
@@ -100,7 +100,7 @@ def test_linear_scaling_fit_and_final_run() -> None:
         assert c["lr"] <= 1.0 and 10 <= c["epochs"] <= 100
         s.on_trial_complete(f"t{i}", {"acc": [0.1, 0.2, 0.3, 0.1][i]})
     final = s.suggest("t4")
-    assert isinstance(final, dict) and final["raydp"]["phase"] == "final"
+    assert isinstance(final, dict) and final["raydp"].phase == "final"
     fit = s._fit_result  # noqa: SLF001
     r1 = cfgs[1]["lr"] * cfgs[1]["epochs"]  # type: ignore[index]
     r2 = cfgs[2]["lr"] * cfgs[2]["epochs"]  # type: ignore[index]
@@ -150,14 +150,14 @@ def test_svt_selects_the_clearly_best_candidate() -> None:
     cfgs = [s.suggest(f"t{i}") for i in range(3)]
     assert s.suggest("t3") is None
     for i, c in enumerate(cfgs):
-        assert isinstance(c, dict) and c["raydp"]["data_view"]["kind"] == "partitions"
-        assert c["raydp"]["nonprivate"] is True
-        assert c["raydp"]["score_epsilon"] is None  # the AboveThreshold noise covers u_s
+        assert isinstance(c, dict) and c["raydp"].data_view["kind"] == "partitions"
+        assert c["raydp"].nonprivate is True
+        assert c["raydp"].score_epsilon is None  # the AboveThreshold noise covers u_s
         s.on_trial_complete(f"t{i}", {"acc": util[c["lr"]]})
     final = s.suggest("t3")
-    assert isinstance(final, dict) and final["raydp"]["data_view"] == {"kind": "full"}
+    assert isinstance(final, dict) and final["raydp"].data_view == {"kind": "full"}
     assert final["lr"] == 0.1  # kϵ = 100: noise scales 0.02/0.04, utility gap 0.6
-    assert final["raydp"]["score_epsilon"] is None
+    assert final["raydp"].score_epsilon is None
     s.on_trial_complete("t3", {"acc": 0.9})
     assert s.suggest("t4") == Searcher.FINISHED and s.release().trial_id == "t3"
 
@@ -218,7 +218,7 @@ def test_grid_composed_charges_include_the_score() -> None:
     assert s.composed_mechanism() == Composition(
         tuple([Composition((train, Laplace(DEFAULT_SCORE_EPSILON)))] * 3))
     c0 = s.suggest("t0")
-    assert isinstance(c0, dict) and c0["raydp"]["score_epsilon"] == DEFAULT_SCORE_EPSILON
+    assert isinstance(c0, dict) and c0["raydp"].score_epsilon == DEFAULT_SCORE_EPSILON
     public = GridSearchComposed({**GRID, "noise_multiplier": 1.5}, score_epsilon=None,
                                 **{**KW, "budget": PrivacyBudget(20.0, 1e-5)})
     assert public.composed_mechanism() == Composition((train,) * 3)  # the old plan
@@ -234,7 +234,7 @@ def test_grid_composed_calibrates_whole_grid_and_stops_on_refusal() -> None:
     assert len(comp.mechanisms) == 3 and s.privacy_plan().mechanism is None
     assert epsilon(comp, BUDGET.delta, Accountant.RDP) <= BUDGET.epsilon
     c0 = s.suggest("t0")
-    assert isinstance(c0, dict) and c0["raydp"]["charge"] is True
+    assert isinstance(c0, dict) and c0["raydp"].charge is True
     s.on_trial_complete("t0", {"acc": 0.4})
     s.suggest("t1")
     s.on_trial_complete("t1", None, error=True)  # the ledger refused it
@@ -251,7 +251,7 @@ def test_one_shot_plan_is_one_run_at_the_budget() -> None:
                                   "sample_rate": 0.01}, score_epsilon=None, **KW)
     assert public.privacy_plan().mechanism == plan.mechanism
     cfg = s.suggest("t0")
-    assert isinstance(cfg, dict) and cfg["raydp"]["score_epsilon"] is None
+    assert isinstance(cfg, dict) and cfg["raydp"].score_epsilon is None
     assert 0.99 * BUDGET.epsilon <= s.plan_epsilon() <= BUDGET.epsilon  # σ tolerance 1e-3
     with pytest.raises(SearchSpaceError, match="'epochs'.*continuous"):
         OneShotRandomSearch({"epochs": tune.uniform(1, 2), "sample_rate": 0.01}, **KW)

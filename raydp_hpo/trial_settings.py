@@ -1,0 +1,104 @@
+"""The privacy contract between a searcher and its trials: ``config["raydp"]``.
+
+A searcher puts one :class:`RaydpSettings` into every trial config it suggests, under the
+reserved key ``"raydp"``; the trial's privacy gate (:mod:`trainables.privacy_gate`) reads it
+with :meth:`RaydpSettings.from_config` before touching any data. Hand-written configs may give
+the same block as a plain dict with these keys.
+
+Why an object and not a dict: Ray Tune flattens every dict in a config into separate keys of
+every result row, CSV column, ``params.json`` and the dataframes it builds when a run ends.
+The eleven keys of this block made that bookkeeping a measurable part of a short trial's cost
+(``benchmarks/overhead.py``); as one object it is one value, written as its ``repr``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from raydp_hpo.errors import InvalidParameterError
+
+__all__ = ["RaydpSettings", "RAYDP_KEY"]
+
+#: The reserved config key of the block.
+RAYDP_KEY = "raydp"
+
+
+@dataclass(frozen=True)
+class RaydpSettings:
+    """The validated ``config["raydp"]`` block of one trial.
+
+    Attributes:
+        ledger, namespace: the ledger actor the trial checks or charges.
+        experiment: the experiment name (prefix of charge ids).
+        charge: the trial charges its own mechanism under ``charge_id`` (an attempt suffix is
+            added, so a fresh start always pays; see :func:`trainables.privacy_gate.admit`).
+        covered_by: the plan charge id that covers the trial (its mechanism must be
+            RDP-dominated by ``base``, the plan's per-trial mechanism as a dict).
+        data_view: which part of the training data the trial sees (``{"kind": "full"}``, a
+            subsample, partitions, ...).
+        nonprivate: no noise, no clipping; only under a plan that privatises the trial's
+            outputs itself (SVT), or for the non-private oracle baseline.
+        phase: ``"tune"`` or ``"final"`` (informational).
+        score_epsilon: ε of the Laplace-noised final validation score, or ``None`` (the
+            score is not read by any selection, or the validation split is public).
+    """
+
+    ledger: str | None = None
+    namespace: str = "raydp_hpo"
+    experiment: str = "default"
+    charge: bool = False
+    charge_id: str | None = None
+    covered_by: str | None = None
+    base: dict[str, Any] | None = None
+    data_view: dict[str, Any] | None = None
+    nonprivate: bool = False
+    phase: str = "tune"
+    score_epsilon: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.charge and not self.charge_id:
+            raise InvalidParameterError("config['raydp']['charge'] is true but charge_id is empty")
+        if self.charge and self.covered_by:
+            raise InvalidParameterError("set either raydp.charge or raydp.covered_by, not both")
+        if self.covered_by and self.base is None and not self.nonprivate:
+            raise InvalidParameterError("raydp.covered_by needs raydp.base (the plan's mechanism)")
+        if self.score_epsilon is not None:
+            from raydp_hpo._validation import positive_float
+
+            object.__setattr__(
+                self, "score_epsilon",
+                positive_float("raydp.score_epsilon", self.score_epsilon),
+            )
+        if self.nonprivate and self.charge:
+            raise InvalidParameterError("a nonprivate run cannot charge the ledger")
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> RaydpSettings:
+        """The block of ``config``: a :class:`RaydpSettings` as is, or a dict validated into one
+        (unknown keys are errors; ``None`` values mean the default). No block: the defaults
+        (an unaccounted run)."""
+        raw = config.get(RAYDP_KEY) or {}
+        if isinstance(raw, cls):
+            return raw
+        if not isinstance(raw, Mapping):
+            raise InvalidParameterError(
+                f"config['raydp'] must be a RaydpSettings or a dict, got {raw!r}"
+            )
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(raw) - known
+        if unknown:
+            raise InvalidParameterError(
+                f"unknown config['raydp'] keys {sorted(unknown)}; known: {sorted(known)}"
+            )
+        return cls(**{k: v for k, v in raw.items() if v is not None or k == "ledger"})
+
+    @property
+    def needs_ledger(self) -> bool:
+        return self.charge or self.covered_by is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The block as a plain dict (every key)."""
+        return dataclasses.asdict(self)
