@@ -228,7 +228,7 @@ class NoTensorBoardLogger(TBXLoggerCallback):
     Why DPTuner leaves TensorBoard off by default: the event files repeat, per trial, the
     unprivatised metrics already in Tune's ``result.json`` and ``progress.csv`` — one more
     private artefact to guard — and opening a ``SummaryWriter`` for each trial costs Tune's
-    single-threaded controller ~5-7 ms per trial (measured, ``benchmarks/overhead.py``), more
+    single-threaded controller ~4-7 ms per trial (measured, ``benchmarks/overhead.py``), more
     than the ledger's admission. ``DPTuner(..., tensorboard=True)`` turns it back on.
     """
 

@@ -180,7 +180,7 @@ class DPTuner:
         callbacks: extra ``ray.tune.Callback`` objects (progress display, logging).
         tensorboard: also write Tune's per-trial TensorBoard event files (default ``False``:
             they repeat the per-trial metrics of ``result.json``, a private artefact, and cost
-            Tune's controller ~5-7 ms per trial; see :class:`~raydp_hpo.tune_hooks.
+            Tune's controller ~4-7 ms per trial; see :class:`~raydp_hpo.tune_hooks.
             NoTensorBoardLogger`). A ``TBXLoggerCallback`` in ``callbacks`` also turns it on.
         reuse_actors: reuse trial worker processes between trials (much less start-up time;
             each trial still builds its own model, RNGs and charge).
