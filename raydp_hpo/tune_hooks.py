@@ -6,7 +6,7 @@
   every ``poll_interval_s``. Stopping a Tune experiment this way kills running trials
   abruptly; their privacy was admitted before they started, so nothing is lost.
 * :class:`LedgerAuditCallback` — appends one JSON line per trial event (start, result,
-  completion, error); completion and error lines carry the ledger's spend at that moment. It is a private
+  completion, error) and ``spend`` lines with the ledger's spend over time. It is a private
   artefact (it contains per-trial metrics), like Tune's experiment directory.
 * :class:`NoTensorBoardLogger` — takes the place of Tune's default TensorBoard logger, so that
   a run writes no per-trial TensorBoard event files (see its docstring).
