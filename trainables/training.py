@@ -58,6 +58,7 @@ __all__ = [
     "train_dp",
     "declared_privacy",
     "load_checkpoint",
+    "training_sets",
     "CHECKPOINT_FILE",
     "CHECKPOINT_META",
 ]
@@ -373,10 +374,9 @@ def train_dp(
         else 1e-5
     )
     dev = _pick_device(device)
-    trains = select_view(data.train, settings.data_view)
     runners = [
-        _Runner(config, _truncate(t, n_declared, settings), privacy, settings.nonprivate, i, dev)
-        for i, t in enumerate(trains)
+        _Runner(config, t, privacy, settings.nonprivate, i, dev)
+        for i, t in enumerate(training_sets(data.train, settings))
     ]
     history: list[dict[str, Any]] = []
     start_epoch = 0
@@ -465,9 +465,10 @@ def train_dp(
     )
 
 
-def _truncate(train: Dataset, n: int, settings: RaydpSettings) -> Dataset:
-    """For ``"partitions"``, drop at most one record per partition so every partition has the
-    declared size n (q·n expected batch size and identical mechanisms)."""
-    if len(train) == n or settings.data_view is None:
-        return train
-    return train.subset(np.arange(n))
+def training_sets(train: Dataset, settings: RaydpSettings) -> list[Dataset]:
+    """The records each model of a trial trains on (one set per model), exactly as
+    :func:`train_dp` uses them: the trial's data view of the training split, each partition
+    trimmed to the smallest partition's size."""
+    sets = select_view(train, settings.data_view)
+    n = min(len(d) for d in sets)
+    return [d if len(d) == n else d.subset(np.arange(n)) for d in sets]
