@@ -13,17 +13,20 @@ use them to implement their data-splitting schemes:
 * ``{"kind": "complement", "rate": q, "seed": s}`` — X \\ X₁ for the *same* draw (the final
   run of Koskela & Kulkarni trains on the rest).
 * ``{"kind": "partition", "index": i, "num_partitions": k, "seed": s}`` — the i-th of k
-  disjoint uniformly random partitions (sizes differ by at most one).
+  disjoint random partitions (each record independently and uniformly; sizes are random).
 * ``{"kind": "partitions", "num_partitions": k, "seed": s}`` — all k partitions; the trainable
   trains one model per partition and reports the mean validation accuracy (Ding et al.:
   each record affects one model only, so by parallel composition the round costs one
   model's mechanism).
 
-Dataset sizes are treated as public (as in every DP-SGD accountant); the records are not.
+The realised sizes of splits, subsamples and partitions are private, like the records: the
+privacy accounting and every normaliser use declared public sizes instead (DESIGN.md,
+"Secrets and neighbouring datasets"). The secret ``seed`` of a view has no default.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +42,7 @@ __all__ = [
     "load_digits",
     "load_mnist1d",
     "split",
+    "record_uniforms",
     "select_view",
     "view_kind",
 ]
@@ -294,10 +298,42 @@ def load_mnist1d(num_samples: int = 5000, seed: int = 42) -> Dataset:
 # -- splits and views --------------------------------------------------------------------
 
 
+def record_uniforms(dataset: Dataset, seed: int, purpose: bytes = b"split") -> np.ndarray:
+    """u_i ∈ [0, 1) for every record: a keyed hash (BLAKE2b, key = ``seed``, personalised by
+    ``purpose`` so that splits and partitions are independent) of the record's own bytes
+    (features and label), so u_i depends on record i alone — not on its position or on the
+    other records."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InvalidParameterError(f"split seed must be an integer >= 0, got {seed!r}")
+    key = int(seed).to_bytes(16, "little") if seed < 2**128 else None
+    if key is None:
+        raise InvalidParameterError(f"split seed must be < 2**128, got {seed!r}")
+    x = dataset.features.reshape(len(dataset), -1)
+    y = dataset.labels
+    out = np.empty(len(dataset), dtype=np.float64)
+    for i in range(len(dataset)):
+        digest = hashlib.blake2b(
+            x[i].tobytes() + y[i].tobytes(), digest_size=8, key=key, person=purpose
+        ).digest()
+        out[i] = int.from_bytes(digest, "little") / 2.0**64
+    return out
+
+
 def split(
     dataset: Dataset, val_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0
 ) -> DataSplits:
-    """Uniformly random train / val / test split (sizes ⌊n·f⌋ for val and test)."""
+    """Stable train / validation / test split: record i goes to validation if u_i < f_val, to
+    test if f_val ≤ u_i < f_val + f_test, else to training, with u_i = :func:`record_uniforms`.
+
+    Each record's split is a function of that record (and the public split ``seed``) alone,
+    so adding or removing one record changes exactly one split, by that record — what every
+    bound of this project assumes for add/remove-one neighbours (DESIGN.md, "Secrets and
+    neighbouring datasets"). A permutation-based split would move many records between splits
+    when one record is added. The split sizes are therefore random (multinomial) and, like the
+    records, private: code that needs a size uses a declared public one. The ``seed`` is
+    public (it makes the split reproducible; no guarantee relies on it being secret). Records
+    keep their original order within each split.
+    """
     for name, f in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
         if not 0.0 <= f < 1.0:
             raise InvalidParameterError(f"{name} must be in [0, 1), got {name}={f!r}")
@@ -308,12 +344,14 @@ def split(
     n = len(dataset)
     if n == 0:
         raise DataValidationError("cannot split an empty dataset")
-    perm = np.random.default_rng(seed).permutation(n)
-    n_val, n_test = int(n * val_fraction), int(n * test_fraction)
+    u = record_uniforms(dataset, seed)
+    is_val = u < val_fraction
+    is_test = ~is_val & (u < val_fraction + test_fraction)
+    is_train = ~(is_val | is_test)
     return DataSplits(
-        train=dataset.subset(np.sort(perm[n_val + n_test :])),
-        val=dataset.subset(np.sort(perm[:n_val])),
-        test=dataset.subset(np.sort(perm[n_val : n_val + n_test])),
+        train=dataset.subset(np.flatnonzero(is_train)),
+        val=dataset.subset(np.flatnonzero(is_val)),
+        test=dataset.subset(np.flatnonzero(is_test)),
     )
 
 
@@ -337,18 +375,19 @@ def view_kind(view: Mapping[str, Any] | None) -> str:
     return str(kind)
 
 
-def _partition_ids(n: int, k: int, seed: int) -> np.ndarray:
-    """Each record goes to one of k partitions independently and uniformly at random.
+def _partition_ids(train: Dataset, k: int, seed: int) -> np.ndarray:
+    """Partition of each record: ⌊k·u_i⌋ with u_i = :func:`record_uniforms` keyed by the
+    view's secret ``seed`` — a function of the record's own content alone.
 
-    Independence per record (not a balanced permutation) is what the privacy analyses need:
-    for neighbouring datasets X and X ∪ {x'}, the natural coupling keeps every other record in
-    the same partition, so one record changes exactly one partition — the 1/k sensitivity of
-    the partition-averaged utility in Ding et al.'s SVT search. A balanced split would move
-    other records between partitions when one record is added. Partition sizes are then
-    Binomial(n, 1/k); an empty partition is an error (it depends only on n, k and the seed).
+    So in the code as written, adding or removing one record anywhere in the dataset changes
+    exactly one partition, by that record (the 1/k sensitivity of the partition-averaged
+    utility, Ding et al. Lemma 2); no other record moves, whatever its position. (Parallel
+    composition needs only this; the seed is secret anyway.) Partition sizes are random and
+    private. An empty partition is allowed (its model trains on no records): an error would
+    make the search's course depend on the private partition sizes.
     """
-    ids = np.random.default_rng([int(seed), 2]).integers(0, k, size=n)
-    return ids.astype(np.int64)
+    u = record_uniforms(train, seed, purpose=b"partition")
+    return np.minimum((u * k).astype(np.int64), k - 1)
 
 
 def select_view(train: Dataset, view: Mapping[str, Any] | None) -> list[Dataset]:
@@ -358,25 +397,28 @@ def select_view(train: Dataset, view: Mapping[str, Any] | None) -> list[Dataset]
         return [train]
     assert view is not None
     n = len(train)
-    seed = int(view.get("seed", 0))
+    if "seed" not in view:
+        raise InvalidParameterError(
+            f"data_view {dict(view)} needs its secret 'seed' (searchers draw it from OS "
+            "entropy); there is no default seed"
+        )
+    seed = int(view["seed"])
     if kind in ("subsample", "complement"):
         rate = float(view["rate"])
         if not 0.0 < rate < 1.0:
             raise InvalidParameterError(f"data_view rate must be in (0, 1), got rate={rate!r}")
-        keep = np.random.default_rng([seed, 1]).random(n) < rate  # Poisson subsample X1
-        index = np.flatnonzero(keep if kind == "subsample" else ~keep)
-        if len(index) == 0:
-            raise DataValidationError(f"data_view {dict(view)} selects no records")
-        return [train.subset(index)]
+        # Poisson subsample X1: each record independently with probability `rate`, from the
+        # secret seed (Koskela & Kulkarni's amplification needs independent inclusion, as
+        # DP-SGD's batches do; a content hash would tie duplicate records together). The
+        # draws are indexed by position; since they are i.i.d. and secret, the neighbouring
+        # dataset's draws are equal in law to the coupling that keeps every other record's
+        # inclusion, which is what the amplification theorem uses.
+        keep = np.random.default_rng([seed, 1]).random(n) < rate
+        return [train.subset(np.flatnonzero(keep if kind == "subsample" else ~keep))]
     k = int(view["num_partitions"])
-    if not 1 <= k <= n:
-        raise InvalidParameterError(f"num_partitions must be in [1, {n}], got {k}")
-    ids = _partition_ids(n, k, seed)
-    if np.bincount(ids, minlength=k).min() == 0:
-        raise DataValidationError(
-            f"data_view {dict(view)} leaves a partition empty ({n} records, k={k}); "
-            "use fewer partitions"
-        )
+    if k < 1:
+        raise InvalidParameterError(f"num_partitions must be >= 1, got {k}")
+    ids = _partition_ids(train, k, seed)
     if kind == "partition":
         i = int(view["index"])
         if not 0 <= i < k:

@@ -94,19 +94,70 @@ def test_views_partition_the_training_split(digits):
         select_view(train, {"kind": "subsample", "rate": 0.3, "sed": 1})
 
 
-def test_partition_assignment_is_per_record(digits):
-    # Adding one record at the end must not move any other record between partitions.
+@pytest.mark.parametrize("position", [0, 200, -1])
+def test_one_record_changes_exactly_one_partition(digits, position):
+    """Ding et al. Lemma 2 in the code as written: add one record anywhere (front, middle,
+    end): exactly one partition's training set changes, by that record. (An earlier version
+    assigned partitions by position and then trimmed every partition to the smallest size.)"""
     train = digits.train
-    from trainables.data import _partition_ids
+    extra = train.subset(np.array([5]))
+    feats = np.insert(train.features, position if position >= 0 else len(train),
+                      extra.features[0] + 0.5, axis=0)
+    labels = np.insert(train.labels, position if position >= 0 else len(train), extra.labels[0])
+    bigger = Dataset(feats.astype(np.float32), labels, train.num_classes)
+    view = {"kind": "partitions", "num_partitions": 20, "seed": 12345}
+    a, b = select_view(train, view), select_view(bigger, view)
+    changed = [i for i in range(20) if _rows(a[i]) != _rows(b[i])]
+    assert len(changed) == 1
+    assert len(b[changed[0]]) == len(a[changed[0]]) + 1
 
-    ids_n = _partition_ids(len(train), 5, seed=3)
-    ids_n1 = _partition_ids(len(train) + 1, 5, seed=3)
-    np.testing.assert_array_equal(ids_n, ids_n1[:-1])
-    with pytest.raises(DataValidationError, match="empty"):
-        select_view(train.subset(np.arange(3)), {"kind": "partitions", "num_partitions": 3,
-                                                 "seed": 0})
+
+def test_empty_partition_is_allowed_not_a_data_dependent_error(digits):
+    # An error would make the search's course depend on the private partition sizes.
+    parts = select_view(digits.train.subset(np.arange(3)),
+                        {"kind": "partitions", "num_partitions": 8, "seed": 0})
+    assert len(parts) == 8 and sum(len(p) for p in parts) == 3
+    assert any(len(p) == 0 for p in parts)
 
 
-def test_split_sizes_and_disjointness(digits):
-    s = split(load_mnist1d(100, seed=0), 0.2, 0.1, seed=0)
-    assert (len(s.train), len(s.val), len(s.test)) == (70, 20, 10)
+def test_views_have_no_default_seed(digits):
+    for view in ({"kind": "subsample", "rate": 0.3}, {"kind": "partitions", "num_partitions": 3}):
+        with pytest.raises(InvalidParameterError, match="secret 'seed'"):
+            select_view(digits.train, view)
+
+
+def test_split_is_disjoint_and_near_the_fractions():
+    data = load_mnist1d(2000, seed=0)
+    s = split(data, 0.2, 0.1, seed=0)
+    assert len(s.train) + len(s.val) + len(s.test) == 2000
+    for part, f in ((s.val, 0.2), (s.test, 0.1)):  # multinomial sizes: within 5 std devs
+        assert abs(len(part) - f * 2000) < 5 * np.sqrt(2000 * f * (1 - f))
+    rows = [set(map(bytes, d.features)) for d in (s.train, s.val, s.test)]
+    assert not (rows[0] & rows[1]) and not (rows[0] & rows[2]) and not (rows[1] & rows[2])
+
+
+def _rows(d: Dataset) -> list[bytes]:
+    return sorted(bytes(x) + bytes(y) for x, y in zip(d.features, d.labels))
+
+
+@pytest.mark.parametrize("position", [0, 357, 999])
+def test_split_one_record_changes_one_split(position):
+    """Add/remove one record (anywhere in the file): exactly one split changes, by that record.
+    A permutation-based split (the earlier version) moved hundreds of records between splits."""
+    data = load_mnist1d(1000, seed=1)
+    keep = np.delete(np.arange(1000), position)
+    smaller = data.subset(keep)
+    a, b = split(data, 0.15, 0.15, seed=4), split(smaller, 0.15, 0.15, seed=4)
+    changed = [name for name in ("train", "val", "test")
+               if _rows(getattr(a, name)) != _rows(getattr(b, name))]
+    assert len(changed) == 1
+    big, small = _rows(getattr(a, changed[0])), _rows(getattr(b, changed[0]))
+    assert len(big) == len(small) + 1 and set(small) <= set(big)
+    assert set(big) - set(small) == {bytes(data.features[position]) + bytes(data.labels[position])}
+
+
+def test_split_seed_is_public_but_changes_the_assignment():
+    data = load_mnist1d(500, seed=2)
+    a, b = split(data, 0.2, 0.2, seed=0), split(data, 0.2, 0.2, seed=1)
+    assert _rows(a.val) != _rows(b.val)
+    assert _rows(split(data, 0.2, 0.2, seed=0).val) == _rows(a.val)  # reproducible
