@@ -174,20 +174,19 @@ def run_oracle(space: Mapping[str, Any], grid_key: str, grid: list[float],
     * ``nonprivate=True`` (the "non-DP reference"): no clipping, no noise at all.
 
     No ledger is used (nothing is charged); ``seed`` makes the trainings reproducible
-    (grid point i trains with seed 1000·seed + i).
+    (grid point i trains with the secret seed 1000·seed + i).
     """
     t0 = time.perf_counter()
     best: tuple[float, float, float] | None = None
     evals = 0.0
     for i, value in enumerate(grid):
         cfg: dict[str, Any] = {**space, grid_key: value}
-        if seed is not None:
-            cfg["seed"] = 1000 * int(seed) + i
         if nonprivate:
             cfg["raydp"] = {"nonprivate": True}
         elif "target_epsilon" not in cfg and "noise_multiplier" not in cfg:
             raise ValueError("a DP oracle needs target_epsilon (or noise_multiplier) in space")
-        result = train_dp(cfg, data)
+        result = train_dp(cfg, data,
+                          secret_seed=None if seed is None else 1000 * int(seed) + i)
         evals += gradient_evaluations(cfg, data, result)
         val, test = float(result.metrics["val_accuracy"]), float(result.metrics["test_accuracy"])
         if best is None or val > best[0]:

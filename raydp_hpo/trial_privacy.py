@@ -15,10 +15,14 @@ Config keys read here (all others are ignored by this module):
 
 **The selection score is a release too.** A search selects on each trial's validation score.
 The validation split is part of the private dataset (DESIGN.md), so a score that feeds a
-selection must itself be DP and its cost must be in the trial's mechanism: the trial reports
-its final validation accuracy with Laplace noise of scale Δ/ε_s, Δ = 1/(n_val − 1) (changing
-one record of a validation set of n_val ≥ 2 records moves the accuracy by at most
-1/min(n_val, n_val ± 1) ≤ 1/(n_val − 1); n_val is treated as public like n), and declares
+selection must itself be DP and its cost must be in the trial's mechanism. The trial releases
+the number of correct validation predictions plus Laplace noise of scale 1/ε_s (the Laplace
+mechanism, Dwork et al. 2006): adding or removing one validation record changes the count by
+at most 1, whatever the validation set's size, so the release is ε_s-DP for validation records
+without any size entering the noise. The reported score is that noisy count divided by the
+*declared public* validation size (post-processing by a constant), clipped to [0, 1]; a
+training record changes the model, and the score is post-processing of the model for a fixed
+validation set, so the training part of the mechanism covers it. The trial declares
 ``Composition((training, Laplace(ε_s)))`` — :func:`trial_mechanism`. ε_s is the searcher's
 ``score_epsilon`` (default :data:`DEFAULT_SCORE_EPSILON`). ``score_epsilon=None`` is for
 scores that no selection reads (final runs), that a searcher privatises itself (SVT's
@@ -58,14 +62,11 @@ def trial_mechanism(training: Mechanism, score_epsilon: float | None) -> Mechani
     return Composition((training, Laplace(positive_float("score_epsilon", score_epsilon))))
 
 
-def score_noise_scale(validation_size: int, score_epsilon: float) -> float:
-    """Laplace scale b = Δ/ε_s for a validation accuracy, Δ = 1/(n_val − 1) (see module doc)."""
-    n_val = positive_int("validation_size", validation_size)
-    if n_val < 2:
-        raise InvalidParameterError(
-            f"a private validation score needs at least 2 validation records, got {n_val}"
-        )
-    return 1.0 / ((n_val - 1) * positive_float("score_epsilon", score_epsilon))
+def score_noise_scale(score_epsilon: float) -> float:
+    """Laplace scale b = 1/ε_s of the noisy *count* of correct validation predictions: the
+    count has sensitivity 1 under add/remove-one (see the module docstring), so no size
+    enters the noise."""
+    return 1.0 / positive_float("score_epsilon", score_epsilon)
 
 
 class Optimizer(Enum):

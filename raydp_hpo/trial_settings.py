@@ -44,6 +44,19 @@ class RaydpSettings:
         phase: ``"tune"`` or ``"final"`` (informational).
         score_epsilon: ε of the Laplace-noised final validation score, or ``None`` (the
             score is not read by any selection, or the validation split is public).
+        dataset_size: the declared **public** number of training records n of the whole
+            training split (``None``: hand-written configs; the trainable then treats the
+            realised size as public and says so). Every size-dependent quantity of a trial
+            (q from ``batch_size``, the DP-SGD normaliser q·n) is computed from it, never from
+            the realised, private sizes of the training set or of a partition.
+        validation_size: the declared public number of validation records; the selection
+            score is the noisy count of correct predictions divided by it.
+        trial_index: the searcher's 0-based suggestion counter (public). With a user-given
+            secret seed, a trial's training randomness is derived from (secret seed, index),
+            so runs are reproducible without the seed ever entering a config.
+
+    The ``repr`` (what Ray Tune writes into ``params.json`` / ``result.json``) withholds the
+    ``seed`` of the data view: it selects a secret subsample or partition.
     """
 
     ledger: str | None = None
@@ -57,6 +70,18 @@ class RaydpSettings:
     nonprivate: bool = False
     phase: str = "tune"
     score_epsilon: float | None = None
+    dataset_size: int | None = None
+    validation_size: int | None = None
+    trial_index: int | None = None
+
+    def __repr__(self) -> str:
+        parts = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "data_view" and isinstance(value, Mapping) and "seed" in value:
+                value = {**value, "seed": "<secret>"}
+            parts.append(f"{f.name}={value!r}")
+        return f"RaydpSettings({', '.join(parts)})"
 
     def __post_init__(self) -> None:
         if self.charge and not self.charge_id:
@@ -74,6 +99,23 @@ class RaydpSettings:
             )
         if self.nonprivate and self.charge:
             raise InvalidParameterError("a nonprivate run cannot charge the ledger")
+        for name in ("dataset_size", "validation_size"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise InvalidParameterError(
+                    f"raydp.{name} must be a positive integer (a declared public size), "
+                    f"got {value!r}"
+                )
+        if self.trial_index is not None and (
+            isinstance(self.trial_index, bool)
+            or not isinstance(self.trial_index, int)
+            or self.trial_index < 0
+        ):
+            raise InvalidParameterError(
+                f"raydp.trial_index must be an integer >= 0, got {self.trial_index!r}"
+            )
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> RaydpSettings:

@@ -32,6 +32,7 @@ import itertools
 import math
 import os
 import pickle
+import secrets
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -200,6 +201,12 @@ def _check_space(param_space: Mapping[str, Any], *, requires_epochs: bool = True
         raise SearchSpaceError(
             f"search space key {RESERVED_KEY!r} is reserved for the privacy contract; rename it"
         )
+    if "seed" in space:
+        raise SearchSpaceError(
+            "search space key 'seed': a trial's seed drives its DP noise, and the space is "
+            "public configuration (logged by Ray Tune); remove it and pass "
+            "DPTuner(secret_seed=...) for reproducible runs, or nothing for OS entropy"
+        )
     for key, value in space.items():
         if not isinstance(key, str):
             raise SearchSpaceError(f"search space keys must be strings, got {key!r}")
@@ -255,8 +262,9 @@ class DPSearcher(Searcher, abc.ABC):
     1. ``__init__`` validates the space and the budget eagerly and fixes the plan; a space the
        algorithm cannot use raises :class:`~raydp_hpo.errors.SearchSpaceError`, a budget too
        small for the plan raises :class:`~raydp_hpo.errors.InvalidParameterError` stating the
-       smallest budget that works. All secret randomness (K, subsample seeds) is drawn here or
-       later from the searcher's own seeded RNG, never from the data.
+       smallest budget that works. All secret randomness (K, subsample and partition seeds,
+       SVT noise) is drawn here or later from the searcher's own RNG — OS entropy unless the
+       caller passes a secret seed — never from the data.
     2. ``privacy_plan()`` (pure, repeatable) is charged to the ledger by the orchestrator
        *before* the first ``suggest``.
     3. Ray Tune calls ``suggest(trial_id)`` repeatedly; it returns a config, ``None`` ("not
@@ -278,9 +286,17 @@ class DPSearcher(Searcher, abc.ABC):
             constants. The searcher samples every Domain itself with its own RNG.
         metric: the reported metric to optimise.
         mode: ``"max"`` or ``"min"``.
-        dataset_size: the (public) number of training records n.
+        dataset_size: the declared **public** number of training records n (q from
+            ``batch_size``, public normalisers and compute estimates use it; the realised size
+            of the private training set is never used).
+        validation_size: the declared public number of validation records (the score
+            normaliser of the trials; ``None``: the trainable's data decides, treated public).
         budget: the total privacy budget of the search.
-        seed: seed of the searcher's RNG (hyperparameter draws and secret draws).
+        seed: **secret** seed of the searcher's RNG. ``None`` (the default) draws it from OS
+            entropy (:mod:`secrets`): the searcher's secret draws (random stopping's K,
+            subsample and partition seeds, SVT noise) are what its guarantee relies on, and a
+            seed anyone knows would make them public. Pass one only to reproduce a run, and
+            keep it like the data; it is never written to a release, certificate or report.
         ledger_name: name of the ledger actor trials charge/check against.
         namespace: Ray namespace of the ledger actor.
         experiment: experiment name; prefixes every charge id.
@@ -310,7 +326,8 @@ class DPSearcher(Searcher, abc.ABC):
         mode: str = "max",
         dataset_size: int,
         budget: PrivacyBudget,
-        seed: int | None = 0,
+        seed: int | None = None,
+        validation_size: int | None = None,
         ledger_name: str | None = None,
         namespace: str = "raydp_hpo",
         experiment: str = "raydp",
@@ -331,12 +348,22 @@ class DPSearcher(Searcher, abc.ABC):
             )
         if not isinstance(experiment, str) or not experiment:
             raise InvalidParameterError(f"experiment must be a non-empty string, got {experiment=!r}")
+        if validation_size is not None and (
+            isinstance(validation_size, bool) or not isinstance(validation_size, int)
+            or validation_size < 1
+        ):
+            raise InvalidParameterError(
+                f"validation_size must be an integer >= 1 or None, got {validation_size=!r}"
+            )
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            raise InvalidParameterError(f"seed must be an int or None, got {seed=!r}")
         super().__init__(metric=metric, mode=mode)
         self._space = _check_space(param_space, requires_epochs=self._requires_epochs)
         self._dataset_size = dataset_size
+        self._validation_size = validation_size
         self._budget = budget
-        self._seed = seed
-        self._rng = np.random.default_rng(seed)
+        # Secret by default: 128 bits of OS entropy (no default seed anywhere).
+        self._rng = np.random.default_rng(secrets.randbits(128) if seed is None else int(seed))
         self._ledger_name = ledger_name
         self._namespace = namespace
         self._experiment = experiment
@@ -524,6 +551,9 @@ class DPSearcher(Searcher, abc.ABC):
             nonprivate=nonprivate,
             phase=phase,
             score_epsilon=score_epsilon,
+            dataset_size=self._dataset_size,
+            validation_size=self._validation_size,
+            trial_index=len(self._configs),
         )
 
     def _issue(self, trial_id: str, config: dict[str, Any]) -> dict[str, Any]:

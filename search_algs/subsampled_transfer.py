@@ -13,11 +13,29 @@ Each trial on X₁ keeps the sampling ratio γ and σ and runs ⌈epochs/γ⌉ s
 is exactly the base trial's ``SubsampledGaussian(σ, γ, ⌈epochs/γ⌉)`` (relative to X₁); the final
 run has the same privacy settings. Tuning trials report their validation score with Laplace
 noise (the selection reads it), so the tuning base is ``trial_mechanism(base, ε_s)``; the
-final run's score is read by no selection and is not noised. The whole cost is one charge
-``SubsampledTuning(tuning=RandomStopping(trial_mechanism(base, ε_s), D), final=base,
-subsample_rate=q)``, whose RDP
-is the Theorem of Koskela & Kulkarni (2023) at integer orders
-(:func:`raydp_hpo.rdp.koskela_kulkarni_rdp`).
+final run's score is read by no selection and is not noised.
+
+Privacy (add/remove one record; the train/validation split is stable per record, so a record
+is either a training or a validation record). The Theorem of Koskela & Kulkarni (2023)
+bounds M = (M₁(X₁), M₂(M₁(X₁), X ∖ X₁)) for a record of the set X that is Poisson-subsampled
+into X₁; its conditions are that M₁ reads only X₁ and M₂ only X ∖ X₁ and M₁'s output.
+
+* A **training** record: X is the training split; the validation split V is the same for
+  both neighbours, so M₁ = random stopping over trials that train on X₁ and score on V is a
+  mechanism of X₁ alone, and M₂ (the final run on X ∖ X₁ with the transferred
+  hyperparameters) reads X ∖ X₁ and M₁'s output. The theorem applies with
+  ``SubsampledTuning(tuning=RandomStopping(trial_mechanism(base, ε_s), D), final=base, q)``
+  (the Laplace part does not depend on a training record: keeping it is conservative).
+* A **validation** record is never subsampled, so the amplification does not apply to it.
+  Only the noisy scores read it: M₁ is then Papernot–Steinke random stopping over
+  ``Laplace(ε_s)`` (Thm. 2/6), and the final run reads it only through M₁'s output
+  (post-processing).
+
+The charge is the worst case of the two, ``WorstCase((SubsampledTuning(...),
+RandomStopping(Laplace(ε_s), D)))``: for every order α the pointwise maximum of the two RDP
+curves bounds the Rényi divergence of a neighbouring pair, whichever split its record is in
+(:func:`raydp_hpo.rdp.koskela_kulkarni_rdp` at integer orders). With ``score_epsilon=None``
+(validation declared public) the charge is the ``SubsampledTuning`` alone.
 
 Compute: expected gradient evaluations (μ·q·n + n)·epochs against μ·n·epochs for random
 stopping on the full data (their bound; the exact expectation uses (1 − q)·n for the final run).
@@ -31,7 +49,13 @@ from typing import Any
 from ray.tune.search import Searcher
 
 from raydp_hpo.errors import InvalidParameterError, SearchSpaceError
-from raydp_hpo.mechanisms import Mechanism, StoppingDistribution, SubsampledTuning
+from raydp_hpo.mechanisms import (
+    Laplace,
+    Mechanism,
+    StoppingDistribution,
+    SubsampledTuning,
+    WorstCase,
+)
 from raydp_hpo.trial_privacy import privacy_from_config
 from search_algs.base import (
     RESERVED_KEY,
@@ -133,7 +157,7 @@ class SubsampledTransferSearch(DPSearcher):
             algorithm=self.algorithm,
             paper=self.paper,
             description=(
-                f"one SubsampledTuning charge: RandomStopping (K ~ {self._distribution.value}, "
+                f"one charge: RandomStopping (K ~ {self._distribution.value}, "
                 f"E[K]={mean}) on a q={q} Poisson subsample"
                 + (
                     ""
@@ -142,6 +166,11 @@ class SubsampledTransferSearch(DPSearcher):
                 )
                 + ", final run on the complement "
                 "(K&K 2023 Theorem, integer RDP orders)"
+                + (
+                    ""
+                    if self._score_epsilon is None
+                    else "; worst case with the unamplified noisy scores of a validation record"
+                )
             ),
             expected_gradient_evaluations=self._gradient_extras["expected_gradient_evaluations"],
         )
@@ -158,12 +187,20 @@ class SubsampledTransferSearch(DPSearcher):
     def _noise_extra(self) -> dict[str, Any] | None:
         return None if self._sigma is None else {"noise_multiplier": self._sigma}
 
-    def _plan_mechanism(self, base: Mechanism) -> SubsampledTuning:
-        """``base`` is the training mechanism; tuning trials add their noisy score."""
+    def _plan_mechanism(self, base: Mechanism) -> Mechanism:
+        """``base`` is the training mechanism; tuning trials add their noisy score. The worst
+        case of a training record (amplified by subsampling) and a validation record (not
+        subsampled: random stopping over the noisy scores alone); see the module docstring."""
         tuning = stopping_mechanism(
             self._scored(base), self._distribution, self._mean, self._shape
         )
-        return SubsampledTuning(tuning=tuning, final=base, subsample_rate=self._q)
+        amplified = SubsampledTuning(tuning=tuning, final=base, subsample_rate=self._q)
+        if self._score_epsilon is None:
+            return amplified
+        scores_only = stopping_mechanism(
+            Laplace(self._score_epsilon), self._distribution, self._mean, self._shape
+        )
+        return WorstCase((amplified, scores_only))
 
     def privacy_plan(self) -> PrivacyPlan:
         return self._plan

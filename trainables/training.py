@@ -47,7 +47,7 @@ from raydp_hpo.trial_privacy import (
     score_noise_scale,
     trial_mechanism,
 )
-from trainables.data import Dataset, DataSplits, select_view
+from trainables.data import Dataset, DataSplits, select_view, view_kind
 from trainables.dp_step import GaussianNoise, make_clipper
 from trainables.models import build_model
 from trainables.privacy_gate import RaydpSettings, admit, resolve_ledger
@@ -59,6 +59,10 @@ __all__ = [
     "declared_privacy",
     "load_checkpoint",
     "training_sets",
+    "public_sizes",
+    "public_view_size",
+    "validate_trial_space",
+    "TRAINABLE_CONFIG_KEYS",
     "CHECKPOINT_FILE",
     "CHECKPOINT_META",
 ]
@@ -94,17 +98,150 @@ class TrainResult:
     learning_rates: list[list[float]] = field(default_factory=list)
 
 
-def declared_privacy(config: Mapping[str, Any], data: DataSplits) -> tuple[DPSGDPrivacy, int]:
-    """The trial's privacy settings and the training-set size n they are computed for.
+#: Config keys the DP trainable reads (besides the reserved ``"raydp"`` block). A space key
+#: outside this set would be released without having changed the trained model.
+TRAINABLE_CONFIG_KEYS: dict[str, str] = {
+    "lr": "a positive number",
+    "model": "a model name",
+    "model_kwargs": "a mapping",
+    "max_grad_norm": "a positive number",
+    "grad_sample_mode": "one of auto, bk, opacus",
+    "momentum": "a non-negative number",
+    "adadp_tol": "a positive number",
+    "adadp_alpha_min": "a positive number",
+    "adadp_alpha_max": "a positive number",
+    "optimizer": "an optimizer (sgd, momentum, adam, gd, adadp)",
+    "noise_multiplier": "a positive number",
+    "target_epsilon": "a positive number",
+    "target_delta": "a probability in (0, 1]",
+    "mu": "a positive number",
+    "sample_rate": "a probability in (0, 1]",
+    "batch_size": "a positive integer",
+    "epochs": "a positive number",
+}
 
-    n is the size of the records one model trains on; for ``"partitions"`` the smallest
-    partition (the largest q when q comes from ``batch_size``), used by every partition so
-    that each runs exactly the declared mechanism. Needs only public sizes, no records.
+
+#: Names other libraries use for the trainable's keys (for the "did you mean" hint).
+_ALIASES = {
+    "learning_rate": "lr", "learningrate": "lr", "step_size": "lr", "clip": "max_grad_norm",
+    "clipping_norm": "max_grad_norm", "sigma": "noise_multiplier", "noise": "noise_multiplier",
+    "batch": "batch_size", "epoch": "epochs", "q": "sample_rate", "delta": "target_delta",
+    "epsilon": "target_epsilon",
+}
+
+
+def _finite_options(value: Any) -> list[Any] | None:
+    """The values a space entry can take when finite (constant, choice, grid), else None."""
+    from ray.tune.search.sample import Categorical, Domain
+
+    if isinstance(value, dict) and set(value) == {"grid_search"}:
+        return list(value["grid_search"])
+    if isinstance(value, Categorical):
+        return list(value.categories)
+    if isinstance(value, Domain):
+        return None
+    return [value]
+
+
+def _check_value(key: str, kind: str, value: Any) -> None:
+    from raydp_hpo.trial_privacy import Optimizer
+
+    def number() -> float | None:
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            return None
+        return float(value) if math.isfinite(float(value)) else None
+
+    ok: bool
+    if kind == "a positive number":
+        ok = (x := number()) is not None and x > 0
+    elif kind == "a non-negative number":
+        ok = (x := number()) is not None and x >= 0
+    elif kind == "a probability in (0, 1]":
+        ok = (x := number()) is not None and 0 < x <= 1
+    elif kind == "a positive integer":
+        ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1
+    elif kind == "a mapping":
+        ok = isinstance(value, Mapping)
+    elif kind == "one of auto, bk, opacus":
+        ok = value in ("auto", "bk", "opacus")
+    elif kind == "an optimizer (sgd, momentum, adam, gd, adadp)":
+        ok = isinstance(value, Optimizer) or str(value).lower() in {o.value for o in Optimizer}
+    else:  # model name: build_model checks it when the model is built
+        ok = isinstance(value, str) and bool(value)
+    if not ok:
+        raise InvalidParameterError(
+            f"search space key {key!r} must be {kind}, got {value!r}; nothing was charged"
+        )
+
+
+def validate_trial_space(space: Mapping[str, Any]) -> None:
+    """Check a search space against what the DP trainable reads, before anything is charged.
+
+    Every key must be one the trainable uses (:data:`TRAINABLE_CONFIG_KEYS`): a key it ignores
+    (``learning_rate`` for ``lr``) would train with the default and release the unused value.
+    Constants, ``tune.choice`` and ``tune.grid_search`` values are checked for type and range
+    (``lr: "fast"`` fails here, not in a trial after the plan was charged).
+    """
+    import difflib
+
+    for key, value in space.items():
+        if key == "raydp":
+            continue
+        if key not in TRAINABLE_CONFIG_KEYS:
+            close = [_ALIASES[key]] if key in _ALIASES else difflib.get_close_matches(
+                key, list(TRAINABLE_CONFIG_KEYS), n=1, cutoff=0.5
+            )
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise InvalidParameterError(
+                f"search space key {key!r} is not read by the DP trainable{hint}. A released "
+                "configuration must describe the model that was trained (keys the trainable "
+                f"reads: {', '.join(sorted(TRAINABLE_CONFIG_KEYS))})"
+            )
+        options = _finite_options(value)
+        for option in options or ():
+            _check_value(key, TRAINABLE_CONFIG_KEYS[key], option)
+
+
+def public_sizes(settings: RaydpSettings, data: DataSplits) -> tuple[int, int]:
+    """The declared public (training, validation) sizes of a trial.
+
+    From ``config["raydp"]`` (the searcher declares them). A hand-written block without them
+    falls back to the realised sizes of ``data``, which are then *treated as public* — the
+    caller's declaration, as in every DP-SGD library that computes q from ``len(dataset)``.
+    """
+    n = settings.dataset_size if settings.dataset_size is not None else len(data.train)
+    n_val = (
+        settings.validation_size if settings.validation_size is not None else max(1, len(data.val))
+    )
+    return n, n_val
+
+
+def public_view_size(n_public: int, view: Mapping[str, Any] | None) -> int:
+    """The public size one model of a view is accounted and normalised for: n for the full
+    split, round(r·n) / n − round(r·n) for a rate-r subsample / its complement, ⌊n/k⌋ for one
+    of k partitions (at least 1). Computed from the declared n alone: the realised sizes of a
+    subsample or partition are private (DESIGN.md, "Secrets and neighbouring datasets")."""
+    kind = view_kind(view)
+    if kind == "full":
+        return n_public
+    assert view is not None
+    if kind in ("subsample", "complement"):
+        m = round(float(view["rate"]) * n_public)
+        return max(1, m if kind == "subsample" else n_public - m)
+    return max(1, n_public // int(view["num_partitions"]))
+
+
+def declared_privacy(config: Mapping[str, Any], data: DataSplits) -> tuple[DPSGDPrivacy, int]:
+    """The trial's privacy settings and the public size n_view they are computed for.
+
+    n_view is :func:`public_view_size` of the declared public training-set size (never a
+    realised, private size): q = batch_size / n_view when the config gives a batch size, and
+    the DP-SGD normaliser is q·n_view. Needs no records.
     """
     settings = RaydpSettings.from_config(config)
-    sizes = [len(d) for d in select_view(data.train, settings.data_view)]
-    n = min(sizes)
-    return privacy_from_config(config, n), n
+    n_public, _ = public_sizes(settings, data)
+    n_view = public_view_size(n_public, settings.data_view)
+    return privacy_from_config(config, n_view), n_view
 
 
 def _mechanism_after(privacy: DPSGDPrivacy, evaluations: int) -> Mechanism:
@@ -128,8 +265,11 @@ class _Runner:
         nonprivate: bool,
         index: int,
         device: torch.device,
+        *,
+        seed: int,
+        normaliser: float,
     ) -> None:
-        seed = int(config["seed"])  # resolved by train_dp: explicit secret or OS entropy
+        # ``seed``: OS entropy, or derived from the user's secret seed (train_dp); never public.
         self.privacy, self.nonprivate, self.device = privacy, nonprivate, device
         self.n = len(train)
         with torch.random.fork_rng(devices=[]):
@@ -150,11 +290,14 @@ class _Runner:
         self.clipper = None if nonprivate else make_clipper(
             self.model, str(config.get("grad_sample_mode", "auto"))
         )
+        # The normaliser q·n_view is a public constant (declared sizes), never len(train):
+        # the realised size differs between neighbouring datasets and would leak through the
+        # scale of every update.
         self.noise = GaussianNoise(
             privacy.noise_multiplier,
             self.max_grad_norm,
-            privacy.sample_rate,
-            self.n,
+            1.0,
+            normaliser,  # type: ignore[arg-type]  # divides by 1.0 · normaliser
             torch.Generator().manual_seed(_seed(seed, index, 2)),
         )
         lr = float(config.get("lr", 0.1))
@@ -246,9 +389,10 @@ class _Runner:
         return loss1 + loss2, c1 + c2
 
     @torch.no_grad()
-    def accuracy(self, data: Dataset) -> float:
+    def correct(self, data: Dataset) -> int:
+        """Number of records of ``data`` the model classifies correctly."""
         if len(data) == 0:
-            return float("nan")
+            return 0
         self.model.eval()
         correct = 0
         x = torch.as_tensor(np.array(data.features))
@@ -258,7 +402,11 @@ class _Runner:
             pred = self.model(xb).argmax(1).cpu()
             correct += int((pred == y[start : start + 4096]).sum())
         self.model.train()
-        return correct / len(data)
+        return correct
+
+    def accuracy(self, data: Dataset) -> float:
+        """Accuracy on ``data`` with its realised size (an evaluation, never a release)."""
+        return float("nan") if len(data) == 0 else self.correct(data) / len(data)
 
     # -- checkpoint state ---------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -325,6 +473,7 @@ def train_dp(
     resume_from: str | Path | None = None,
     device: str | torch.device | None = None,
     owner: str | None = None,
+    secret_seed: int | None = None,
 ) -> TrainResult:
     """Train one trial privately and return its :class:`TrainResult`.
 
@@ -336,24 +485,48 @@ def train_dp(
     ``resume_from``: a checkpoint directory to continue from, inside the charge it records.
     ``ledger``: a :class:`~raydp_hpo.ledger.PrivacyLedger` or actor handle; default: the
     ledger actor named in ``config["raydp"]``.
+
+    ``secret_seed``: ``None`` (default) draws every random choice the guarantee relies on
+    (initialisation, Poisson batches, gradient noise, score noise) from OS entropy. A given
+    seed makes the run reproducible (streams derived from (secret_seed, trial index)); anyone
+    who knows it can regenerate the noise, so it is an argument, never a config key (configs
+    are logged by Ray Tune), and must be kept as secret as the data.
+
+    Sizes: the normaliser q·n_view and q from ``batch_size`` use the declared public sizes of
+    ``config["raydp"]`` (:func:`public_sizes`); the selection score is the noisy count of
+    correct validation predictions over the declared validation size
+    (:mod:`raydp_hpo.trial_privacy`).
     """
     if not isinstance(data, DataSplits):
         raise InvalidParameterError(f"data must be a DataSplits, got {type(data).__name__}")
+    if "seed" in config:
+        raise InvalidParameterError(
+            "config key 'seed' is not allowed: a trial's seed drives its DP noise and a config "
+            "is logged (Ray Tune's params.json); pass train_dp(..., secret_seed=...) or "
+            "DPTuner(secret_seed=...) instead, or nothing for OS entropy"
+        )
     settings = RaydpSettings.from_config(config)
-    privacy, n_declared = declared_privacy(config, data)
+    privacy, n_view = declared_privacy(config, data)
+    _, n_val_public = public_sizes(settings, data)
     training_mechanism = privacy.mechanism()
     score_epsilon = None if settings.nonprivate else settings.score_epsilon
     # What this trial releases: its training and, when its score feeds a selection, the
-    # Laplace-noised final validation accuracy (raydp_hpo.trial_privacy.trial_mechanism).
+    # Laplace-noised count of correct validation predictions (raydp_hpo.trial_privacy).
     mechanism = trial_mechanism(training_mechanism, score_epsilon)
-    if score_epsilon is not None:
-        score_scale = score_noise_scale(len(data.val), score_epsilon)
-    config = dict(config)
-    if config.get("seed") is None:
-        # No seed given: fresh OS entropy. A seed known to anyone lets them regenerate the
-        # DP noise (and the Poisson batches), which voids the guarantee; an explicit seed
-        # is for reproducibility only and must be kept secret like the data.
-        config["seed"] = secrets.randbits(63)
+    if score_epsilon is not None and len(data.val) == 0:
+        raise InvalidParameterError(
+            "a private selection score needs a validation split; the validation split is empty"
+        )
+    if secret_seed is None:
+        # No seed: fresh OS entropy. A seed known to anyone lets them regenerate the DP noise
+        # (and the Poisson batches), which voids the guarantee.
+        seed = secrets.randbits(63)
+        score_rng = np.random.default_rng(secrets.randbits(128))
+    else:
+        if isinstance(secret_seed, bool) or not isinstance(secret_seed, (int, np.integer)):
+            raise InvalidParameterError(f"secret_seed must be an int or None, got {secret_seed!r}")
+        seed = _seed(int(secret_seed) % 2**63, settings.trial_index or 0)
+        score_rng = np.random.default_rng(_seed(seed, 3))
     checkpoint = load_checkpoint(resume_from) if resume_from is not None else None
     if checkpoint is not None and checkpoint["mechanism"] != (
         None if settings.nonprivate else mechanism_to_dict(mechanism)
@@ -374,8 +547,9 @@ def train_dp(
         else 1e-5
     )
     dev = _pick_device(device)
+    normaliser = privacy.sample_rate * n_view  # public: declared sizes only
     runners = [
-        _Runner(config, t, privacy, settings.nonprivate, i, dev)
+        _Runner(config, t, privacy, settings.nonprivate, i, dev, seed=seed, normaliser=normaliser)
         for i, t in enumerate(training_sets(data.train, settings))
     ]
     history: list[dict[str, Any]] = []
@@ -399,11 +573,15 @@ def train_dp(
                 ls, c = r.step()
                 loss_sum, count = loss_sum + ls, count + c
         steps = runners[0].steps_done
+        # Mean over the trial's models of the count of correct validation predictions; its
+        # sensitivity to one validation record is 1. Scores are this count over the declared
+        # public validation size (clipped to [0, 1]), never over the realised size.
+        mean_correct = float(np.mean([r.correct(data.val) for r in runners]))
         metrics: dict[str, Any] = {
             "epoch": epoch + 1,
             "steps": steps,
             "loss": loss_sum / max(count, 1),
-            "val_accuracy": float(np.mean([r.accuracy(data.val) for r in runners])),
+            "val_accuracy": min(1.0, mean_correct / n_val_public),
             "epsilon": 0.0
             if settings.nonprivate
             else epsilon(_mechanism_after(privacy, steps * evals_per_step), delta, Accountant.RDP),
@@ -414,11 +592,11 @@ def train_dp(
         if epoch + 1 == epochs:
             metrics["test_accuracy"] = float(np.mean([r.accuracy(data.test) for r in runners]))
             if score_epsilon is not None:
-                # The selection score: Laplace(Δ/ε_s) from OS entropy (never the config seed),
-                # clipped to [0, 1] (post-processing). Earlier epochs' scores stay private
-                # artefacts: searchers read only the final result.
-                noise = float(np.random.default_rng(secrets.randbits(128)).laplace(0.0, score_scale))
-                metrics["val_accuracy"] = min(1.0, max(0.0, metrics["val_accuracy"] + noise))
+                # The selection score: the count plus Laplace(1/ε_s) (sensitivity 1), over the
+                # public validation size, clipped to [0, 1] (post-processing). Earlier epochs'
+                # scores stay private artefacts: searchers read only the final result.
+                noisy = mean_correct + float(score_rng.laplace(0.0, score_noise_scale(score_epsilon)))
+                metrics["val_accuracy"] = min(1.0, max(0.0, noisy / n_val_public))
                 metrics["score_epsilon"] = score_epsilon
                 metrics["epsilon"] = epsilon(
                     trial_mechanism(_mechanism_after(privacy, steps * evals_per_step),
@@ -467,8 +645,12 @@ def train_dp(
 
 def training_sets(train: Dataset, settings: RaydpSettings) -> list[Dataset]:
     """The records each model of a trial trains on (one set per model), exactly as
-    :func:`train_dp` uses them: the trial's data view of the training split, each partition
-    trimmed to the smallest partition's size."""
-    sets = select_view(train, settings.data_view)
-    n = min(len(d) for d in sets)
-    return [d if len(d) == n else d.subset(np.arange(n)) for d in sets]
+    :func:`train_dp` uses them: the trial's data view of the training split, untouched.
+
+    In particular each of k partitions trains on all of its own records. (Trimming every
+    partition to the smallest one's size, as an earlier version did, made one record added to
+    a smallest partition change the training set of all k partitions, breaking the 1/k
+    sensitivity of Ding et al.'s Lemma 2.) The mechanism does not need equal sizes: q and the
+    steps come from the config, the normaliser from declared public sizes.
+    """
+    return select_view(train, settings.data_view)

@@ -30,8 +30,13 @@ def _device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def dp_trainable(config: dict[str, Any], data: DataSplits | None = None) -> None:
-    """Tune function trainable: one DP training run per trial (see :func:`train_dp`)."""
+def dp_trainable(
+    config: dict[str, Any], data: DataSplits | None = None, secret_seed: int | None = None
+) -> None:
+    """Tune function trainable: one DP training run per trial (see :func:`train_dp`).
+
+    ``secret_seed`` arrives through the object store (``tune.with_parameters``), never through
+    the config, which Tune logs."""
     from ray import tune
 
     if data is None:
@@ -63,6 +68,7 @@ def dp_trainable(config: dict[str, Any], data: DataSplits | None = None) -> None
                 resume_from=resume,
                 device=_device(),
                 owner=f"{settings.experiment}:trial:{trial_id}",
+                secret_seed=secret_seed,
             )
 
         if restored is None:
@@ -72,16 +78,22 @@ def dp_trainable(config: dict[str, Any], data: DataSplits | None = None) -> None
                 run(str(resume_dir))
 
 
-def with_data(data: DataSplits) -> Any:
-    """``tune.with_parameters(dp_trainable, data=data)``: data via the object store."""
+def with_data(data: DataSplits, secret_seed: int | None = None) -> Any:
+    """``tune.with_parameters(dp_trainable, data=data, secret_seed=...)``: data and the
+    optional secret seed via the object store (neither is ever logged)."""
     from ray import tune
 
     if not isinstance(data, DataSplits):
         raise InvalidParameterError(f"data must be a DataSplits, got {type(data).__name__}")
-    return tune.with_parameters(dp_trainable, data=data)
+    return tune.with_parameters(dp_trainable, data=data, secret_seed=secret_seed)
 
 
-def make_trainable(data: DataSplits, resources: Mapping[str, float] | None = None) -> Any:
+def make_trainable(
+    data: DataSplits,
+    resources: Mapping[str, float] | None = None,
+    *,
+    secret_seed: int | None = None,
+) -> Any:
     """The Tune trainable with data attached and per-trial ``resources`` (default 1 CPU).
 
     Fails fast when a GPU is requested but the running Ray cluster has none (Tune would
@@ -101,4 +113,4 @@ def make_trainable(data: DataSplits, resources: Mapping[str, float] | None = Non
                 f"trials request gpu={res['gpu']} but the Ray cluster has GPU={available}; "
                 "request gpu=0 or start Ray on GPU nodes"
             )
-    return tune.with_resources(with_data(data), res)
+    return tune.with_resources(with_data(data, secret_seed), res)

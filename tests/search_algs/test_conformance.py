@@ -38,18 +38,18 @@ RANDOM_SPACE = {"lr": tune.loguniform(1e-3, 1.0), "epochs": 1, "sample_rate": 0.
 GRID_SPACE = {"lr": tune.choice([0.01, 0.1, 1.0]), "epochs": 1, "sample_rate": 0.01}
 
 FACTORIES: dict[str, Callable[..., DPSearcher]] = {
-    "random_stopping": lambda **kw: RandomStoppingSearch(RANDOM_SPACE, mean=3, **COMMON, **kw),
+    "random_stopping": lambda **kw: RandomStoppingSearch(RANDOM_SPACE, mean=3, **{**COMMON, **kw}),
     "random_stopping_tnb": lambda **kw: RandomStoppingSearch(
         RANDOM_SPACE, distribution=StoppingDistribution.TRUNCATED_NEGATIVE_BINOMIAL,
-        mean=3, shape=0.5, **COMMON, **kw),
+        mean=3, shape=0.5, **{**COMMON, **kw}),
     "subsampled_transfer": lambda **kw: SubsampledTransferSearch(
-        RANDOM_SPACE, subsample_rate=0.2, mean=3, **COMMON, **kw),
+        RANDOM_SPACE, subsample_rate=0.2, mean=3, **{**COMMON, **kw}),
     "svt_threshold": lambda **kw: SVTThresholdSearch(
-        GRID_SPACE, num_partitions=20, round_epsilon=0.05, max_rounds=10, **COMMON, **kw),
+        GRID_SPACE, num_partitions=20, round_epsilon=0.05, max_rounds=10, **{**COMMON, **kw}),
     "linear_scaling": lambda **kw: LinearScalingSearch(
-        {"momentum": 0.9}, runs_per_sweep=2, **COMMON, **kw),
-    "one_shot_random": lambda **kw: OneShotRandomSearch(RANDOM_SPACE, **COMMON, **kw),
-    "grid_composed": lambda **kw: GridSearchComposed(GRID_SPACE, **COMMON, **kw),
+        {"momentum": 0.9}, runs_per_sweep=2, **{**COMMON, **kw}),
+    "one_shot_random": lambda **kw: OneShotRandomSearch(RANDOM_SPACE, **{**COMMON, **kw}),
+    "grid_composed": lambda **kw: GridSearchComposed(GRID_SPACE, **{**COMMON, **kw}),
 }
 #: algorithms whose tuning trials' scores are privatised by the searcher itself (not Laplace)
 SELF_PRIVATISED = {SVTThresholdSearch}
@@ -101,7 +101,8 @@ def test_lifecycle_finishes_with_release(make: Callable[..., DPSearcher]) -> Non
         r = cfg["raydp"].to_dict()
         assert set(r) == {"ledger", "namespace", "experiment", "charge", "charge_id",
                           "covered_by", "base", "data_view", "nonprivate", "phase",
-                          "score_epsilon"}
+                          "score_epsilon", "dataset_size", "validation_size", "trial_index"}
+        assert r["dataset_size"] == s.dataset_size  # declared public size, not the data's
         assert r["ledger"] == "L" and r["namespace"] == "ns" and r["experiment"] == "exp"
         assert r["charge_id"].startswith("exp/")
         assert r["phase"] in ("tune", "final")
@@ -212,6 +213,41 @@ def test_restore_refuses_other_score_epsilon(
 def test_reproducible_with_seed(make: Callable[..., DPSearcher]) -> None:
     a, b = make(), make()
     assert drive(a)[1] == drive(b)[1]
+
+
+#: searchers with no secret draw of their own (a fixed grid; the noise is in the trials)
+NO_SECRET_DRAWS = {GridSearchComposed}
+
+
+def test_default_secrets_come_from_os_entropy(make: Callable[..., DPSearcher]) -> None:
+    """No default seed: two searchers built from identical public inputs without a seed draw
+    different secrets (K, hyperparameters, subsample / partition seeds, SVT noise), so none is
+    reproducible from public inputs. With the old default seed=0 they were identical."""
+    runs = [drive(make(seed=None))[1] for _ in range(4)]
+    if type(make()) in NO_SECRET_DRAWS:
+        return
+    assert any(run != runs[0] for run in runs[1:])
+
+
+def test_seed_in_the_space_is_refused(make: Callable[..., DPSearcher]) -> None:
+    """A trial seed in the (public, logged) space would make the DP noise public."""
+    cls = type(make())
+    with pytest.raises(ValueError, match="secret_seed"):
+        cls({**RANDOM_SPACE, "seed": 0}, **COMMON)
+
+
+def test_make_searcher_has_no_default_seed() -> None:
+    import inspect
+
+    from search_algs.base import DPSearcher as Base
+
+    assert inspect.signature(Base.__init__).parameters["seed"].default is None
+    common = {k: v for k, v in COMMON.items() if k != "seed"}
+    ks = set()
+    for _ in range(30):
+        s = make_searcher("random_stopping", param_space=RANDOM_SPACE, mean=3, **common)
+        ks.add(s._k)  # the secret number of trials
+    assert len(ks) > 1
 
 
 def test_save_restore_mid_search(make: Callable[..., DPSearcher], tmp_path: Any) -> None:
