@@ -114,10 +114,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         spec = replace(spec, storage_path=str(Path(args.storage_path).expanduser().resolve()))
     if args.dry_run:
-        print(f"experiment file {args.experiment} is valid: {spec.experiment} -> {spec.run_dir}")
+        # Every check `run` makes before its first charge, without Ray or a ledger: the space
+        # against the trainable, the search settings and the plan against the budget.
+        from raydp_hpo.experiment import load_data, validate_search
+
+        train_size, val_size = spec.data.public_sizes()
+        if train_size is None:
+            data = load_data(spec.data, spec.split_seed)
+            train_size, val_size = len(data.train), val_size or max(1, len(data.val))
+        validate_search(spec, train_size, val_size)
+        print(f"experiment file {args.experiment} is valid: {spec.experiment} -> {spec.run_dir} "
+              f"(ledger {spec.ledger_name}, journal {spec.ledger_journal()})")
         return EXIT_OK
     try:
-        outcome = run_experiment(spec, progress_interval_s=args.progress_interval)
+        outcome = run_experiment(spec, progress_interval_s=args.progress_interval,
+                                 resume=args.resume)
     except (BudgetExhaustedError, ConfigError, LedgerMismatchError, ValueError):
         raise  # mapped by main(): 3 / 2
     except Exception as exc:  # Ray or system failure: not the user's input
@@ -129,9 +140,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print("raydp-hpo: the ledger refused further trials (budget exhausted); the release "
               "above covers what ran", file=sys.stderr)
         return EXIT_BUDGET_EXHAUSTED
-    if result.hyperparameters is None and outcome.trial_errors:
-        print(f"raydp-hpo: {outcome.trial_errors} trial(s) failed and nothing was released; "
-              f"see the private Tune dir {outcome.run_dir / 'tune'}", file=sys.stderr)
+    if result.hyperparameters is None and (outcome.trial_errors or result.extras.get("final_failed")):
+        print(f"raydp-hpo: {outcome.trial_errors} trial(s) failed and nothing was released "
+              f"(privacy spent: ε={result.certificate.epsilon:.4f}); see the private Tune dir "
+              f"{outcome.run_dir / 'tune'}", file=sys.stderr)
         return EXIT_ERROR
     return EXIT_OK
 
@@ -183,6 +195,8 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("experiment", help="path to EXPERIMENT.yaml")
     run.add_argument("--storage-path", default=None, help="override the file's storage_path")
     run.add_argument("--dry-run", action="store_true", help="validate the file only")
+    run.add_argument("--resume", action="store_true",
+                     help="continue an interrupted run of this experiment (nothing is re-charged)")
     run.add_argument("--progress-interval", type=float, default=5.0,
                      help="seconds between progress lines")
     run.set_defaults(func=_cmd_run)

@@ -59,7 +59,11 @@ def run_demo(*, quick: bool = False, storage_path: str | None = None) -> int:
     }
     mean_trials = 3.0 if quick else 6.0
     print("raydp-hpo demo: DP hyperparameter search on MNIST-1D (generated locally)")
-    print(f"  data: {len(data.train)} train / {len(data.val)} validation / {len(data.test)} test")
+    # Declared public sizes (the expected split sizes of the public total): the realised split
+    # sizes are private and are neither printed nor used by the accounting.
+    train_size, val_size = round(samples * 0.7), round(samples * 0.15)
+    print(f"  data: {samples} records, split 70/15/15 % (declared public sizes: {train_size} "
+          f"train, {val_size} validation)")
     print(f"  budget: ε={budget.epsilon}, δ={budget.delta} for the whole search")
     print(f"  search: Papernot–Steinke random stopping, geometric K with E[K]={mean_trials:g}")
     start = time.time()
@@ -84,6 +88,8 @@ def run_demo(*, quick: bool = False, storage_path: str | None = None) -> int:
             experiment="demo",
             search_kwargs={"mean": mean_trials},
             max_concurrent_trials=2,
+            dataset_size=train_size,
+            validation_size=val_size,
         )
         result = tuner.fit()
     finally:
@@ -92,7 +98,7 @@ def run_demo(*, quick: bool = False, storage_path: str | None = None) -> int:
     print(f"\nFinished in {time.time() - start:.0f} s. Run directory (private): "
           f"{result.experiment_path}")
     if result.hyperparameters is None:
-        print("The search selected no configuration (K = 0).")
+        print(f"Nothing released: {result.extras.get('reason', 'no configuration selected')}.")
     else:
         print("Released configuration:")
         for key, value in sorted(result.hyperparameters.items()):
@@ -100,7 +106,8 @@ def run_demo(*, quick: bool = False, storage_path: str | None = None) -> int:
         acc = result.test_accuracy
         print(f"Test accuracy of the released model: {acc:.3f}" if acc is not None else
               "Test accuracy: n/a")
-        print("  (evaluation on the held-out test split; not covered by the certificate)")
+        print("  (computed without noise on the private test split: NOT covered by the "
+              "certificate)")
     print()
     print(result.certificate.format())
     return 0 if result.certificate.within_budget else 1

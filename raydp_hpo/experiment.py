@@ -5,7 +5,9 @@ An experiment file is a YAML mapping, parsed into frozen dataclasses and validat
 error that names the key and suggests the closest valid one. Schema (``?`` = optional)::
 
     experiment: mnist1d-small        # name: run dir <storage_path>/<experiment>, charge-id prefix
-    seed?: 0                         # searcher seed and train/val/test split seed
+    split_seed?: 0                   # PUBLIC: makes the train/val/test split reproducible
+    secret_seed?: null               # SECRET; omit (or null) for OS entropy. Only to reproduce
+                                     # a run: the file then must be kept like the data
     data:
       source: mnist1d                # mnist1d | digits | parquet
       size?: 2000                    # mnist1d: number of samples (default 5000)
@@ -17,7 +19,9 @@ error that names the key and suggests the closest valid one. Schema (``?`` = opt
       num_classes?: 10               # parquet (default max(label) + 1)
       val_fraction?: 0.1
       test_fraction?: 0.1
-    model:
+      declared_train_size?: 1600     # PUBLIC sizes used by the accounting and normalisers;
+      declared_validation_size?: 200 # default: from the source's public size for built-ins,
+                                     # else the realised sizes, listed as treated as public
       name: mlp                      # mlp | cnn1d | cnn2d | linear | package.module:Class
       kwargs?: {hidden: [32]}
     search:
@@ -37,11 +41,21 @@ error that names the key and suggests the closest valid one. Schema (``?`` = opt
     resources?: {cpu: 1, gpu: 0}     # per trial
     storage_path?: ./raydp_results   # local dir or NFS mount shared by every node
     tensorboard?: false              # also write Tune's per-trial TensorBoard files
-    ledger?:                         # omit: a dedicated ledger with exactly `budget`
+    ledger?:                         # omit: the dataset's own ledger (see below)
       name: mnist1d-dataset          # shared dataset-level ledger actor (one per dataset)
       budget?: {epsilon: 16, delta: 1.0e-5}   # the dataset's total; default: `budget`
       journal?: /nfs/ledgers/mnist1d.journal  # default <storage_path>/ledgers/<name>.journal
       namespace?: raydp_hpo
+
+**The budget belongs to the data.** Without a ``ledger:`` block an experiment charges the
+dataset's default ledger, named from a fingerprint of the data source
+(:meth:`DataSpec.fingerprint`: the built-in dataset and its generator settings, or the
+canonical Parquet URI) and journaled under ``<storage_path>/ledgers/``. A second experiment
+on the same data — a re-run under a new name after a crash, say — spends from the same budget
+instead of getting a fresh one. The first experiment on a dataset creates its ledger with its
+``budget`` (logged); later ones attach to it, their own ``budget`` being a cap on what they
+spend. A fresh budget on the same data is an explicit, logged act: name another ledger in
+``ledger:``. A crashed run continues with ``raydp-hpo run --resume`` (same experiment name).
 
 :func:`run_experiment` executes a spec: connects to ``RAY_ADDRESS`` when set (a cluster, or
 the cluster a ``ray job submit`` job runs on), else starts a local Ray; runs
@@ -88,13 +102,16 @@ DOMAIN_KINDS = (
     "uniform", "loguniform", "quniform", "qloguniform", "randint", "choice", "grid", "randn",
 )
 _TOP_KEYS = (
-    "experiment", "seed", "data", "model", "search", "space", "budget", "resources",
-    "storage_path", "ledger", "tensorboard",
+    "experiment", "split_seed", "secret_seed", "data", "model", "search", "space", "budget",
+    "resources", "storage_path", "ledger", "tensorboard",
 )
 _DATA_KEYS = (
     "source", "size", "generator_seed", "uri", "feature_columns", "feature_column",
-    "label_column", "num_classes", "val_fraction", "test_fraction",
+    "label_column", "num_classes", "val_fraction", "test_fraction", "declared_train_size",
+    "declared_validation_size",
 )
+#: Public sizes of the built-in datasets (records before the split).
+_BUILTIN_SIZES = {"digits": 1797}
 _MODEL_KEYS = ("name", "kwargs")
 _SEARCH_KEYS = ("algorithm", "settings", "metric", "mode", "max_concurrent_trials")
 _BUDGET_KEYS = ("epsilon", "delta")
@@ -188,6 +205,47 @@ class DataSpec:
     num_classes: int | None = None
     val_fraction: float = 0.1
     test_fraction: float = 0.1
+    declared_train_size: int | None = None
+    declared_validation_size: int | None = None
+
+    def public_sizes(self) -> tuple[int | None, int | None]:
+        """Declared public (training, validation) sizes. Built-in sources have a public total
+        N (``size``, or 1797 for digits): ``round(N·(1 − f_val − f_test))`` and
+        ``round(N·f_val)`` unless declared. Parquet: only what is declared (``None``: the
+        realised sizes, listed in the certificate as treated as public)."""
+        if self.source == "mnist1d":
+            total: int | None = self.size or 5000
+        else:
+            total = _BUILTIN_SIZES.get(self.source)
+        train, val = self.declared_train_size, self.declared_validation_size
+        if total is not None:
+            if train is None:
+                train = max(1, round(total * (1.0 - self.val_fraction - self.test_fraction)))
+            if val is None and self.val_fraction > 0:
+                val = max(1, round(total * self.val_fraction))
+        return train, val
+
+    def fingerprint(self) -> str:
+        """The identity of the data source the budget belongs to: the built-in dataset and its
+        generator settings, or the canonical URI of the Parquet data. Deliberately not a hash
+        of the content: a dataset with one record more is a neighbouring dataset of the same
+        people and must spend from the same budget."""
+        if self.source == "mnist1d":
+            return f"mnist1d:size={self.size or 5000}:generator_seed={self.generator_seed}"
+        if self.source == "parquet":
+            assert self.uri is not None
+            uri = self.uri
+            if "://" not in uri:
+                uri = "file://" + str(Path(uri).expanduser().resolve())
+            return f"parquet:{uri.rstrip('/')}"
+        return self.source
+
+    def ledger_name(self) -> str:
+        """Name of the dataset's default ledger: ``data-<source>-<12 hex of the fingerprint>``."""
+        import hashlib
+
+        digest = hashlib.sha256(self.fingerprint().encode("utf-8")).hexdigest()[:12]
+        return f"data-{self.source}-{digest}"
 
     @classmethod
     def parse(cls, value: Any) -> DataSpec:
@@ -237,6 +295,10 @@ class DataSpec:
             fractions[key] = f
         if fractions["val_fraction"] + fractions["test_fraction"] >= 1.0:
             raise ConfigError("data.val_fraction + data.test_fraction must be < 1")
+        declared = {
+            key: _int(f"data.{key}", m[key], 1) for key in
+            ("declared_train_size", "declared_validation_size") if key in m
+        }
         return cls(
             source=source,
             size=size,
@@ -250,6 +312,7 @@ class DataSpec:
             num_classes=_int("data.num_classes", m["num_classes"], 2)
             if "num_classes" in m else None,
             **fractions,
+            **declared,
         )
 
 
@@ -347,7 +410,8 @@ class ExperimentSpec:
     search: SearchSpec
     space: Mapping[str, Any]
     budget: PrivacyBudget
-    seed: int = 0
+    split_seed: int = 0
+    secret_seed: int | None = field(default=None, repr=False)
     resources: Mapping[str, float] = field(default_factory=lambda: {"cpu": 1.0, "gpu": 0.0})
     storage_path: str = "raydp_results"
     ledger: LedgerSpec | None = None
@@ -358,16 +422,22 @@ class ExperimentSpec:
     def run_dir(self) -> Path:
         return run_dir_of(self.storage_path, self.experiment)
 
+    @property
+    def ledger_name(self) -> str:
+        """The ledger this experiment charges: the named one, else the dataset's default."""
+        return self.ledger.name if self.ledger is not None else self.data.ledger_name()
+
     def ledger_journal(self) -> Path:
-        """Journal of the shared ledger (``None`` ledger: DPTuner's dedicated journal)."""
-        if self.ledger is None:
-            return self.run_dir / "ledger.journal"
-        if self.ledger.journal:
+        """Journal of the ledger: ``ledger.journal``, else ``<storage_path>/ledgers/<name>``."""
+        if self.ledger is not None and self.ledger.journal:
             return Path(self.ledger.journal).expanduser().resolve()
-        return (Path(self.storage_path) / "ledgers" / f"{self.ledger.name}.journal").resolve()
+        return (Path(self.storage_path) / "ledgers" / f"{self.ledger_name}.journal").resolve()
 
     def to_dict(self) -> dict[str, Any]:
+        """The spec as JSON-able data, for run.json: the secret seed is never included."""
         out = asdict(self)
+        out.pop("secret_seed", None)
+        out["secret_seed_given"] = self.secret_seed is not None
         out["budget"] = self.budget.to_dict()
         if self.ledger is not None and self.ledger.budget is not None:
             out["ledger"]["budget"] = self.ledger.budget.to_dict()
@@ -445,9 +515,23 @@ def build_param_space(spec: ExperimentSpec) -> dict[str, Any]:
 def parse_experiment(raw: Any, *, source_path: str | None = None) -> ExperimentSpec:
     """Validate a parsed experiment mapping (raises :class:`ConfigError`)."""
     m = _mapping("the experiment file", raw)
+    if "seed" in m:
+        raise ConfigError(
+            "the key 'seed' is no longer accepted: it made the searcher's secrets public. Use "
+            "'split_seed' (public: makes the train/val/test split reproducible) and omit "
+            "'secret_seed' so every secret comes from OS entropy (set secret_seed only to "
+            "reproduce a run, and keep the file as secret as the data)"
+        )
     _check_keys("the experiment file", m, _TOP_KEYS,
                 required=("experiment", "data", "model", "search", "space", "budget"))
     experiment = _str("experiment", m["experiment"])
+    if experiment.strip(".") == "" or any(c in experiment for c in "/\\") or (
+        experiment.startswith(".")
+    ):
+        raise ConfigError(
+            f"experiment {experiment!r} must be a plain name (no '/', no leading '.'): it names "
+            "the run directory inside storage_path"
+        )
     space = dict(_mapping("space", m["space"]))
     if not space:
         raise ConfigError("space must set at least one key")
@@ -479,7 +563,9 @@ def parse_experiment(raw: Any, *, source_path: str | None = None) -> ExperimentS
         search=SearchSpec.parse(m["search"]),
         space=space,
         budget=_budget("budget", m["budget"]),
-        seed=_int("seed", m.get("seed", 0)),
+        split_seed=_int("split_seed", m.get("split_seed", 0), 0),
+        secret_seed=_int("secret_seed", m["secret_seed"], 0)
+        if m.get("secret_seed") is not None else None,
         resources=resources,
         storage_path=storage_path,
         ledger=LedgerSpec.parse(m["ledger"]) if m.get("ledger") is not None else None,
@@ -503,19 +589,57 @@ def load_experiment(path: str | os.PathLike[str]) -> ExperimentSpec:
 
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"experiment file {str(p)!r} does not exist")
+        what = "is a directory, not a file" if p.is_dir() else "does not exist"
+        raise ConfigError(f"experiment file {str(p)!r} {what}")
     try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"experiment file {str(p)!r} is not UTF-8 text (byte {exc.start}); save it as UTF-8"
+        ) from None
+    try:
+        raw = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise ConfigError(f"experiment file {str(p)!r} is not valid YAML: {exc}") from None
+    if raw is None:
+        raise ConfigError(f"experiment file {str(p)!r} is empty; see the schema in "
+                          "raydp_hpo/experiment.py or cluster/examples/")
     return parse_experiment(raw, source_path=str(p.resolve()))
+
+
+def _strict_loader() -> Any:
+    """A YAML SafeLoader that refuses duplicate keys (PyYAML silently keeps the last one, so a
+    second ``budget:`` would replace the first without a word)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def construct_mapping(loader: Any, node: Any, deep: bool = False) -> Any:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ConfigError(
+                    f"duplicate key {key!r} at line {key_node.start_mark.line + 1} (first at "
+                    f"line {seen[key] + 1}); a YAML mapping takes each key once"
+                )
+            seen[key] = key_node.start_mark.line
+        return loader.construct_mapping(node, deep=deep)
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    return Loader
+
+
+_StrictLoader = _strict_loader()
 
 
 # --------------------------------------------------------------------------------- running
 
 
-def load_data(spec: DataSpec, seed: int) -> Any:
-    """Load and split the private dataset (``trainables.DataSplits``)."""
+def load_data(spec: DataSpec, split_seed: int) -> Any:
+    """Load and split the private dataset (``trainables.DataSplits``); the split is stable per
+    record and its seed is public (:func:`trainables.data.split`)."""
     from trainables.data import load_digits, load_mnist1d, load_parquet, split
 
     if spec.source == "mnist1d":
@@ -531,23 +655,33 @@ def load_data(spec: DataSpec, seed: int) -> Any:
             feature_column=spec.feature_column,
             num_classes=spec.num_classes,
         )
-    return split(dataset, spec.val_fraction, spec.test_fraction, seed=seed)
+    return split(dataset, spec.val_fraction, spec.test_fraction, seed=split_seed)
 
 
-def validate_search(spec: ExperimentSpec, dataset_size: int) -> None:
-    """Build the searcher once without Ray or a ledger: a space the algorithm cannot use, an
-    unknown setting or a budget too small for the plan fail here, before anything runs."""
+def validate_search(
+    spec: ExperimentSpec, dataset_size: int, validation_size: int | None = None
+) -> None:
+    """Build the searcher once without Ray or a ledger: a space key the trainable does not
+    read, a bad constant, a space the algorithm cannot use, an unknown setting or a budget too
+    small for the plan fail here, before anything runs. ``dataset_size`` and
+    ``validation_size`` are the declared public sizes."""
     from search_algs import make_searcher
+    from trainables.training import validate_trial_space
 
+    space = build_param_space(spec)
+    try:
+        validate_trial_space(space)
+    except ValueError as exc:
+        raise ConfigError(f"space: {exc}") from None
     try:
         make_searcher(
             spec.search.algorithm,
-            param_space=build_param_space(spec),
+            param_space=space,
             metric=spec.search.metric,
             mode=spec.search.mode,
             dataset_size=dataset_size,
+            validation_size=validation_size,
             budget=spec.budget,
-            seed=spec.seed,
             experiment=spec.experiment,
             **dict(spec.search.settings),
         )
@@ -671,9 +805,37 @@ def _atomic_json(path: Path, payload: Any) -> None:
     os.replace(tmp, path)
 
 
+def _dataset_ledger_budget(spec: ExperimentSpec, out: Callable[[str], None]) -> PrivacyBudget:
+    """The total budget of the ledger this experiment charges (see the module docstring)."""
+    journal = spec.ledger_journal()
+    if spec.ledger is not None:
+        out(f"[raydp-hpo] ledger {spec.ledger.name!r} named explicitly (journal {journal}); "
+            f"the dataset's default ledger is {spec.data.ledger_name()!r}")
+        return spec.ledger.budget or spec.budget
+    if journal.exists():
+        from raydp_hpo.ledger import PrivacyLedger
+
+        report = PrivacyLedger.read_only(journal).report()
+        out(f"[raydp-hpo] dataset ledger {spec.ledger_name!r} ({spec.data.fingerprint()}): "
+            f"total ε={report.budget.epsilon:g}, δ={report.budget.delta:g}, already spent "
+            f"ε={report.spent_epsilon:.4f}; this experiment may spend at most "
+            f"ε={spec.budget.epsilon:g}")
+        if report.budget.delta != spec.budget.delta:
+            raise ConfigError(
+                f"budget.delta={spec.budget.delta:g} differs from the dataset ledger's "
+                f"δ={report.budget.delta:g} ({journal}); a dataset ledger states ε at one δ"
+            )
+        return report.budget
+    out(f"[raydp-hpo] new dataset ledger {spec.ledger_name!r} for {spec.data.fingerprint()} "
+        f"with total budget ε={spec.budget.epsilon:g}, δ={spec.budget.delta:g} (journal "
+        f"{journal}); later experiments on this data spend from it")
+    return spec.budget
+
+
 def run_experiment(spec: ExperimentSpec, *, progress_interval_s: float = 5.0,
-                   out: Callable[[str], None] = print) -> RunOutcome:
-    """Run a validated spec end to end (see the module docstring)."""
+                   out: Callable[[str], None] = print, resume: bool = False) -> RunOutcome:
+    """Run a validated spec end to end (see the module docstring). ``resume=True`` continues
+    an interrupted run of the same experiment (its charges are already on the ledger)."""
     from raydp_hpo.accounting import Accountant
     from raydp_hpo.ledger import Adaptivity
     from raydp_hpo.ledger_actor import get_ledger
@@ -685,19 +847,32 @@ def run_experiment(spec: ExperimentSpec, *, progress_interval_s: float = 5.0,
             f"experiment {spec.experiment!r} already has a release in {run_dir}; pick a new "
             "experiment name (a finished experiment is never re-run)"
         )
-    data = load_data(spec.data, spec.seed)
-    validate_search(spec, len(data.train))  # before Ray, before any ledger
-    ensure_ray()
-    ledger = None
-    if spec.ledger is not None:
-        ledger = get_ledger(
-            spec.ledger.name,
-            spec.ledger.budget or spec.budget,
-            spec.ledger_journal(),
-            namespace=spec.ledger.namespace,
-            adaptivity=Adaptivity.ADAPTIVE,
-            accountant=Accountant.RDP,
+    started = (run_dir / "tune").exists()
+    if started and not resume:
+        raise ConfigError(
+            f"experiment {spec.experiment!r} was started before ({run_dir}); continue it with "
+            "'raydp-hpo run --resume' (what it charged stays charged), or pick a new name — a "
+            "new experiment spends from the same dataset budget"
         )
+    if resume and not started:
+        raise ConfigError(
+            f"nothing to resume: experiment {spec.experiment!r} has no run in {run_dir}; run "
+            "it without --resume"
+        )
+    data = load_data(spec.data, spec.split_seed)
+    train_size, val_size = spec.data.public_sizes()
+    dataset_size = train_size if train_size is not None else len(data.train)
+    validate_search(spec, dataset_size, val_size)  # before Ray, before any ledger
+    ledger_budget = _dataset_ledger_budget(spec, out)
+    ensure_ray()
+    ledger = get_ledger(
+        spec.ledger_name,
+        ledger_budget,
+        spec.ledger_journal(),
+        namespace=spec.ledger.namespace if spec.ledger else "raydp_hpo",
+        adaptivity=Adaptivity.ADAPTIVE,
+        accountant=Accountant.RDP,
+    )
     tuner = DPTuner(
         None,
         build_param_space(spec),
@@ -713,7 +888,9 @@ def run_experiment(spec: ExperimentSpec, *, progress_interval_s: float = 5.0,
         namespace=spec.ledger.namespace if spec.ledger else "raydp_hpo",
         search_kwargs=dict(spec.search.settings),
         max_concurrent_trials=spec.search.max_concurrent_trials,
-        seed=spec.seed,
+        secret_seed=spec.secret_seed,
+        dataset_size=train_size,
+        validation_size=val_size,
         tensorboard=spec.tensorboard,
     )
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -721,7 +898,7 @@ def run_experiment(spec: ExperimentSpec, *, progress_interval_s: float = 5.0,
     meta = {
         "experiment": spec.experiment,
         "spec": spec.to_dict(),
-        "ledger_name": spec.ledger.name if spec.ledger else f"ledger-{tuner.experiment}",
+        "ledger_name": spec.ledger_name,
         "ledger_journal": str(journal),
         "started": time.time(),
         "status": "running",
@@ -733,7 +910,7 @@ def run_experiment(spec: ExperimentSpec, *, progress_interval_s: float = 5.0,
                               spec.search.mode, progress_interval_s, out)
     try:
         with monitor:
-            result = tuner.fit()
+            result = tuner.fit(resume=resume)
     except BaseException as exc:
         meta.update(status="failed", error=repr(exc)[:500], finished=time.time())
         _atomic_json(run_dir / "run.json", meta)
@@ -750,20 +927,25 @@ def run_experiment(spec: ExperimentSpec, *, progress_interval_s: float = 5.0,
 
 
 def format_summary(outcome: RunOutcome) -> str:
-    """The final, public summary (released hyperparameters, test accuracy, certificate)."""
+    """The final summary: the release (public, covered by the certificate), the certificate,
+    and, apart, the noiseless test accuracy (an evaluation NOT covered by the certificate)."""
     r = outcome.result
     lines = ["", "=" * 72, "Released (public, covered by the certificate)"]
     if r.hyperparameters is None:
         reason = (r.extras or {}).get("reason", "no configuration was selected")
-        lines.append(f"  hyperparameters  none: {reason}")
+        lines.append(f"  nothing is released: {reason}")
+        lines.append(f"  privacy spent all the same: ε={r.certificate.epsilon:.4f} "
+                     f"(δ={r.certificate.budget.delta:g})")
     else:
         for key, value in sorted(r.hyperparameters.items()):
             lines.append(f"  {key:<18} {value}")
-    acc = "-" if r.test_accuracy is None else f"{r.test_accuracy:.4f}"
-    lines.append(f"  test accuracy      {acc}  (held-out test split)")
     lines.append(r.certificate.format())
+    if r.hyperparameters is not None:
+        acc = "-" if r.test_accuracy is None else f"{r.test_accuracy:.4f}"
+        lines.append("Evaluation (NOT covered by the certificate: computed without noise on the "
+                     "private test split; publish it only if that split is public)")
+        lines.append(f"  test accuracy      {acc}")
     lines.append(f"Run dir: {outcome.run_dir} (release.json, certificate.json)")
     lines.append("Private (never publish): the Tune experiment dir tune/, audit.jsonl, "
                  "the progress lines above.")
     return "\n".join(lines)
-

@@ -191,7 +191,6 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repo
         "",
         "## Public release (covered by the certificate)",
         "",
-        f"- test accuracy (held-out test split): {_fmt(release.get('test_accuracy'))}",
         f"- budget exhausted during the search: {release.get('budget_exhausted')}",
         "",
         "| hyperparameter | value |",
@@ -200,8 +199,14 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repo
     for key, value in sorted((release.get("hyperparameters") or {}).items()):
         lines.append(f"| {key} | `{json.dumps(value)}` |")
     if not release.get("hyperparameters"):
-        lines.append("| (none selected) | |")
+        lines.append("| (nothing released) | |")
     lines += [
+        "",
+        "## Evaluation (NOT covered by the certificate)",
+        "",
+        "- test accuracy of the released model: "
+        f"{_fmt((release.get('evaluation') or {}).get('test_accuracy'))} — computed without "
+        "noise on the private test split; publish it only if that split is public.",
         "",
         "## Privacy certificate",
         "",
@@ -213,6 +218,9 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repo
         f"**ε released = {eps['best']:.4f}** (≤ budget: {eps['best'] <= cert['budget']['epsilon']})",
         f"- ledger: {cert['ledger']['name']} ({cert['ledger']['halting_rule']}), "
         f"ledger spent ε = {cert['ledger']['spent_epsilon']:.4f}",
+        f"- privacy unit: {cert.get('privacy_unit', 'one record (add/remove)')}",
+        *[f"- treated as public: {key}: {value}"
+          for key, value in (cert.get("treated_as_public") or {}).items()],
         f"- charges of this experiment: {len(cert['charges'])}",
         "",
         "| charge id | mechanism |",

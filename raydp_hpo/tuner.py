@@ -19,10 +19,11 @@ Data flow of :meth:`DPTuner.fit` (DESIGN.md, "Data flow of one run"):
 5. The searcher's release names the hyperparameters and the trial whose model is released;
    the model is loaded from that trial's checkpoint, and a certificate states every charge.
 
-Released vs private: :class:`DPResult` exposes ``hyperparameters``, ``model``,
-``certificate`` and ``test_accuracy`` (evaluation on the held-out test split) as the public
-part; ``private_trials`` (per-trial metrics), the number of trials and Tune's experiment
-directory are **not covered by the guarantee** and must not be published.
+Released vs private: :class:`DPResult` exposes ``hyperparameters``, ``model`` and
+``certificate`` as the public part (``test_accuracy`` is a noiseless evaluation on the private
+test split for the operator, not covered by the certificate); ``private_trials`` (per-trial
+metrics), the number of trials and Tune's experiment directory are **not covered by the
+guarantee** and must not be published.
 """
 
 from __future__ import annotations
@@ -50,9 +51,22 @@ from raydp_hpo.mechanisms import Mechanism, mechanism_to_dict
 __all__ = ["DPTuner", "DPResult", "PrivacyCertificate"]
 
 
+#: The privacy unit and neighbouring relation every bound of this project is stated for.
+ADJACENCY = (
+    "one record; neighbouring datasets differ by adding or removing one record (every bound "
+    "holds in both directions)"
+)
+
+
 @dataclass(frozen=True)
 class PrivacyCertificate:
-    """What the released output costs: every charge of the experiment and the total ε."""
+    """What the released output costs: every charge of the experiment and the total ε.
+
+    ``adjacency`` states the privacy unit and neighbouring relation (add/remove one record);
+    ``public`` lists every quantity the guarantee treats as public (declared sizes, the
+    configuration) — anything computed from the records that is not listed there reaches the
+    release only through the charged mechanisms.
+    """
 
     algorithm: str
     paper: str
@@ -64,6 +78,8 @@ class PrivacyCertificate:
     ledger_name: str
     ledger_spent_epsilon: float
     ledger_halting_rule: str
+    public: tuple[tuple[str, str], ...] = ()
+    adjacency: str = ADJACENCY
 
     @property
     def epsilon(self) -> float:
@@ -89,6 +105,8 @@ class PrivacyCertificate:
                 "spent_epsilon": self.ledger_spent_epsilon,
                 "halting_rule": self.ledger_halting_rule,
             },
+            "privacy_unit": self.adjacency,
+            "treated_as_public": dict(self.public),
         }
 
     def format(self) -> str:
@@ -103,12 +121,16 @@ class PrivacyCertificate:
             f"  ε (released)  {self.epsilon:.4f}  ≤ budget: {self.within_budget}",
             f"  ledger        {self.ledger_name} ({self.ledger_halting_rule}), "
             f"spent ε={self.ledger_spent_epsilon:.4f}",
+            f"  privacy unit  {self.adjacency}",
             f"  charges       {len(self.charges)}",
         ]
         for cid, mech in self.charges[:10]:
             lines.append(f"    {cid}: {type(mech).__name__}")
         if len(self.charges) > 10:
             lines.append(f"    ... {len(self.charges) - 10} more")
+        if self.public:
+            lines.append("  treated as public")
+            lines.extend(f"    {key}: {value}" for key, value in self.public)
         return "\n".join(lines)
 
 
@@ -116,9 +138,12 @@ class PrivacyCertificate:
 class DPResult:
     """The result of :meth:`DPTuner.fit`.
 
-    Public (covered by the certificate): ``hyperparameters`` (the training seed, if any, is
-    withheld), ``model``, ``checkpoint_path``, ``certificate``. ``test_accuracy`` is an
-    evaluation on the held-out test split, not covered by the certificate.
+    Public (covered by the certificate): ``hyperparameters``, ``model``, ``checkpoint_path``,
+    ``certificate``. ``hyperparameters`` is ``None`` when nothing is released: the selection
+    chose nothing, or the model that would be released was not trained (a failed final run;
+    ``extras["final_failed"]``) — a release always describes a model that was trained.
+    ``test_accuracy`` is computed on the held-out test split **without noise**: an evaluation
+    for the operator, NOT covered by the certificate.
     Private (NOT covered; never publish): ``private_trials``, ``experiment_path``.
     """
 
@@ -184,9 +209,16 @@ class DPTuner:
             NoTensorBoardLogger`). A ``TBXLoggerCallback`` in ``callbacks`` also turns it on.
         reuse_actors: reuse trial worker processes between trials (much less start-up time;
             each trial still builds its own model, RNGs and charge).
-        seed: the searcher's seed. Default ``None``: fresh OS entropy. The searcher draws
-            secrets from it (random stopping's K, subsample and partition seeds), so a given
-            seed is for reproducibility only and must be kept as secret as the data.
+        secret_seed: default ``None``: every secret draw (random stopping's K, subsample and
+            partition seeds, SVT noise, and — with the built-in trainable — DP-SGD noise,
+            Poisson batches and score noise) comes from OS entropy. A given seed makes the run
+            reproducible; anyone who knows it can regenerate the noise, so it must be kept as
+            secret as the data. It is never written to a config, release, certificate or log.
+        dataset_size, validation_size: the declared **public** numbers of training and
+            validation records (q from ``batch_size``, the DP-SGD normaliser, the score
+            normaliser). Default: the realised sizes of ``data``, which the certificate then
+            lists as treated as public (a neighbouring dataset has another size: declare them
+            to make every normaliser independent of the data).
     """
 
     def __init__(
@@ -206,7 +238,9 @@ class DPTuner:
         namespace: str = DEFAULT_NAMESPACE,
         search_kwargs: Mapping[str, Any] | None = None,
         max_concurrent_trials: int = 2,
-        seed: int | None = None,
+        secret_seed: int | None = None,
+        dataset_size: int | None = None,
+        validation_size: int | None = None,
         verbose: int = 0,
         callbacks: Sequence[Any] = (),
         reuse_actors: bool = True,
@@ -237,7 +271,23 @@ class DPTuner:
         self._namespace = namespace
         self._search_kwargs = dict(search_kwargs or {})
         self._max_concurrent = int(max_concurrent_trials)
-        self._seed = seed
+        if secret_seed is not None and (
+            isinstance(secret_seed, bool) or not isinstance(secret_seed, int)
+        ):
+            raise InvalidParameterError(f"secret_seed must be an int or None, got {secret_seed!r}")
+        self._secret_seed = secret_seed
+        for name, value in (("dataset_size", dataset_size), ("validation_size", validation_size)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise InvalidParameterError(
+                    f"{name} must be a positive integer (a declared public size) or None, got "
+                    f"{name}={value!r}"
+                )
+        self._declared_sizes = (dataset_size is not None, validation_size is not None)
+        self._dataset_size = dataset_size if dataset_size is not None else len(data.train)
+        self._validation_size = (
+            validation_size if validation_size is not None else max(1, len(data.val))
+        )
         self._verbose = verbose
         self._callbacks = list(callbacks)
         self._reuse_actors = bool(reuse_actors)
@@ -323,13 +373,14 @@ class DPTuner:
             )
         if isinstance(searcher, SVTThresholdSearch):
             k = int(getattr(searcher, "num_partitions", 0) or 0)
-            n_val = len(self._data.val)
-            if k and n_val < k + 1:
+            n_val = self._validation_size
+            if k and n_val < k:
                 raise InvalidParameterError(
-                    f"SVT with num_partitions={k} needs at least {k + 1} validation records "
-                    f"(the utility's sensitivity 1/k must also bound one validation record's "
-                    f"effect, 1/(n_val - 1)); got n_val={n_val}. Use fewer partitions or a "
-                    "larger validation split."
+                    f"SVT with num_partitions={k} needs a declared validation size of at least "
+                    f"{k}: each partition model's accuracy is its correct count over the public "
+                    f"validation size n_val, so one validation record moves the utility by at "
+                    f"most 1/n_val, which must not exceed the sensitivity 1/k; got n_val={n_val}. "
+                    "Use fewer partitions or a larger validation split."
                 )
 
     def _build_searcher(self, ledger: LedgerHandle, dedicated: Adaptivity | None) -> Any:
@@ -369,9 +420,10 @@ class DPTuner:
             param_space=self._space,
             metric=self._metric,
             mode=self._mode,
-            dataset_size=len(self._data.train),
+            dataset_size=self._dataset_size,
+            validation_size=self._validation_size,
             budget=budget,
-            seed=self._seed,
+            seed=self._secret_seed,
             ledger_name=ledger.name,
             namespace=ledger.namespace,
             experiment=self._experiment,
@@ -384,7 +436,7 @@ class DPTuner:
             return self._trainable
         from trainables import make_trainable
 
-        return make_trainable(self._data, self._resources)
+        return make_trainable(self._data, self._resources, secret_seed=self._secret_seed)
 
     # ------------------------------------------------------------------ fit
     def fit(self, *, resume: bool = False) -> DPResult:
@@ -415,6 +467,10 @@ class DPTuner:
 
         from raydp_hpo.tune_hooks import LedgerAuditCallback, LedgerStopper, NoTensorBoardLogger
 
+        if self._trainable is None:
+            from trainables.training import validate_trial_space
+
+            validate_trial_space(self._space)  # a key the trainable ignores is an error
         searcher = self._build_searcher(ledger, dedicated)
         self._check_selection_inputs(searcher)
         plan = searcher.privacy_plan()
@@ -533,6 +589,7 @@ class DPTuner:
             ledger_name=ledger.name,
             ledger_spent_epsilon=ledger.spent(),
             ledger_halting_rule=f"{settings['adaptivity']}/{settings['accountant']}",
+            public=self._public_quantities(),
         )
         if not certificate.within_budget and not math.isclose(
             certificate.epsilon, self._budget.epsilon, rel_tol=1e-9
@@ -548,9 +605,13 @@ class DPTuner:
                 model = self._load_model(ckpt_path, result.config or {})
                 test_acc = (result.metrics or {}).get("test_accuracy")
         hyperparameters = release.hyperparameters
-        if hyperparameters is not None and "seed" in hyperparameters:
-            # a training seed lets anyone regenerate the DP noise: never released
-            hyperparameters = {k: v for k, v in hyperparameters.items() if k != "seed"}
+        extras = dict(release.extras)
+        if hyperparameters is not None and model is None:
+            # A release must describe a model that was trained: the final run failed (or left
+            # no checkpoint), so nothing is released; the budget it spent stays spent.
+            hyperparameters = None
+            extras["final_failed"] = True
+            extras.setdefault("reason", "the model to release was not trained (its run failed)")
         out = DPResult(
             hyperparameters=hyperparameters,
             model=model,
@@ -558,7 +619,7 @@ class DPTuner:
             certificate=certificate,
             test_accuracy=test_acc,
             budget_exhausted=exhausted,
-            extras=dict(release.extras),
+            extras=extras,
             private_trials=trials,
             experiment_path=exp_dir,
         )
@@ -566,6 +627,20 @@ class DPTuner:
         with open(Path(exp_dir) / "release.json", "w", encoding="utf-8") as fh:
             json.dump(out.public(), fh, indent=2, default=str)
         return out
+
+    def _public_quantities(self) -> tuple[tuple[str, str], ...]:
+        """What the certificate's guarantee treats as public (DESIGN.md, "Released vs
+        private" and "Secrets and neighbouring datasets")."""
+        n_declared, val_declared = self._declared_sizes
+        taken = "taken from the data and treated as public (declare it to make it data-independent)"
+        return (
+            ("training-set size", f"{self._dataset_size} ("
+             + ("declared" if n_declared else taken) + ")"),
+            ("validation-set size", f"{self._validation_size} ("
+             + ("declared" if val_declared else taken) + ")"),
+            ("configuration", "the search space, search settings, budget, model, sample rates, "
+             "epochs and the train/validation/test split seed"),
+        )
 
     @staticmethod
     def _find_result(by_id: dict[str, Any], trial_id: str) -> Any | None:

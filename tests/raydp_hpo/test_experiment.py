@@ -111,7 +111,10 @@ _DELETE = object()
         ("budget.delta", 2.0, "delta"),
         ("budget.delta", "tiny", "must be a number"),
         ("resources.cpu", -1, ">= 0"),
-        ("seed", "zero", "integer"),
+        ("split_seed", "zero", "integer"),
+        ("secret_seed", -1, ">= 0"),
+        ("seed", 0, "no longer accepted.*split_seed.*secret_seed"),
+        ("data.declared_train_size", 0, ">= 1"),
         ("experiment", _DELETE, "needs the key 'experiment'"),
         ("storage_path", "s3://bucket/x", "mounted shared file system"),
         ("tensorboard", "yes", "tensorboard must be true or false"),
@@ -149,12 +152,109 @@ def test_search_validation_before_anything_runs(raw: dict[str, Any]) -> None:
 def test_cli_run_bad_input_exit_code_and_dry_run(raw: dict[str, Any], tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump({**raw, "sead": 1}))
+    bad.write_text(yaml.safe_dump({**raw, "split_sead": 1}))
     assert main(["run", str(bad)]) == EXIT_BAD_INPUT
-    assert "did you mean 'seed'" in capsys.readouterr().err
+    assert "did you mean 'split_seed'" in capsys.readouterr().err
     assert main(["run", str(tmp_path / "missing.yaml")]) == EXIT_BAD_INPUT
     assert main(["run", str(EXAMPLE), "--dry-run", "--storage-path", str(tmp_path)]) == EXIT_OK
     assert not (tmp_path / "mnist1d-small").exists()  # nothing ran
     broken = tmp_path / "broken.yaml"
     broken.write_text("experiment: [unclosed")
     assert main(["run", str(broken)]) == EXIT_BAD_INPUT
+
+
+def test_no_default_secret_seed_and_never_in_run_metadata(raw: dict[str, Any]) -> None:
+    """Experiment files have no default seed: absent or null = OS entropy. A given secret seed
+    never reaches run.json (spec.to_dict()) or the spec's repr."""
+    spec = parse_experiment(raw)
+    assert spec.secret_seed is None and spec.split_seed == 0
+    assert parse_experiment({**raw, "secret_seed": None}).secret_seed is None
+    secret = parse_experiment({**raw, "secret_seed": 987654321})
+    assert secret.secret_seed == 987654321
+    assert "987654321" not in repr(secret) and "987654321" not in repr(secret.to_dict())
+    assert secret.to_dict()["secret_seed_given"] is True
+
+
+def test_budget_belongs_to_the_dataset(raw: dict[str, Any]) -> None:
+    """Without a ledger block, experiments on the same data share the dataset's ledger,
+    whatever their names; another dataset (or generator setting) gets another ledger."""
+    a = parse_experiment(raw)
+    b = parse_experiment({**raw, "experiment": "a-new-name-after-a-crash"})
+    assert a.ledger_name == b.ledger_name and a.ledger_journal() == b.ledger_journal()
+    assert a.ledger_name.startswith("data-mnist1d-")
+    other = copy.deepcopy(raw)
+    other["data"]["generator_seed"] = 7
+    assert parse_experiment(other).ledger_name != a.ledger_name
+    named = parse_experiment({**raw, "ledger": {"name": "fresh-budget"}})
+    assert named.ledger_name == "fresh-budget"
+
+
+def test_parquet_fingerprint_is_the_canonical_uri(raw: dict[str, Any], tmp_path: Path) -> None:
+    raw["data"] = {"source": "parquet", "uri": str(tmp_path / "d.parquet"),
+                   "label_column": "y", "feature_columns": ["a"]}
+    a = parse_experiment(raw)
+    raw["data"]["uri"] = "file://" + str(tmp_path / "d.parquet")
+    assert parse_experiment(raw).ledger_name == a.ledger_name
+
+
+def test_declared_public_sizes(raw: dict[str, Any]) -> None:
+    spec = parse_experiment(raw)  # mnist1d, 2000 records, 10 % validation, 10 % test
+    assert spec.data.public_sizes() == (1600, 200)
+    raw["data"]["declared_train_size"] = 1500
+    assert parse_experiment(raw).data.public_sizes() == (1500, 200)
+    raw["data"] = {"source": "parquet", "uri": "x.parquet", "label_column": "y",
+                   "feature_columns": ["a"]}
+    assert parse_experiment(raw).data.public_sizes() == (None, None)
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("learning_rate", 0.1, "not read by the DP trainable.*did you mean 'lr'"),
+    ("lr", "fast", "'lr' must be a positive number"),
+    ("optimizer", "sgdd", "'optimizer' must be an optimizer"),
+])
+def test_space_keys_the_trainable_ignores_are_errors(raw: dict[str, Any], key: str, value: Any,
+                                                     message: str) -> None:
+    """A release must describe the model that was trained: an unused key or a bad constant
+    fails before anything is charged (dry-run and run alike)."""
+    raw["space"][key] = value
+    with pytest.raises(ConfigError, match=message):
+        validate_search(parse_experiment(raw), 1600)
+
+
+def test_dry_run_runs_the_checks_run_makes(raw: dict[str, Any], tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """`--dry-run` said "valid" for files that `run` then rejected (noise 0, a continuous
+    space for grid search, a key the trainable ignores); now it runs the same checks."""
+    cases = [
+        ("noise", {"noise_multiplier": 0}, "noise_multiplier"),
+        ("grid", {"lr": {"loguniform": [0.1, 1.0]}}, "continuous"),
+        ("unused", {"learning_rate": 0.1}, "did you mean 'lr'"),
+    ]
+    for name, space, message in cases:
+        bad = copy.deepcopy(raw)
+        bad["space"].update(space)
+        if name == "grid":
+            bad["search"] = {"algorithm": "grid_composed"}
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(bad))
+        assert main(["run", str(path), "--dry-run", "--storage-path", str(tmp_path)]) \
+            == EXIT_BAD_INPUT, name
+        assert message in capsys.readouterr().err
+
+
+def test_path_like_names_duplicates_and_empty_files(raw: dict[str, Any], tmp_path: Path) -> None:
+    for name in ("..", "a/b", ".hidden"):
+        with pytest.raises(ConfigError, match="plain name"):
+            parse_experiment({**raw, "experiment": name})
+    dup = tmp_path / "dup.yaml"
+    dup.write_text(yaml.safe_dump(raw) + "budget: {epsilon: 100, delta: 1.0e-5}\n")
+    with pytest.raises(ConfigError, match="duplicate key 'budget'"):
+        load_experiment(dup)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    with pytest.raises(ConfigError, match="is empty"):
+        load_experiment(empty)
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"experiment: caf\xe9\n")
+    with pytest.raises(ConfigError, match="latin.yaml.*not UTF-8"):
+        load_experiment(latin)

@@ -57,6 +57,37 @@ def test_random_stopping_end_to_end(ray_session, data, tmp_path: Path) -> None:
     assert set(public) == {"hyperparameters", "checkpoint_path", "budget_exhausted",
                            "certificate", "evaluation"}
     assert public["evaluation"]["covered_by_certificate"] is False
+    # the certificate states the privacy unit and everything it treats as public
+    assert "adding or removing one record" in public["certificate"]["privacy_unit"]
+    treated = public["certificate"]["treated_as_public"]
+    assert str(len(data.train)) in treated["training-set size"]
+    assert "taken from the data" in treated["training-set size"]
+
+
+def test_unknown_space_key_is_refused_before_any_charge(ray_session, data, tmp_path: Path
+                                                        ) -> None:
+    """`learning_rate` is not read by the trainable: training would use the default lr and the
+    release would publish a value that trained nothing. Refused before the plan charge."""
+    tuner = DPTuner(None, {**SPACE, "learning_rate": 0.1}, "random_stopping",
+                    PrivacyBudget(4.0, 1e-5), data=data, storage_path=tmp_path,
+                    search_kwargs={"mean": 2.0})
+    with pytest.raises(InvalidParameterError, match="did you mean 'lr'"):
+        tuner.fit()
+    journal = tmp_path / tuner.experiment / "ledger.journal"
+    assert not journal.exists() or PrivacyLedger.read_only(journal).charges() == ()
+
+
+def test_failed_final_model_means_no_release(ray_session, data, tmp_path: Path) -> None:
+    """The one trial crashes after its charge (a model that cannot be built): nothing is
+    released, the spend stays on the certificate, and release.json says why."""
+    space = {**SPACE, "model_kwargs": tune.choice([{"hidden": ["not-a-width"]}])}
+    result = DPTuner(None, space, "one_shot_random", PrivacyBudget(2.0, 1e-5), data=data,
+                     storage_path=tmp_path, experiment=f"fail-{uuid.uuid4().hex[:6]}").fit()
+    assert result.hyperparameters is None and result.model is None
+    assert result.extras["final_failed"] is True
+    assert len(result.certificate.charges) == 1 and result.certificate.epsilon > 0
+    public = json.loads((Path(result.experiment_path) / "release.json").read_text())
+    assert public["hyperparameters"] is None
 
 
 def test_tensorboard_is_opt_in(ray_session, data, tmp_path: Path) -> None:
