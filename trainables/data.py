@@ -216,6 +216,14 @@ def load_parquet(
     except (ValueError, TypeError):  # a plain relative path
         filesystem, path = pafs.LocalFileSystem(), str(uri)
     try:
+        info = filesystem.get_file_info(path)
+    except (OSError, ValueError) as exc:
+        raise DataValidationError(f"cannot reach Parquet data at {uri!r}: {exc}") from None
+    if info.type == pafs.FileType.NotFound:
+        raise DataValidationError(
+            f"Parquet data not found at {uri!r} (resolved to {path!r}); check data.uri"
+        )
+    try:
         table = pads.dataset(path, filesystem=filesystem, format="parquet").to_table()
     except (OSError, ValueError) as exc:
         raise DataValidationError(f"cannot read Parquet data at {uri!r}: {exc}") from None
@@ -246,6 +254,13 @@ def load_parquet(
     y = _labels(table, label_column)
     if y.min() < 0:
         raise DataValidationError(f"label column {label_column!r} has negative label {y.min()}")
+    present = np.unique(y)
+    if len(present) < 2:
+        raise DataValidationError(
+            f"label column {label_column!r} holds a single class ({int(present[0])}) in "
+            f"{uri!r}: a classifier trained on it reports accuracy 1.0 and learns nothing; "
+            "check the label column or the file"
+        )
     k = int(y.max()) + 1 if num_classes is None else int(num_classes)
     if y.max() >= k:
         raise DataValidationError(

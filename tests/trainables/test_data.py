@@ -161,3 +161,11 @@ def test_split_seed_is_public_but_changes_the_assignment():
     a, b = split(data, 0.2, 0.2, seed=0), split(data, 0.2, 0.2, seed=1)
     assert _rows(a.val) != _rows(b.val)
     assert _rows(split(data, 0.2, 0.2, seed=0).val) == _rows(a.val)  # reproducible
+
+
+def test_parquet_one_class_and_missing_path_are_clear_errors(tmp_path):
+    path = _write(tmp_path, {"a": [0.1, 0.2, 0.3], "label": [4, 4, 4]})
+    with pytest.raises(DataValidationError, match="'label' holds a single class"):
+        load_parquet(path, label_column="label", feature_columns=["a"])
+    with pytest.raises(DataValidationError, match="not found"):
+        load_parquet(str(tmp_path / "nope.parquet"), label_column="label", feature_columns=["a"])
