@@ -44,7 +44,9 @@ from raydp_hpo.rdp import rdp_profile
 
 __all__ = [
     "VALUE_DISCRETIZATION",
+    "MAX_PLD_POINTS",
     "NON_PLD_DELTA_FRACTION",
+    "discretisation_interval",
     "has_pld",
     "count_non_pld",
     "PldComposer",
@@ -74,9 +76,60 @@ def count_non_pld(m: Mechanism) -> int:
     return 0 if has_pld(m) else 1
 
 
+#: Most grid points the privacy loss of ONE release may span (bounds memory and time).
+MAX_PLD_POINTS = 2**21
+#: Tail mass bound → standard deviations of the Gaussian's privacy-loss support (z ≥ 9).
+_GAUSSIAN_TAIL_Z = 9.0
+
+
+def discretisation_interval(m: Mechanism) -> float:
+    """The PLD grid step for ``m``: :data:`VALUE_DISCRETIZATION`, or coarser when the composed
+    privacy loss would span more than :data:`MAX_PLD_POINTS` points.
+
+    The privacy loss of one Gaussian step with noise σ (sensitivity 1) at x ~ N(0, σ²) is
+    (x + 1/2)/σ², with standard deviation s = 1/σ; Poisson subsampling at rate q shrinks it to
+    about s = q·√(exp(1/σ²) − 1) (never above 1/σ). The composition of T steps has standard
+    deviation √T·s, so the grid spans about 2z·√T·s / step points (z = 9); the one-step grid
+    itself reaches ±(1/(2σ²) + z/σ). At σ = 1e-3 and step 1e-3 that is ~10⁸–10⁹ points (the
+    accountant was killed by the OOM killer at ~23 GB).
+    Realistic mechanisms stay far below the limit, so their figures are unchanged. A coarser
+    step is still an upper bound — dp-accounting rounds the loss pessimistically on any grid —
+    only a looser one; for the near-noiseless mechanisms that reach the limit the RDP figure,
+    which the tightest-valid choice also takes, is the informative one. Laplace / pure /
+    approximate DP: the loss of one release lies in [−ε, ε].
+    """
+    if isinstance(m, (SubsampledGaussian, Gaussian)):
+        sigma = m.noise_multiplier
+        spread = 1.0 / sigma
+        if isinstance(m, SubsampledGaussian) and m.sample_rate < 1.0:
+            spread = min(spread, m.sample_rate * math.sqrt(math.expm1(min(sigma**-2, 700.0))))
+        count = m.steps if isinstance(m, SubsampledGaussian) else m.count
+        # the composed spread, or the one-step grid, which reaches up to 1/(2σ²) + z/σ on
+        # either side of zero (its centre is 1/(2σ²) from 0): whichever is wider
+        width = max(
+            2.0 * _GAUSSIAN_TAIL_Z * math.sqrt(count) * spread,
+            sigma**-2 + 2.0 * _GAUSSIAN_TAIL_Z / sigma,
+        )
+    elif isinstance(m, (Laplace, PureDP, ApproxDP)):
+        width = 2.0 * m.epsilon * math.sqrt(m.count)
+    else:
+        return VALUE_DISCRETIZATION
+    return max(VALUE_DISCRETIZATION, width / MAX_PLD_POINTS)
+
+
 @functools.lru_cache(maxsize=1024)
 def _leaf_pld(m: Mechanism) -> PLD:
-    vdi = VALUE_DISCRETIZATION
+    try:
+        return _build_leaf_pld(m)
+    except (OverflowError, MemoryError):  # dp-accounting on a near-noiseless mechanism
+        raise UnsupportedMechanismError(
+            f"{m!r}: its privacy loss is outside the floating-point range, so it has no PLD "
+            "figure; the RDP bound applies"
+        ) from None
+
+
+def _build_leaf_pld(m: Mechanism) -> PLD:
+    vdi = discretisation_interval(m)
     if isinstance(m, SubsampledGaussian):
         return _pld.from_gaussian_mechanism(
             standard_deviation=m.noise_multiplier,

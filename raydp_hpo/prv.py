@@ -41,6 +41,22 @@ def _leaves(m: Mechanism) -> Iterable[tuple[Mechanism, int]]:
         yield m, 0  # unsupported marker
 
 
+#: Below this Gaussian noise multiplier (or above this per-release ε) prv-accountant's grid,
+#: which spans the privacy loss's support (width ~1/σ² for a Gaussian), outgrows memory
+#: (σ = 1e-3: an 8 TiB allocation). Such a mechanism's ε is enormous anyway; RDP and the
+#: bounded PLD grid (:func:`raydp_hpo.pld.discretisation_interval`) still give bounds.
+PRV_MIN_NOISE_MULTIPLIER = 0.2
+PRV_MAX_RELEASE_EPSILON = 20.0
+
+
+def _too_wide(leaf: Mechanism) -> bool:
+    if isinstance(leaf, Gaussian):
+        return leaf.noise_multiplier < PRV_MIN_NOISE_MULTIPLIER
+    if isinstance(leaf, (Laplace, PureDP)):
+        return leaf.epsilon > PRV_MAX_RELEASE_EPSILON
+    return False
+
+
 def prv_epsilon(mechanisms: Iterable[Mechanism], delta: float) -> float | None:
     """prv-accountant's upper bound on ε at ``delta``, or ``None`` where it is not valid or
     not computed (unsupported/one-directional mechanism, too many distinct mechanisms)."""
@@ -53,6 +69,8 @@ def prv_epsilon(mechanisms: Iterable[Mechanism], delta: float) -> float | None:
                 return None
             counts[leaf] += count
     if not counts or len(counts) > PRV_MAX_DISTINCT:
+        return None
+    if any(_too_wide(leaf) for leaf in counts):
         return None
     prvs = []
     for leaf in counts:
@@ -72,7 +90,7 @@ def prv_epsilon(mechanisms: Iterable[Mechanism], delta: float) -> float | None:
             delta_error=delta * 1e-3,
         )
         _, _, upper = accountant.compute_epsilon(delta=delta, num_self_compositions=steps)
-    except (ValueError, RuntimeError, AssertionError):
+    except (ValueError, RuntimeError, AssertionError, MemoryError):
         return None  # e.g. "Discrete mean differs" at large ε in 0.2.0: no figure, no claim
     upper = float(upper)
     return upper if math.isfinite(upper) else None
