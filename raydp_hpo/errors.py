@@ -12,6 +12,7 @@ __all__ = [
     "InvalidParameterError",
     "UnsupportedMechanismError",
     "BudgetExhaustedError",
+    "BudgetTooSmallError",
     "ChargeConflictError",
     "LedgerCorruptedError",
     "LedgerMismatchError",
@@ -80,6 +81,12 @@ class BudgetExhaustedError(RayDPHPOError):
                 self.delta,
             ),
         )
+
+
+class BudgetTooSmallError(InvalidParameterError):
+    """A search's whole plan cannot fit its budget, whatever noise is calibrated: refused
+    before anything is charged or run. The CLI reports it, like a ledger refusal, with the
+    "budget exhausted" exit code 3; it is also an :class:`InvalidParameterError`."""
 
 
 class ChargeConflictError(RayDPHPOError):

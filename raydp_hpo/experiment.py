@@ -781,8 +781,10 @@ class ProgressMonitor:
                 self._out(f"[raydp-hpo] progress monitor: {exc!r}")
 
 
-def ensure_ray(num_cpus: int | None = None) -> bool:
-    """Connect to ``RAY_ADDRESS`` when set, else start a local Ray. True if we started it."""
+def ensure_ray(num_cpus: int | None = None, temp_dir: str | None = None) -> bool:
+    """Connect to ``RAY_ADDRESS`` when set, else start a local Ray (``num_cpus`` CPUs, default
+    every core; ``temp_dir`` default Ray's /tmp/ray). True if this call started it (the
+    caller then shuts it down: nothing is left behind)."""
     import ray
 
     if ray.is_initialized():
@@ -792,7 +794,8 @@ def ensure_ray(num_cpus: int | None = None) -> bool:
     if address:
         ray.init(address=address, log_to_driver=False)
         return False
-    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+             _temp_dir=None if temp_dir is None else str(Path(temp_dir).expanduser().resolve()))
     return True
 
 
@@ -833,9 +836,29 @@ def _dataset_ledger_budget(spec: ExperimentSpec, out: Callable[[str], None]) -> 
 
 
 def run_experiment(spec: ExperimentSpec, *, progress_interval_s: float = 5.0,
-                   out: Callable[[str], None] = print, resume: bool = False) -> RunOutcome:
+                   out: Callable[[str], None] = print, resume: bool = False,
+                   num_cpus: int | None = None, ray_temp_dir: str | None = None) -> RunOutcome:
     """Run a validated spec end to end (see the module docstring). ``resume=True`` continues
-    an interrupted run of the same experiment (its charges are already on the ledger)."""
+    an interrupted run of the same experiment (its charges are already on the ledger).
+    A local Ray started here (``num_cpus``, ``ray_temp_dir``) is shut down before returning."""
+    started = False
+
+    def start_ray() -> None:
+        nonlocal started
+        started = ensure_ray(num_cpus, ray_temp_dir)
+
+    try:
+        return _run_experiment(spec, progress_interval_s, out, resume, start_ray)
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+
+
+def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
+                    out: Callable[[str], None], resume: bool,
+                    start_ray: Callable[[], None]) -> RunOutcome:
     from raydp_hpo.accounting import Accountant
     from raydp_hpo.ledger import Adaptivity
     from raydp_hpo.ledger_actor import get_ledger
@@ -864,7 +887,7 @@ def run_experiment(spec: ExperimentSpec, *, progress_interval_s: float = 5.0,
     dataset_size = train_size if train_size is not None else len(data.train)
     validate_search(spec, dataset_size, val_size)  # before Ray, before any ledger
     ledger_budget = _dataset_ledger_budget(spec, out)
-    ensure_ray()
+    start_ray()
     ledger = get_ledger(
         spec.ledger_name,
         ledger_budget,

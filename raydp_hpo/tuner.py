@@ -538,7 +538,8 @@ class DPTuner:
             if not resume:  # leave no half-created experiment behind: nothing ran
                 shutil.rmtree(tune_dir, ignore_errors=True)
             raise
-        grid = tuner.fit()
+        with _quiet_tune_output(self._verbose):
+            grid = tuner.fit()
         ledger.verify()  # raises the reason if the ledger never came up
         if resume:
             # Tune ran its own (unpickled) copy of the searcher: read back its final state.
@@ -668,6 +669,27 @@ class DPTuner:
         model.load_state_dict(payload["runners"][0]["model"])
         model.eval()
         return model
+
+
+@contextlib.contextmanager
+def _quiet_tune_output(verbose: int) -> Any:
+    """With ``verbose=0``, Tune's new console output still prints an experiment header that
+    misleads here — "Number of trials 9223372036854775807" (the searcher decides the number,
+    which is private) and a TensorBoard hint although no event files are written. Tune reads
+    ``RAY_AIR_NEW_OUTPUT`` when a run starts; its legacy reporter prints nothing at verbosity 0.
+    The variable is restored afterwards."""
+    if verbose != 0:
+        yield
+        return
+    old = os.environ.get("RAY_AIR_NEW_OUTPUT")
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("RAY_AIR_NEW_OUTPUT", None)
+        else:
+            os.environ["RAY_AIR_NEW_OUTPUT"] = old
 
 
 @dataclass(frozen=True)

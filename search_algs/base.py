@@ -45,7 +45,7 @@ from ray.tune.search.sample import Categorical, Domain, Function
 from raydp_hpo._validation import positive_float
 from raydp_hpo.accounting import Accountant, epsilon, smallest_noise_multiplier
 from raydp_hpo.budget import PrivacyBudget
-from raydp_hpo.errors import InvalidParameterError, SearchSpaceError
+from raydp_hpo.errors import BudgetTooSmallError, InvalidParameterError, SearchSpaceError
 from raydp_hpo.mechanisms import Mechanism, WorstCase, mechanism_to_dict
 from raydp_hpo.trial_privacy import (
     DEFAULT_SCORE_EPSILON,
@@ -495,7 +495,7 @@ class DPSearcher(Searcher, abc.ABC):
                 else f" (the noisy selection scores alone cost score_epsilon="
                 f"{self._score_epsilon:g} per scored trial: lower score_epsilon)"
             )
-            raise InvalidParameterError(
+            raise BudgetTooSmallError(
                 f"budget ε={self._budget.epsilon:g}, δ={self._budget.delta:g} is too small "
                 f"for {what}: even noise_multiplier={MAX_NOISE_MULTIPLIER:g} does not fit"
                 f"{score}. Raise the budget or cut epochs / sample rate / expected trials."
@@ -505,7 +505,7 @@ class DPSearcher(Searcher, abc.ABC):
     def _require_admissible(self, mechanism: Mechanism, *, what: str) -> None:
         if not self._admissible(mechanism):
             eps = plan_epsilon(mechanism, self._budget.delta)
-            raise InvalidParameterError(
+            raise BudgetTooSmallError(
                 f"budget ε={self._budget.epsilon:g} at δ={self._budget.delta:g} is too small "
                 f"for {what}: the plan needs ε={eps:.4g} at that δ (RDP accountant). Use a "
                 f"budget of at least ε={eps:.4g}, or more noise / fewer epochs / fewer trials."

@@ -40,7 +40,7 @@ from typing import Any
 from ray.tune.search import Searcher
 
 from raydp_hpo.accounting import calibrate_noise
-from raydp_hpo.errors import InvalidParameterError, SearchSpaceError
+from raydp_hpo.errors import BudgetTooSmallError, InvalidParameterError, SearchSpaceError
 from raydp_hpo.gdp import compose_mu, gdp_epsilon, gdp_mu
 from raydp_hpo.mechanisms import Composition, Gaussian, Laplace, Mechanism, SubsampledGaussian
 from raydp_hpo.trial_privacy import Optimizer
@@ -247,9 +247,9 @@ class LinearScalingSearch(DPSearcher):
         parts.append(self._final_run_mechanism(final_value))
         return Composition(tuple(parts))
 
-    def _too_small(self, smallest_final: float) -> InvalidParameterError:
+    def _too_small(self, smallest_final: float) -> BudgetTooSmallError:
         eps = plan_epsilon(self._plan_mechanism(smallest_final), self._budget.delta)
-        return InvalidParameterError(
+        return BudgetTooSmallError(
             f"budget ε={self._budget.epsilon:g} at δ={self._budget.delta:g} is too small for "
             f"linear scaling with {self._n} runs per sweep at ε={self._sweep_eps}: the final run "
             f"would be less private-expensive than the second sweep. Use a budget of at least "

@@ -20,7 +20,7 @@ from raydp_hpo.trial_settings import RaydpSettings
 from trainables.data import DataSplits
 from trainables.training import train_dp
 
-__all__ = ["dp_trainable", "make_trainable", "with_data"]
+__all__ = ["dp_trainable", "make_trainable", "with_data", "check_resources"]
 
 
 def _device() -> str:
@@ -96,8 +96,8 @@ def make_trainable(
 ) -> Any:
     """The Tune trainable with data attached and per-trial ``resources`` (default 1 CPU).
 
-    Fails fast when a GPU is requested but the running Ray cluster has none (Tune would
-    otherwise leave the trials pending forever).
+    Fails fast (:func:`check_resources`) when no node of the running Ray cluster can hold one
+    trial's request (Tune would otherwise leave the trials pending forever).
     """
     import ray
     from ray import tune
@@ -105,12 +105,35 @@ def make_trainable(
     res = {"cpu": 1.0, "gpu": 0.0, **dict(resources or {})}
     unknown = set(res) - {"cpu", "gpu", "memory"}
     if unknown:
-        raise InvalidParameterError(f"unknown resource keys {sorted(unknown)}; use cpu, gpu")
-    if res["gpu"] > 0 and ray.is_initialized():
-        available = ray.cluster_resources().get("GPU", 0)
-        if available < res["gpu"]:
-            raise RayDPHPOError(
-                f"trials request gpu={res['gpu']} but the Ray cluster has GPU={available}; "
-                "request gpu=0 or start Ray on GPU nodes"
-            )
+        raise InvalidParameterError(
+            f"unknown resource keys {sorted(unknown)}; use cpu, gpu, memory"
+        )
+    if ray.is_initialized():
+        check_resources(res)
     return tune.with_resources(with_data(data, secret_seed), res)
+
+
+_RAY_RESOURCE = {"cpu": "CPU", "gpu": "GPU", "memory": "memory"}
+
+
+def check_resources(resources: Mapping[str, float]) -> None:
+    """Refuse a per-trial request that no live node of the Ray cluster can hold.
+
+    Tune would otherwise leave every trial pending forever — after the plan was charged.
+    A trial's resources must fit on one node, so each request is compared with the largest
+    node's total (CPU, GPU, memory in bytes). On an autoscaling cluster, start a node of the
+    needed size first.
+    """
+    import ray
+
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    for key, amount in resources.items():
+        if key not in _RAY_RESOURCE or not amount:
+            continue
+        largest = max((float(n.get(_RAY_RESOURCE[key], 0.0)) for n in nodes), default=0.0)
+        if float(amount) > largest:
+            raise InvalidParameterError(
+                f"trials request {key}={amount:g} but the largest node of the Ray cluster has "
+                f"{key}={largest:g} (nodes: {len(nodes)}); Tune would wait forever. Request at "
+                f"most {key}={largest:g} per trial or add a node that large. Nothing was charged."
+            )

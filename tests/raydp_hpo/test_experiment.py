@@ -258,3 +258,16 @@ def test_path_like_names_duplicates_and_empty_files(raw: dict[str, Any], tmp_pat
     latin.write_bytes(b"experiment: caf\xe9\n")
     with pytest.raises(ConfigError, match="latin.yaml.*not UTF-8"):
         load_experiment(latin)
+
+
+def test_resume_rules_before_anything_runs(raw: dict[str, Any], tmp_path: Path) -> None:
+    """A started experiment is continued with --resume, never silently restarted; --resume
+    without a run to continue is an error. Neither case loads data or starts Ray."""
+    from raydp_hpo.experiment import run_experiment
+
+    spec = parse_experiment({**raw, "storage_path": str(tmp_path)})
+    with pytest.raises(ConfigError, match="nothing to resume"):
+        run_experiment(spec, resume=True)
+    (spec.run_dir / "tune").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="--resume"):
+        run_experiment(spec)

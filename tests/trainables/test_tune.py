@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from raydp_hpo.budget import PrivacyBudget
-from raydp_hpo.errors import BudgetExhaustedError, RayDPHPOError
+from raydp_hpo.errors import BudgetExhaustedError, InvalidParameterError
 from trainables.tune_trainable import make_trainable
 
 pytestmark = pytest.mark.ray
@@ -64,6 +64,13 @@ def test_tuner_trials_charge_the_ledger_actor_once_each(ray_session, digits, tmp
         ledger.kill()
 
 
-def test_gpu_request_without_gpus_fails_fast(ray_session, digits):
-    with pytest.raises(RayDPHPOError, match="GPU=0"):
-        make_trainable(digits, {"cpu": 1, "gpu": 1})
+@pytest.mark.parametrize(("resources", "message"), [
+    ({"cpu": 1, "gpu": 1}, "gpu=1 but the largest node of the Ray cluster has gpu=0"),
+    ({"cpu": 64}, "cpu=64 but the largest node of the Ray cluster has cpu=2"),
+    ({"cpu": 1, "memory": 10**15}, "memory=1e\\+15"),
+])
+def test_resource_request_no_node_can_hold_fails_fast(ray_session, digits, resources, message):
+    """A request no node can hold would leave Tune waiting forever after the plan was charged:
+    refused up front as bad input (InvalidParameterError, CLI exit 2)."""
+    with pytest.raises(InvalidParameterError, match=message):
+        make_trainable(digits, resources)
