@@ -90,7 +90,10 @@ __all__ = [
     "Journal",
     "JournalScan",
     "TornTail",
+    "SealClaim",
     "read_header",
+    "read_seal",
+    "seal_path",
     "read_journal",
     "scan_journal",
 ]
@@ -318,7 +321,7 @@ def _seal_claims(raw: bytes) -> list[SealClaim]:
     return claims
 
 
-def _read_seal(path: Path) -> SealClaim | None:
+def read_seal(path: Path) -> SealClaim | None:
     """The strongest valid claim of ``path``'s seal, or None (no seal, no valid slot)."""
     try:
         raw = seal_path(path).read_bytes()
@@ -386,7 +389,7 @@ def scan_journal(path: str | os.PathLike[str]) -> JournalScan:
     is reported in :attr:`JournalScan.torn`, not warned about.
     """
     p = Path(path)
-    claim = _read_seal(p)  # before the journal: the seal never runs ahead of the file
+    claim = read_seal(p)  # before the journal: the seal never runs ahead of the file
     if not p.exists():
         cls = RayDPHPOError if claim is None else LedgerCorruptedError
         raise cls(_missing_message(p, claim))
@@ -413,7 +416,7 @@ def read_journal(path: str | os.PathLike[str]) -> tuple[
     Read-only: a torn tail is skipped with a warning (and left in place). Corruption raises.
     """
     p = Path(path)
-    if not p.exists() and _read_seal(p) is None:
+    if not p.exists() and read_seal(p) is None:
         return None, []
     scan = scan_journal(p)
     if scan.torn is not None:
@@ -549,7 +552,7 @@ class Journal:
             _read_bytes(p)  # raises the directory message
         created = False
         if not p.exists():
-            claim = _read_seal(p)
+            claim = read_seal(p)
             if claim is not None:
                 raise LedgerCorruptedError(_missing_message(p, claim))
             if create_header is not None:
@@ -567,7 +570,7 @@ class Journal:
                     f"journal {p} was replaced while it was being opened; open it again"
                 )
             scan = scan_bytes(p, _read_all(fd))
-            _check_seal(scan, _read_seal(p))
+            _check_seal(scan, read_seal(p))
             journal = cls(p, fd, scan, lock_kind, created=created)
         except BaseException:
             os.close(fd)

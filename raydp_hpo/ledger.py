@@ -104,7 +104,7 @@ assert np.allclose(DEFAULT_ORDERS[_HALT_INDEX], HALTING_ORDERS)
 ORDERS_FINGERPRINT = hashlib.sha256(np.asarray(DEFAULT_ORDERS, dtype="<f8").tobytes()).hexdigest()[
     :16
 ]
-_SPOT_CHECKS = 8  # stored curves recomputed at open, before the ledger answers
+_SPOT_CHECKS = 4  # stored curves recomputed at open, before the ledger answers
 _CURVE_RTOL = 1e-9  # a recomputed curve above stored·(1 + rtol) + rtol is a mismatch
 
 
@@ -114,10 +114,13 @@ class CurveCheck(Enum):
     ``BACKGROUND`` (default): a few records are recomputed at open (the last of each
     mechanism type and a random sample), the rest by a background thread; admission starts at
     once. ``EAGER``: every record is recomputed before the constructor returns (slow, strict).
+    ``ON_DEMAND``: the spot checks only; the rest when
+    :meth:`PrivacyLedger.verify_stored_curves` is called (short-lived readers, benchmarks).
     """
 
     BACKGROUND = "background"
     EAGER = "eager"
+    ON_DEMAND = "on_demand"
 
 
 def _encode_profile(profile: RdpProfile) -> dict[str, Any]:
@@ -226,6 +229,7 @@ class PrivacyLedger:
         self._pld_composer: PldComposer | None = None  # built on first PLD use (see _pld)
         self._pure: float | None = 0.0
         self._journal: Journal | None = None
+        self._source: Path | None = None  # the journal replayed (for messages)
         self._closed = False
         self._curve_check = curve_check
         # stored curves not yet recomputed: charge index -> stored profile
@@ -237,6 +241,7 @@ class PrivacyLedger:
         if journal is not None:
             header = {**self._settings(), "created": time.time(), "rdp_orders": ORDERS_FINGERPRINT}
             self._journal = Journal.open(journal, create_header=header)
+            self._source = self._journal.path
             try:
                 self._load()
             except BaseException:
@@ -331,7 +336,7 @@ class PrivacyLedger:
         picks.update(random.sample(rest, min(len(rest), max(0, _SPOT_CHECKS - len(picks)))))
         for i in sorted(picks):
             self._verify_one(i)
-        if self._unverified:
+        if self._unverified and self._curve_check is CurveCheck.BACKGROUND:
             self._verifier = threading.Thread(
                 target=self._verify_pending, name="ledger-curve-check", daemon=True
             )
@@ -355,7 +360,7 @@ class PrivacyLedger:
         with self._lock:
             self._rdp = self._rdp + excess
             self._curve_issues.append(issue)
-        warnings.warn(f"journal {self.journal_path}: {issue}", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"journal {self._source}: {issue}", RuntimeWarning, stacklevel=2)
 
     def _verify_pending(self) -> None:
         while not self._verify_stop.is_set():
@@ -392,20 +397,29 @@ class PrivacyLedger:
             return not self._unverified
 
     @staticmethod
-    def _header_of(journal: str | Path) -> dict[str, Any]:
-        return read_header(journal)
+    def _settings_of(
+        journal: str | Path, header: dict[str, Any]
+    ) -> tuple[PrivacyBudget, Adaptivity, Accountant]:
+        try:
+            return (
+                PrivacyBudget.from_dict(header["budget"]),
+                Adaptivity(header["adaptivity"]),
+                Accountant(header["accountant"]),
+            )
+        except (KeyError, TypeError, ValueError, RayDPHPOError) as exc:
+            raise LedgerCorruptedError(
+                f"journal {journal}: the header (line 1, byte offset 0) passes its checksum but "
+                f"its settings are invalid ({type(exc).__name__}: {exc}); restore the journal "
+                "from a backup"
+            ) from None
 
     @classmethod
     def open(cls, journal: str | Path, *, curve_check: CurveCheck = CurveCheck.BACKGROUND
              ) -> PrivacyLedger:
         """Open an existing journal for writing, with the settings stored in its header."""
-        header = cls._header_of(journal)
+        budget, adaptivity, accountant = cls._settings_of(journal, read_header(journal))
         return cls(
-            PrivacyBudget.from_dict(header["budget"]),
-            journal,
-            adaptivity=Adaptivity(header["adaptivity"]),
-            accountant=Accountant(header["accountant"]),
-            curve_check=curve_check,
+            budget, journal, adaptivity=adaptivity, accountant=accountant, curve_check=curve_check
         )
 
     @classmethod
@@ -422,14 +436,18 @@ class PrivacyLedger:
                 RuntimeWarning,
                 stacklevel=2,
             )
-        header = scan.header
+        return cls.from_scan(scan, curve_check=curve_check)
+
+    @classmethod
+    def from_scan(
+        cls, scan: JournalScan, *, curve_check: CurveCheck = CurveCheck.BACKGROUND
+    ) -> PrivacyLedger:
+        """An in-memory ledger replayed from a checked journal (see :func:`scan_journal`)."""
+        budget, adaptivity, accountant = cls._settings_of(scan.path, scan.header)
         ledger = cls(
-            PrivacyBudget.from_dict(header["budget"]),
-            None,
-            adaptivity=Adaptivity(header["adaptivity"]),
-            accountant=Accountant(header["accountant"]),
-            curve_check=curve_check,
+            budget, None, adaptivity=adaptivity, accountant=accountant, curve_check=curve_check
         )
+        ledger._source = scan.path
         ledger._replay(scan)
         ledger._start_curve_check()
         return ledger
