@@ -59,11 +59,14 @@ def _cmd_account(args: argparse.Namespace) -> int:
 
 
 def _cmd_ledger_show(args: argparse.Namespace) -> int:
-    from raydp_hpo.ledger import PrivacyLedger
+    from raydp_hpo.ledger import CurveCheck, PrivacyLedger
 
     path = Path(args.journal)
     # Default: read-only replay (no lock, no writes), so a live ledger's journal can be shown.
-    ledger = PrivacyLedger.open(path) if args.lock else PrivacyLedger.read_only(path)
+    # Stored curves are spot-checked only (`ledger verify` checks them all).
+    check = CurveCheck.ON_DEMAND
+    ledger = (PrivacyLedger.open(path, curve_check=check) if args.lock
+              else PrivacyLedger.read_only(path, curve_check=check))
     report = ledger.report()
     ledger.close()
     print(json.dumps(report.to_dict(), indent=2) if args.json else f"ledger {path}\n{report.format()}")
@@ -126,7 +129,7 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_ledger_list(args: argparse.Namespace) -> int:
-    from raydp_hpo.ledger import PrivacyLedger
+    from raydp_hpo.ledger import CurveCheck, PrivacyLedger
     from raydp_hpo.ledger_actor import DEFAULT_NAMESPACE, default_journal_path
 
     root = Path(args.dir) if args.dir else default_journal_path("x", DEFAULT_NAMESPACE).parent.parent
@@ -137,7 +140,7 @@ def _cmd_ledger_list(args: argparse.Namespace) -> int:
     print(f"{'journal':<60} {'ε budget':>9} {'δ':>9} {'spent':>8} {'remaining':>9} {'charges':>7}")
     for path in journals:
         try:
-            report = PrivacyLedger.read_only(path).report()
+            report = PrivacyLedger.read_only(path, curve_check=CurveCheck.ON_DEMAND).report()
         except RayDPHPOError as exc:
             print(f"{str(path):<60} unreadable: {exc}")
             continue

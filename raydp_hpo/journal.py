@@ -48,7 +48,9 @@ stops a new ledger from starting a fresh budget under that name. Readers read th
 the journal. Deleting the seal removes this check (and only this check).
 
 Locking: the writer holds an exclusive POSIX record lock on the whole file
-(``fcntl`` ``F_OFD_SETLK`` open-file-description lock on Linux, ``fcntl.lockf`` elsewhere).
+(``fcntl`` ``F_OFD_SETLK`` open-file-description lock on Linux; ``fcntl.lockf`` elsewhere,
+where a process-wide table stands in for the lock within the process, because a ``lockf``
+lock belongs to the process and is dropped when *any* descriptor of the file is closed).
 Record locks are forwarded to the server on NFS (NFSv4 byte-range locks; NLM on NFSv3), unlike
 ``flock``, which some NFS clients keep local. Guaranteed: two writers on hosts that mount the
 same NFS export with locking enabled (not ``nolock``/``local_lock=all``) cannot both hold a

@@ -132,16 +132,21 @@ def _encode_profile(profile: RdpProfile) -> dict[str, Any]:
     }
 
 
-def _decode_profile(data: Any) -> RdpProfile:
-    if not isinstance(data, dict) or data.get("orders") != ORDERS_FINGERPRINT:
-        raise ValueError(f"stored RDP curve is not on this ledger's order grid: {data!r:.200}")
+_Curve = tuple[np.ndarray, float, float]  # RDP values on DEFAULT_ORDERS, side ε, side δ
+
+
+def _decode_curve(data: dict[str, Any]) -> _Curve:
+    """A stored curve (checked: right length, no NaN, nothing negative), without copying."""
     values = np.frombuffer(base64.b64decode(data["f64le"], validate=True), dtype="<f8")
     side_eps, side_delta = float(data["side_epsilon"]), float(data["side_delta"])
-    if values.shape != DEFAULT_ORDERS.shape or np.isnan(values).any() or (values < 0).any():
-        raise ValueError(f"stored RDP curve has {values.size} values, some NaN or negative")
+    if values.shape != DEFAULT_ORDERS.shape or not values.min() >= 0:  # min is NaN if any is
+        raise ValueError(
+            f"stored RDP curve has {values.size} values (want {DEFAULT_ORDERS.size}), some NaN "
+            "or negative"
+        )
     if not (side_eps >= 0 and 0 <= side_delta <= 1):
         raise ValueError(f"stored side (ε, δ) = ({side_eps}, {side_delta}) is invalid")
-    return RdpProfile(values, side_eps, side_delta)
+    return values, side_eps, side_delta
 
 
 def _excess(recomputed: RdpProfile, stored: RdpProfile) -> RdpProfile | None:
@@ -186,8 +191,11 @@ def admits_as_first_charge(
 class PrivacyLedger:
     """A privacy filter over one dataset's budget, optionally backed by a durable journal.
 
-    Lifecycle: construct (replays the journal if it exists, else writes its header) →
-    :meth:`try_charge` / :meth:`charge` any number of times → :meth:`close`.
+    Lifecycle: construct (replays the journal if it exists, else creates it atomically with
+    its header) → :meth:`try_charge` / :meth:`charge` any number of times → :meth:`close`
+    (charging afterwards raises :class:`~raydp_hpo.errors.LedgerClosedError`).
+    ``curve_check`` says when the RDP curves stored in a reopened journal are recomputed and
+    compared (:class:`CurveCheck`).
 
     Concurrency: methods are serialised by an internal lock, so check-and-charge is atomic
     within a process; across processes use one ledger actor (:mod:`raydp_hpo.ledger_actor`).
@@ -233,7 +241,7 @@ class PrivacyLedger:
         self._closed = False
         self._curve_check = curve_check
         # stored curves not yet recomputed: charge index -> stored profile
-        self._unverified: dict[int, RdpProfile] = {}
+        self._unverified: dict[int, _Curve] = {}
         self._verify_lock = threading.Lock()
         self._verify_stop = threading.Event()
         self._verifier: threading.Thread | None = None
@@ -273,11 +281,10 @@ class PrivacyLedger:
         """Rebuild the state from a checked journal, in order (no admission checks: these
         charges were admitted when they were written).
 
-        Uses each record's stored RDP curve when the header's order grid is this ledger's;
-        otherwise (version-1 journal, other grid) recomputes it. Every failure names the
+        Uses each record's stored RDP curve when it is on this ledger's order grid; otherwise
+        (version-1 journal, a curve on another grid) recomputes it. Every failure names the
         journal, line, record and byte offset.
         """
-        use_stored = scan.header.get("rdp_orders") == ORDERS_FINGERPRINT
         total = np.zeros_like(DEFAULT_ORDERS)
         side_eps = side_delta = 0.0
         pure: float | None = 0.0
@@ -292,11 +299,13 @@ class PrivacyLedger:
                     mechanism=mech,
                     epsilon_after=float(rec["epsilon_after"]),
                 )
-                if use_stored:
-                    profile = _decode_profile(rec["rdp"])
-                    self._unverified[i] = profile
+                stored = rec.get("rdp")
+                if isinstance(stored, dict) and stored.get("orders") == ORDERS_FINGERPRINT:
+                    curve = _decode_curve(stored)
+                    self._unverified[i] = curve
                 else:
                     profile = rdp_profile(mech)
+                    curve = (profile.values, profile.side_epsilon, profile.side_delta)
             except (KeyError, TypeError, ValueError, RayDPHPOError) as exc:
                 raise LedgerCorruptedError(
                     f"journal {scan.path}: {scan.where(i)} passes its checksum but is not a "
@@ -311,9 +320,9 @@ class PrivacyLedger:
                 )
             self._charges.append(charge)
             self._by_id[charge.charge_id] = charge
-            total += profile.values
-            side_eps += profile.side_epsilon
-            side_delta += profile.side_delta
+            total += curve[0]  # in charge order, as the live ledger summed: same floats
+            side_eps += curve[1]
+            side_delta += curve[2]
             if pure is not None:
                 p = pure_epsilon(mech)
                 pure = None if p is None else pure + p
@@ -344,11 +353,11 @@ class PrivacyLedger:
 
     def _verify_one(self, index: int) -> None:
         with self._verify_lock:
-            stored = self._unverified.pop(index, None)
-        if stored is None:
+            curve = self._unverified.pop(index, None)
+        if curve is None:
             return
         charge = self._charges[index]
-        excess = _excess(rdp_profile(charge.mechanism), stored)
+        excess = _excess(rdp_profile(charge.mechanism), RdpProfile(*curve))
         if excess is None:
             return
         issue = (
