@@ -20,7 +20,9 @@ Format (version 2, written by this module):
 Version-1 journals (CRC-32 per record, no chain, written by raydp-hpo ≤ 0.1) are still read
 and appended to in their own format: an append-only audit log is never rewritten, and a file
 of one format is easier to verify than a mixed one. They get every check below except the
-chain (a removed middle record is still caught by ``seq``).
+chain and the seal (a removed middle record is still caught by ``seq``; a cut-off end is
+not). To give an old journal the new checks, start a new ledger; a journal is never migrated
+in place.
 
 Replay rules (the same for readers and the writer):
 
@@ -406,7 +408,9 @@ def _missing_message(path: Path, claim: SealClaim | None) -> str:
     return (
         f"no ledger journal at {path}, but its seal {seal_path(path)} shows that "
         f"{claim.records} charge(s) were recorded there: the journal was deleted or moved. "
-        "Put it back; refusing to start a fresh budget under its name."
+        "Put it back; refusing to start a fresh budget under its name. (Starting over on "
+        "the same data is a new budget on top of everything already released; if that is "
+        "really meant, remove the seal as well.)"
     )
 
 
