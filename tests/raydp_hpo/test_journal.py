@@ -484,3 +484,34 @@ def test_writer_killed_mid_append_loses_no_acknowledged_charge(tmp_path: Path, w
     else:
         assert ids == [*acked, "c4"]  # written, not acknowledged: counted (never undercounts)
     assert seal_path(path).exists()
+
+
+def test_background_check_finishes_and_stops_on_close(tmp_path: Path) -> None:
+    import threading
+
+    path = tmp_path / "ledger.journal"
+    with PrivacyLedger(PrivacyBudget(1e6, 1e-5), path) as ledger:
+        for i, mech in enumerate(_distinct(12, seed=1)):
+            ledger.charge(f"c{i}", mech)
+    _clear_rdp_caches()
+    with PrivacyLedger.open(path) as ledger:  # 4 spot checks, 8 left to the thread
+        assert ledger.verify_stored_curves() == () and ledger.curves_verified
+    _clear_rdp_caches()
+    ledger = PrivacyLedger.open(path)
+    ledger.close()  # stops the thread after at most the curve it is computing
+    assert not [t for t in threading.enumerate() if t.name == "ledger-curve-check"]
+
+
+def test_a_torn_seal_slot_is_no_false_alarm(tmp_path: Path) -> None:
+    path, spent = _journal(tmp_path, n=3)
+    seal = seal_path(path)
+    raw = bytearray(seal.read_bytes())
+    raw[256 + 10] ^= 0x01  # the slot for 3 records (odd: second slot) is torn
+    seal.write_bytes(bytes(raw))
+    with PrivacyLedger.open(path) as ledger:  # the slot for 2 records still vouches
+        assert ledger.spent() == spent
+        ledger.charge("c3", CHEAP)
+    raw = path.read_bytes()
+    path.write_bytes(raw[: raw.rindex(b"\n", 0, len(raw) - 1) + 1])  # drop the last record
+    with pytest.raises(LedgerCorruptedError, match="seal"):
+        PrivacyLedger.open(path)
