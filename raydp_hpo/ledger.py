@@ -357,7 +357,18 @@ class PrivacyLedger:
         if curve is None:
             return
         charge = self._charges[index]
-        excess = _excess(rdp_profile(charge.mechanism), RdpProfile(*curve))
+        try:
+            recomputed = rdp_profile(charge.mechanism)
+        except RayDPHPOError as exc:  # the stored curve stays: it is what was charged
+            issue = (
+                f"charge #{charge.seq} {charge.charge_id!r}: its stored RDP curve cannot be "
+                f"checked, the current code gives none ({exc})"
+            )
+            with self._lock:
+                self._curve_issues.append(issue)
+            warnings.warn(f"journal {self._source}: {issue}", RuntimeWarning, stacklevel=2)
+            return
+        excess = _excess(recomputed, RdpProfile(*curve))
         if excess is None:
             return
         issue = (
