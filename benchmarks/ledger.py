@@ -1,26 +1,71 @@
-"""Admission latency of the privacy ledger with 10 / 100 / 1000 heterogeneous DP-SGD charges
-already composed, per halting accountant. Prints a table (median and p90 in ms).
+"""Privacy ledger timings: reopening a journal, and admission per halting mode, vs the number
+of charges already in the ledger (10 / 1,000 / 10,000 distinct DP-SGD charges by default).
 
-Each admission is a fresh, never-seen mechanism (no cache hits): the time includes its RDP
-curve (and PLD for PLD halting), the halting check and the fsync'd journal append.
+1. **Open** (a restart): ``PrivacyLedger.open`` on a journal of N distinct charges with the
+   RDP caches cleared first (a fresh process has none), until the constructor returns and the
+   ledger admits. Variants, interleaved within each repeat: ``stored`` (the default: stored
+   curves summed, a few spot-checked, the rest checked by a background thread, which is
+   stopped by ``close`` right after) and ``eager`` (every curve recomputed before returning:
+   what every open cost before journal version 2), the latter only up to ``--eager-max``.
+   The time of the full background check is reported once per size up to ``--eager-max``.
+   Wall clock and the opening thread's CPU time are both reported: on a shared machine the
+   wall clock also counts time spent waiting for a core.
+2. **Admission** per halting mode (adaptive RDP filter, fixed-plan RDP / PLD / best), on a
+   ledger holding N charges, each an fsync'd append. Two probe kinds: ``fresh`` — a
+   never-seen mechanism, with every RDP and PLD cache cleared before each mode's block (no
+   cache hits: the time includes computing its curve); ``known`` — a mechanism already
+   charged, under a new id (its curve is cached: the ledger's own cost, filter + journal).
+   PLD and best halting build the PLD of every charge on their first admission after a
+   restart; that first admission is timed on its own, and these modes run only up to
+   ``--pld-max`` charges and ``--pld-repeats`` times (one PLD per distinct charge: ~40-55 ms
+   each here, so ~55 s at 1,000 charges and ~10 min at 10,000).
 
-    python benchmarks/ledger.py [--sizes 10 100 1000] [--probes 20]
+Each figure: median over all probes of all repeats, and the range (min–max) of the per-repeat
+medians. Variants and modes are interleaved within each repeat so that a slow patch of a
+shared machine hits all of them.
+
+The journals for the fixed-plan modes are copies of the adaptive one with another header
+(the records, stored curves included, are the same; their ``epsilon_after`` figures are the
+adaptive ones): timing only. Journals are built once into ``--workdir`` and reused.
+
+    python benchmarks/ledger.py [--sizes 10 1000 10000] [--repeats 3] [--probes 10]
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from raydp_hpo import pld as pld_module
+from raydp_hpo import rdp as rdp_module
 from raydp_hpo.accounting import Accountant
 from raydp_hpo.budget import PrivacyBudget
-from raydp_hpo.ledger import Adaptivity, PrivacyLedger
+from raydp_hpo.journal import Journal, scan_journal, seal_path
+from raydp_hpo.ledger import ORDERS_FINGERPRINT, Adaptivity, CurveCheck, PrivacyLedger
 from raydp_hpo.mechanisms import SubsampledGaussian
+
+BUDGET = PrivacyBudget(epsilon=1e6, delta=1e-5)  # large: every charge is admitted
+MODES = {
+    "adaptive RDP filter": (Adaptivity.ADAPTIVE, Accountant.RDP),
+    "fixed-plan RDP": (Adaptivity.FIXED_PLAN, Accountant.RDP),
+    "fixed-plan PLD": (Adaptivity.FIXED_PLAN, Accountant.PLD),
+    "fixed-plan best": (Adaptivity.FIXED_PLAN, Accountant.BEST),
+}
+PLD_MODES = {Accountant.PLD, Accountant.BEST}
+
+
+def clear_caches() -> None:
+    """Forget every cached RDP curve and PLD (what a fresh process has)."""
+    rdp_module._rdp_cached.cache_clear()  # noqa: SLF001
+    rdp_module._subsampled_gaussian_rdp_cached.cache_clear()  # noqa: SLF001
+    pld_module._leaf_pld.cache_clear()  # noqa: SLF001
 
 
 def _mechanisms(rng: np.random.Generator, n: int) -> list[SubsampledGaussian]:
@@ -34,42 +79,158 @@ def _mechanisms(rng: np.random.Generator, n: int) -> list[SubsampledGaussian]:
     ]
 
 
-MODES = {
-    "adaptive RDP filter": (Adaptivity.ADAPTIVE, Accountant.RDP),
-    "fixed-plan RDP": (Adaptivity.FIXED_PLAN, Accountant.RDP),
-    "fixed-plan PLD": (Adaptivity.FIXED_PLAN, Accountant.PLD),
-}
+def _journal(workdir: Path, size: int, label: str) -> Path:
+    return workdir / f"n{size}-{label.replace(' ', '_')}.journal"
+
+
+def build(workdir: Path, size: int, pld_max: int) -> None:
+    """The adaptive journal of ``size`` distinct charges, and its copies for the other modes."""
+    base = _journal(workdir, size, "adaptive RDP filter")
+    if not base.exists():
+        start = time.perf_counter()
+        with PrivacyLedger(BUDGET, base) as ledger:
+            for i, mech in enumerate(_mechanisms(np.random.default_rng(size), size)):
+                ledger.charge(f"pre-{i}", mech)
+        print(f"built {base.name}: {size} charges in {time.perf_counter() - start:.1f} s",
+              flush=True)
+    scan = scan_journal(base)
+    for label, (adaptivity, accountant) in MODES.items():
+        path = _journal(workdir, size, label)
+        if path.exists() or (accountant in PLD_MODES and size > pld_max):
+            continue
+        header = {"budget": BUDGET.to_dict(), "adaptivity": adaptivity.value,
+                  "accountant": accountant.value, "created": time.time(),
+                  "rdp_orders": ORDERS_FINGERPRINT}
+        journal = Journal.open(path, create_header=header)
+        for rec in scan.records:
+            journal.append_charge({k: v for k, v in rec.items() if k not in ("kind", "seq")})
+        journal.close()
+
+
+def _fmt(samples: list[float], per_repeat: list[float]) -> str:
+    if not samples:
+        return f"{'-':>9} {'':>17}"
+    return (f"{statistics.median(samples):>9.2f} "
+            f"{f'[{min(per_repeat):.2f}, {max(per_repeat):.2f}]':>17}")
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
+
+
+def bench_open(workdir: Path, sizes: list[int], repeats: int, eager_max: int) -> None:
+    variants = {"stored": CurveCheck.BACKGROUND, "eager": CurveCheck.EAGER}
+    times: dict[tuple[str, int], list[float]] = {}
+    cpu: dict[tuple[str, int], list[float]] = {}
+    for _ in range(repeats):
+        for size in sizes:
+            for name, check in variants.items():
+                if check is CurveCheck.EAGER and size > eager_max:
+                    continue
+                clear_caches()
+                path = _journal(workdir, size, "adaptive RDP filter")
+                start, start_cpu = time.perf_counter(), time.thread_time()
+                ledger = PrivacyLedger.open(path, curve_check=check)
+                cpu.setdefault((name, size), []).append((time.thread_time() - start_cpu) * 1e3)
+                times.setdefault((name, size), []).append((time.perf_counter() - start) * 1e3)
+                ledger.close()
+    print(f"\nopen (restart) — ms, median and range over {repeats} repeats; wall clock, and CPU "
+          "time of the opening thread (the wall clock of a shared machine includes waiting)")
+    print(f"{'variant':<10} {'charges':>8} {'wall':>9} {'range':>17} {'CPU':>9} {'range':>17}")
+    for (name, size), values in sorted(times.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        c = cpu[(name, size)]
+        print(f"{name:<10} {size:>8} {_fmt(values, values)} {_fmt(c, c)}")
+    for size in sizes:
+        if size > eager_max:
+            continue
+        clear_caches()
+        ledger = PrivacyLedger.open(_journal(workdir, size, "adaptive RDP filter"),
+                                    curve_check=CurveCheck.ON_DEMAND)
+        ms = _timed(ledger.verify_stored_curves)
+        ledger.close()
+        print(f"full check of the stored curves at {size} charges: {ms:.0f} ms (once; in the "
+              "background by default)")
+
+
+def bench_admission(workdir: Path, sizes: list[int], repeats: int, probes: int,
+                    pld_max: int, pld_repeats: int) -> None:
+    fresh: dict[tuple[str, int], list[float]] = {}
+    known: dict[tuple[str, int], list[float]] = {}
+    fresh_rep: dict[tuple[str, int], list[float]] = {}
+    known_rep: dict[tuple[str, int], list[float]] = {}
+    first_pld: dict[tuple[str, int], list[float]] = {}
+    for rep in range(repeats):
+        for size in sizes:
+            for m, (label, (_, accountant)) in enumerate(MODES.items()):
+                if accountant in PLD_MODES and (size > pld_max or rep >= pld_repeats):
+                    continue
+                copy = workdir / "probe.journal"  # probes charge a copy: the built one stays
+                shutil.copyfile(_journal(workdir, size, label), copy)
+                clear_caches()
+                led = PrivacyLedger.open(copy, curve_check=CurveCheck.ON_DEMAND)
+                if accountant in PLD_MODES:  # the first admission builds every charge's PLD
+                    first = led.charges()[0].mechanism
+                    first_pld.setdefault((label, size), []).append(
+                        _timed(lambda led=led, first=first: led.charge("warm", first)))
+                rng = np.random.default_rng([size, m, rep, 1])  # distinct across modes/repeats
+                key = (label, size)
+                f_times = [_timed(lambda j=j, mech=mech, led=led: led.charge(f"fresh-{j}", mech))
+                           for j, mech in enumerate(_mechanisms(rng, probes))]
+                cached = [c.mechanism for c in led.charges()[-probes:]]  # the fresh probes
+                k_times = [_timed(lambda j=j, mech=mech, led=led: led.charge(f"known-{j}", mech))
+                           for j, mech in enumerate(cached)]
+                led.close()
+                copy.unlink()
+                seal_path(copy).unlink()
+                fresh.setdefault(key, []).extend(f_times)
+                known.setdefault(key, []).extend(k_times)
+                fresh_rep.setdefault(key, []).append(statistics.median(f_times))
+                known_rep.setdefault(key, []).append(statistics.median(k_times))
+    print(f"\nadmission — ms per charge, median and range of per-repeat medians "
+          f"({repeats} repeats × {probes} probes)")
+    print(f"{'halting rule':<20} {'charges':>8} {'fresh':>9} {'range':>17} "
+          f"{'known':>9} {'range':>17}")
+    for label in MODES:
+        for size in sizes:
+            key = (label, size)
+            if key not in fresh:
+                print(f"{label:<20} {size:>8}   not run (PLD above --pld-max)")
+                continue
+            print(f"{label:<20} {size:>8} {_fmt(fresh[key], fresh_rep[key])} "
+                  f"{_fmt(known[key], known_rep[key])}")
+    for (label, size), values in first_pld.items():
+        print(f"first admission after a restart, {label}, {size} charges: "
+              f"median {statistics.median(values):.0f} ms (builds every charge's PLD)")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000])
-    parser.add_argument("--probes", type=int, default=20)
-    parser.add_argument("--skip-pld-above", type=int, default=1000)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 1000, 10000])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--probes", type=int, default=10)
+    parser.add_argument("--eager-max", type=int, default=1000,
+                        help="largest size at which to time the eager (recompute-all) open")
+    parser.add_argument("--pld-max", type=int, default=1000,
+                        help="largest size at which to time PLD and best halting")
+    parser.add_argument("--pld-repeats", type=int, default=1,
+                        help="repeats for PLD and best halting (each rebuilds every PLD)")
+    parser.add_argument("--workdir", default=None, help="keep (and reuse) built journals here")
+    parser.add_argument("--skip-open", action="store_true")
+    parser.add_argument("--skip-admission", action="store_true")
     args = parser.parse_args()
-    budget = PrivacyBudget(epsilon=1e6, delta=1e-5)  # large: every charge is admitted
-    print(f"{'halting rule':<22} {'composed':>8} {'median ms':>10} {'p90 ms':>8}")
-    for label, (adaptivity, accountant) in MODES.items():
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(args.workdir) if args.workdir else Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
         for size in args.sizes:
-            if accountant is Accountant.PLD and size > args.skip_pld_above:
-                continue
-            rng = np.random.default_rng(size)
-            with tempfile.TemporaryDirectory() as tmp:
-                ledger = PrivacyLedger(
-                    budget, Path(tmp) / "bench.journal", adaptivity=adaptivity,
-                    accountant=accountant,
-                )
-                for i, mech in enumerate(_mechanisms(rng, size)):
-                    ledger.charge(f"pre-{i}", mech)
-                times = []
-                for j, mech in enumerate(_mechanisms(rng, args.probes)):
-                    start = time.perf_counter()
-                    ledger.charge(f"probe-{j}", mech)
-                    times.append((time.perf_counter() - start) * 1e3)
-                ledger.close()
-            times.sort()
-            p90 = times[int(0.9 * (len(times) - 1))]
-            print(f"{label:<22} {size:>8} {statistics.median(times):>10.1f} {p90:>8.1f}", flush=True)
+            build(workdir, size, args.pld_max)
+        if not args.skip_open:
+            bench_open(workdir, args.sizes, args.repeats, args.eager_max)
+        if not args.skip_admission:
+            bench_admission(workdir, args.sizes, args.repeats, args.probes, args.pld_max,
+                            args.pld_repeats)
 
 
 if __name__ == "__main__":

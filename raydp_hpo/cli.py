@@ -4,6 +4,7 @@ Subcommands:
 
 * ``account``  — ε of DP-SGD settings under every accountant.
 * ``ledger show JOURNAL`` / ``ledger list [DIR]`` — a ledger's budget, spend and charges.
+* ``ledger verify JOURNAL`` — integrity of a journal, read-only (exit 0 intact, 2 corrupted).
 * ``demo``     — the main job on the built-in default (see :mod:`raydp_hpo.demo`).
 * ``run EXPERIMENT.yaml`` — run an experiment file (:mod:`raydp_hpo.experiment`).
 * ``report RUN_DIR`` — certificate, plots and ``report.md`` of a run (:mod:`raydp_hpo.report`).
@@ -71,19 +72,77 @@ def _cmd_account(args: argparse.Namespace) -> int:
 
 
 def _cmd_ledger_show(args: argparse.Namespace) -> int:
-    from raydp_hpo.ledger import PrivacyLedger
+    from raydp_hpo.ledger import CurveCheck, PrivacyLedger
 
     path = Path(args.journal)
     # Default: read-only replay (no lock, no writes), so a live ledger's journal can be shown.
-    ledger = PrivacyLedger.open(path) if args.lock else PrivacyLedger.read_only(path)
+    # Stored curves are spot-checked only (`ledger verify` checks them all).
+    check = CurveCheck.ON_DEMAND
+    ledger = (PrivacyLedger.open(path, curve_check=check) if args.lock
+              else PrivacyLedger.read_only(path, curve_check=check))
     report = ledger.report()
     ledger.close()
     print(json.dumps(report.to_dict(), indent=2) if args.json else f"ledger {path}\n{report.format()}")
     return EXIT_OK
 
 
+def _cmd_ledger_verify(args: argparse.Namespace) -> int:
+    """Check a journal without changing it: every line's checksum/chain and sequence, its seal,
+    and (unless ``--quick``) every stored RDP curve against a recomputation."""
+    from raydp_hpo.errors import LedgerCorruptedError
+    from raydp_hpo.journal import read_seal, scan_journal, seal_path
+    from raydp_hpo.ledger import CurveCheck, PrivacyLedger
+
+    path = Path(args.journal)
+    result: dict[str, object] = {"journal": str(path)}
+    try:
+        scan = scan_journal(path)
+        ledger = PrivacyLedger.from_scan(scan, curve_check=CurveCheck.ON_DEMAND)
+        issues = () if args.quick else ledger.verify_stored_curves()
+    except LedgerCorruptedError as exc:
+        result.update(ok=False, reason=str(exc))
+        print(json.dumps(result) if args.json else f"journal {path}: CORRUPTED\n  {exc}")
+        return EXIT_BAD_INPUT
+    claim = read_seal(path)
+    stored = scan.header.get("rdp_orders") is not None
+    result.update(
+        ok=not issues,
+        version=scan.version,
+        charges=len(scan.records),
+        bytes=scan.end + (scan.torn.length if scan.torn else 0),
+        seal_records=None if claim is None else claim.records,
+        torn_tail=None if scan.torn is None else {"offset": scan.torn.offset,
+                                                  "length": scan.torn.length},
+        curves="not checked (--quick)" if args.quick else (
+            "stored curves match a recomputation" if stored else "recomputed (none stored)"),
+        curve_issues=list(issues),
+        spent_epsilon=ledger.spent(),
+        budget=ledger.budget.to_dict(),
+    )
+    if args.json:
+        print(json.dumps(result))
+    else:
+        chain = "hash-chained" if scan.version >= 2 else "CRC-32 per record, no chain"
+        lines = [
+            f"journal {path}: {'ok' if not issues else 'CORRUPTED'}",
+            f"  format      version {scan.version} ({chain}), {len(scan.records)} charge records",
+            "  seal        " + (f"vouches for {claim.records} records ({seal_path(path)})"
+                                if claim else "none (no truncation check)"),
+            "  torn tail   " + ("none" if scan.torn is None else
+                                f"{scan.torn.length} bytes at byte offset {scan.torn.offset}: an "
+                                "interrupted, never-acknowledged write (opening the ledger moves "
+                                "it to a side file)"),
+            f"  RDP curves  {result['curves'] if not issues else 'MISMATCH'}",
+            *(f"    {issue}" for issue in issues),
+            f"  spent       ε={ledger.spent():.4f} of ε={ledger.budget.epsilon:g} "
+            f"(δ={ledger.budget.delta:g})",
+        ]
+        print("\n".join(lines))
+    return EXIT_OK if not issues else EXIT_BAD_INPUT
+
+
 def _cmd_ledger_list(args: argparse.Namespace) -> int:
-    from raydp_hpo.ledger import PrivacyLedger
+    from raydp_hpo.ledger import CurveCheck, PrivacyLedger
     from raydp_hpo.ledger_actor import DEFAULT_NAMESPACE, default_journal_path
 
     root = Path(args.dir) if args.dir else default_journal_path("x", DEFAULT_NAMESPACE).parent.parent
@@ -94,7 +153,7 @@ def _cmd_ledger_list(args: argparse.Namespace) -> int:
     print(f"{'journal':<60} {'ε budget':>9} {'δ':>9} {'spent':>8} {'remaining':>9} {'charges':>7}")
     for path in journals:
         try:
-            report = PrivacyLedger.read_only(path).report()
+            report = PrivacyLedger.read_only(path, curve_check=CurveCheck.ON_DEMAND).report()
         except RayDPHPOError as exc:
             print(f"{str(path):<60} unreadable: {exc}")
             continue
@@ -194,6 +253,14 @@ def _build_parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true")
     show.add_argument("--lock", action="store_true", help="open with the writer lock (no live ledger)")
     show.set_defaults(func=_cmd_ledger_show)
+    ver = led_sub.add_parser(
+        "verify", help="check a journal's integrity without changing it (exit 0 ok, 2 corrupted)"
+    )
+    ver.add_argument("journal")
+    ver.add_argument("--json", action="store_true")
+    ver.add_argument("--quick", action="store_true",
+                     help="skip recomputing the stored RDP curves (checksums, chain, seal only)")
+    ver.set_defaults(func=_cmd_ledger_verify)
     lst = led_sub.add_parser("list", help="every ledger journal under a directory")
     lst.add_argument("dir", nargs="?", default=None)
     lst.set_defaults(func=_cmd_ledger_list)

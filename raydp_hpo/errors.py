@@ -15,6 +15,8 @@ __all__ = [
     "BudgetTooSmallError",
     "ChargeConflictError",
     "LedgerCorruptedError",
+    "JournalReplacedError",
+    "LedgerClosedError",
     "LedgerMismatchError",
     "DataValidationError",
     "SearchSpaceError",
@@ -98,6 +100,15 @@ class LedgerCorruptedError(RayDPHPOError):
 
     Raised instead of silently resetting a budget: a reset budget is a privacy breach.
     """
+
+
+class JournalReplacedError(LedgerCorruptedError):
+    """A live ledger's journal path no longer names the file it holds (deleted, replaced) or
+    the file was changed behind its back; the ledger refuses to charge (nothing is written)."""
+
+
+class LedgerClosedError(RayDPHPOError):
+    """A charge was asked of a ledger after :meth:`~raydp_hpo.ledger.PrivacyLedger.close`."""
 
 
 class LedgerMismatchError(RayDPHPOError):

@@ -1,177 +1,737 @@
-"""Append-only, fsync'd journal of a privacy ledger.
+"""Append-only, fsync'd, hash-chained journal of a privacy ledger.
 
 One JSON object per line. The first line is a header with the budget and settings; each
-further line is one admitted charge, with a sequence number and a CRC-32 of its canonical
-JSON. A record is durable (written, flushed and ``fsync``'d) *before* the ledger acknowledges
-the admission, so an acknowledged charge can never be lost by a crash.
+further line is one admitted charge. A record is durable (written, flushed and ``fsync``'d)
+*before* the ledger acknowledges the admission, so an acknowledged charge is never lost by a
+crash of the writer.
 
-Replay rules:
+Format (version 2, written by this module):
 
-* A torn **last** record (no trailing newline, or unparsable / bad CRC on the last line) was
-  never acknowledged; it is dropped with a warning and truncated away.
-* Any other damage — a bad line in the middle, a sequence gap, a missing or mismatching
-  header — raises :class:`~raydp_hpo.errors.LedgerCorruptedError`. The budget is never reset
-  silently: a reset budget is a privacy breach.
+* every line is the canonical JSON of its body (sorted keys, no spaces) with one more key,
+  ``"chain"``, appended last: ``<body without its closing brace>,"chain":"<64 hex>"}``;
+* ``chain₀ = SHA-256("raydp-hpo journal v2\\0" ‖ header body)`` and
+  ``chainₖ = SHA-256(chainₖ₋₁ ‖ body of record k)`` over the raw bytes, so each record's hash
+  covers every byte before it: a changed, removed, inserted or reordered record anywhere
+  breaks the chain at that record (and ``seq`` must count 1, 2, 3, ...);
+* the journal is created atomically: header written and ``fsync``'d to a temporary file,
+  which is then hard-linked to the journal's name (``os.link`` fails if the name exists), so
+  the name never refers to a file without a complete header.
+
+Version-1 journals (CRC-32 per record, no chain, written by raydp-hpo ≤ 0.1) are still read
+and appended to in their own format: an append-only audit log is never rewritten, and a file
+of one format is easier to verify than a mixed one. They get every check below except the
+chain and the seal (a removed middle record is still caught by ``seq``; a cut-off end is
+not). To give an old journal the new checks, start a new ledger; a journal is never migrated
+in place.
+
+Replay rules (the same for readers and the writer):
+
+* Only an **incomplete final line** (bytes after the last newline) can be a torn write: it
+  was never acknowledged, since a record is acknowledged only after its newline is
+  ``fsync``'d. The writer moves those bytes to a side file ``<journal>.torn-<UTC time>``
+  (the journal is cut back to its last complete record only after the side file is
+  ``fsync``'d) and warns, naming the side file; readers only warn. Nothing is deleted.
+* Any complete line that fails its check — bad JSON, bad chain/CRC, wrong ``seq`` or kind,
+  at any position, the last one included — is corruption:
+  :class:`~raydp_hpo.errors.LedgerCorruptedError` naming the file, line, record and byte
+  offset. So are an empty file and a file without a complete header. The budget is never
+  reset silently: a reset budget is a privacy breach.
+
+Truncation and replacement (version 2): a file cut inside record k looks exactly like a
+crash while record k was being written, and a file cut at a line boundary looks complete. The
+witness is a seal file ``<journal>.seal`` beside it: after each record is ``fsync``'d, the writer
+records (number of records, chain hash after them, header hash) in one of two fixed 256-byte
+slots (alternating, each with its own CRC, so a torn slot leaves the other valid; not
+``fsync``'d: after a power loss the seal may lag, which weakens the check but never raises a
+false alarm, since it is written only after the records it vouches for are durable). Opening
+or reading a journal that has fewer records than its seal claims, or other records up to that
+point, or another header, is an error. A seal with a valid slot and no journal beside it
+stops a new ledger from starting a fresh budget under that name. Readers read the seal before
+the journal. Deleting the seal removes this check (and only this check).
+
+Locking: the writer holds an exclusive POSIX record lock on the whole file
+(``fcntl`` ``F_OFD_SETLK`` open-file-description lock on Linux; ``fcntl.lockf`` elsewhere,
+where a process-wide table stands in for the lock within the process, because a ``lockf``
+lock belongs to the process and is dropped when *any* descriptor of the file is closed).
+Record locks are forwarded to the server on NFS (NFSv4 byte-range locks; NLM on NFSv3), unlike
+``flock``, which some NFS clients keep local. Guaranteed: two writers on hosts that mount the
+same NFS export with locking enabled (not ``nolock``/``local_lock=all``) cannot both hold a
+journal. Not guaranteed: locks are advisory (a program that does not lock can still write),
+and an NFS lease that expires while a client is partitioned is released by the server. Because
+a lock belongs to the open file and not to its name, the writer also checks before every
+append that the journal's path still names the file it holds (``st_dev``/``st_ino``) and
+that no one else changed its size; if not, it refuses
+(:class:`~raydp_hpo.errors.JournalReplacedError`) and writes nothing. On NFS ``stat`` may be
+served from the attribute cache, so a replacement can go unseen for up to ``actimeo`` seconds.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import hashlib
 import json
 import os
+import struct
+import time
 import warnings
 import zlib
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from raydp_hpo.errors import LedgerCorruptedError, RayDPHPOError
+from raydp_hpo.errors import (
+    InvalidParameterError,
+    JournalReplacedError,
+    LedgerClosedError,
+    LedgerCorruptedError,
+    RayDPHPOError,
+)
 
-__all__ = ["Journal", "read_journal", "JOURNAL_VERSION"]
+__all__ = [
+    "JOURNAL_VERSION",
+    "Journal",
+    "JournalScan",
+    "TornTail",
+    "SealClaim",
+    "read_header",
+    "read_seal",
+    "seal_path",
+    "read_journal",
+    "scan_journal",
+]
 
-JOURNAL_VERSION = 1
+#: Version written for new journals; version 1 is still read and appended to.
+JOURNAL_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
+_CHAIN_SEED = b"raydp-hpo journal v2\x00"
+_CHAIN_KEY = b',"chain":"'
+_CHAIN_SUFFIX_LEN = len(_CHAIN_KEY) + 64 + 2  # ,"chain":"<64 hex>"}
+_SEAL_SLOT = 256
 
 
 def _canonical(record: dict[str, Any]) -> str:
     return json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-def _with_crc(record: dict[str, Any]) -> str:
-    body = _canonical(record)
-    crc = zlib.crc32(body.encode())
-    return _canonical({**record, "crc": crc}) + "\n"
+# -- version 1 (CRC-32, no chain) ---------------------------------------------------------
+def _v1_line(record: dict[str, Any]) -> bytes:
+    crc = zlib.crc32(_canonical(record).encode())
+    return (_canonical({**record, "crc": crc}) + "\n").encode()
 
 
-def _check_crc(record: dict[str, Any]) -> bool:
+def _v1_check(record: dict[str, Any]) -> bool:
     crc = record.get("crc")
     body = {k: v for k, v in record.items() if k != "crc"}
     return isinstance(crc, int) and zlib.crc32(_canonical(body).encode()) == crc
 
 
-def read_journal(path: str | os.PathLike[str], *, repair: bool = False) -> tuple[
-    dict[str, Any] | None, list[dict[str, Any]]
-]:
-    """Parse a journal: (header or None if the file is empty/missing, charge records).
+# -- version 2 (hash chain) -----------------------------------------------------------------
+def _chain(prev: str | None, body: bytes) -> str:
+    seed = _CHAIN_SEED if prev is None else bytes.fromhex(prev)
+    return hashlib.sha256(seed + body).hexdigest()
 
-    With ``repair`` a torn last record is truncated away on disk; without it, it is only
-    skipped. Both warn.
+
+def _v2_line(record: dict[str, Any], prev: str | None) -> tuple[bytes, str]:
+    if "chain" in record:
+        raise InvalidParameterError(f"a journal record may not have a 'chain' key: {record!r}")
+    body = _canonical(record).encode()
+    chain = _chain(prev, body)
+    return body[:-1] + _CHAIN_KEY + chain.encode() + b'"}\n', chain
+
+
+def _v2_split(line: bytes) -> tuple[bytes, str] | None:
+    """(body bytes, stored chain) of a version-2 line, or None if it is not shaped like one."""
+    if len(line) <= _CHAIN_SUFFIX_LEN or not line.endswith(b'"}'):
+        return None
+    suffix = line[-_CHAIN_SUFFIX_LEN:]
+    if not suffix.startswith(_CHAIN_KEY):
+        return None
+    try:
+        stored = suffix[len(_CHAIN_KEY) : -2].decode("ascii")
+        bytes.fromhex(stored)
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return line[:-_CHAIN_SUFFIX_LEN] + b"}", stored
+
+
+@dataclass(frozen=True)
+class TornTail:
+    """An incomplete final line: ``length`` bytes at byte ``offset`` (moved to ``side_file``
+    by the writer; ``None`` when only read)."""
+
+    offset: int
+    length: int
+    side_file: Path | None = None
+
+
+@dataclass(frozen=True)
+class JournalScan:
+    """A journal checked line by line (see the module docstring for the rules).
+
+    ``lines[i]``/``offsets[i]`` locate charge record ``records[i]`` (1-based line number,
+    byte offset); ``end`` is the byte just after the last complete record; ``chains[k]`` is
+    the chain hash after the header and k records (empty for version 1).
     """
-    p = Path(path)
-    if not p.exists():
-        return None, []
-    raw = p.read_bytes()
+
+    path: Path
+    version: int
+    header: dict[str, Any]
+    records: tuple[dict[str, Any], ...]
+    lines: tuple[int, ...]
+    offsets: tuple[int, ...]
+    end: int
+    chains: tuple[str, ...]
+    torn: TornTail | None
+
+    @property
+    def chain(self) -> str | None:
+        """The chain hash after the last record (``None`` for version 1)."""
+        return self.chains[-1] if self.chains else None
+
+    def where(self, index: int) -> str:
+        """'line L (record S, byte B)' of charge record ``index`` (for error messages)."""
+        return (
+            f"line {self.lines[index]} (record {self.records[index].get('seq')}, "
+            f"byte offset {self.offsets[index]})"
+        )
+
+
+def _corrupt(path: Path, line_no: int, offset: int, what: str) -> LedgerCorruptedError:
+    record = "the header" if line_no == 1 else f"record {line_no - 1}"
+    return LedgerCorruptedError(
+        f"journal {path} is corrupted at line {line_no} ({record}, byte offset {offset}): "
+        f"{what}. This line is complete (newline-terminated), so it was written and fsync'd "
+        "and may have been acknowledged: refusing to guess the spent budget. Restore the "
+        "journal from a backup (`raydp-hpo ledger verify` checks a copy); do not delete it, "
+        "that would reset the budget."
+    )
+
+
+def scan_bytes(path: Path, raw: bytes) -> JournalScan:
+    """Check ``raw`` (the bytes of journal ``path``) line by line; raise on corruption."""
     if not raw:
-        return None, []
-    lines = raw.split(b"\n")
-    complete, tail = lines[:-1], lines[-1]
+        raise LedgerCorruptedError(
+            f"journal {path} is empty (0 bytes). Journals are created with their header in one "
+            "atomic step, so an empty file is a truncated journal or not a journal at all; "
+            "refusing to start a fresh budget under its name. Restore it from a backup, or "
+            "move it away if you are sure no charge was ever made against this dataset."
+        )
+    cut = raw.rfind(b"\n") + 1  # bytes after the last newline: a torn (unacknowledged) write
+    torn = TornTail(cut, len(raw) - cut) if cut < len(raw) else None
+    if cut == 0:
+        raise LedgerCorruptedError(
+            f"journal {path} has no complete header line ({len(raw)} bytes, no newline): it is "
+            "truncated or not a journal. Journals are created with their header atomically; "
+            "restore it from a backup."
+        )
+    version = 0
+    header: dict[str, Any] = {}
     records: list[dict[str, Any]] = []
+    lines: list[int] = []
     offsets: list[int] = []
+    chain: str | None = None
+    chains: list[str] = []
     pos = 0
-    torn_at: int | None = None
-    for i, line in enumerate(complete):
-        start = pos
-        pos += len(line) + 1
+    line_no = 0
+    while pos < cut:
+        nl = raw.index(b"\n", pos)
+        line, start, pos = raw[pos:nl], pos, nl + 1
+        line_no += 1
         try:
             rec = json.loads(line)
-            ok = isinstance(rec, dict) and _check_crc(rec)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            ok = False
-        if not ok:
-            if i == len(complete) - 1 and not tail:
-                torn_at = start
-                break
-            raise LedgerCorruptedError(
-                f"journal {p} is corrupted at line {i + 1} (bad JSON or checksum) and it is not "
-                "the last record; refusing to guess the spent budget. Restore the journal from "
-                "a backup; do not delete it (that would reset the budget)."
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise _corrupt(path, line_no, start, f"not valid JSON ({exc})") from None
+        if not isinstance(rec, dict):
+            raise _corrupt(path, line_no, start, "not a JSON object")
+        if line_no == 1:
+            version = rec.get("version")  # type: ignore[assignment]
+            if rec.get("kind") != "header" or version not in _READABLE_VERSIONS:
+                raise _corrupt(
+                    path, 1, 0,
+                    f"expected a journal header of version {_READABLE_VERSIONS}, got "
+                    f"kind={rec.get('kind')!r} version={rec.get('version')!r}",
+                )
+        if version == 1:
+            if not _v1_check(rec):
+                raise _corrupt(path, line_no, start, "CRC-32 mismatch (a changed byte)")
+            rec.pop("crc")
+        else:
+            split = _v2_split(line)
+            if split is None:
+                raise _corrupt(path, line_no, start, "no chain hash at the end of the line")
+            body, stored = split
+            expected = _chain(chain, body)
+            if stored != expected or rec.get("chain") != stored:
+                raise _corrupt(
+                    path, line_no, start,
+                    "chain hash mismatch (this record, or one before it, was changed, removed, "
+                    "inserted or reordered)",
+                )
+            chain = rec.pop("chain")
+            chains.append(stored)
+        if line_no == 1:
+            header = rec
+            continue
+        seq = line_no - 1
+        if rec.get("kind") != "charge" or rec.get("seq") != seq:
+            raise _corrupt(
+                path, line_no, start,
+                f"expected charge record seq={seq}, got kind={rec.get('kind')!r} "
+                f"seq={rec.get('seq')!r} (a record is missing or out of order)",
             )
         records.append(rec)
+        lines.append(line_no)
         offsets.append(start)
-    if tail:
-        torn_at = pos
-    if torn_at is not None:
+    return JournalScan(
+        path, version, header, tuple(records), tuple(lines), tuple(offsets), cut,
+        tuple(chains), torn
+    )
+
+
+# -- the seal (a witness of how far the journal got) ------------------------------------------
+def seal_path(path: str | os.PathLike[str]) -> Path:
+    """Where the seal of the journal at ``path`` lives: ``<journal>.seal``."""
+    p = Path(path)
+    return p.with_name(p.name + ".seal")
+
+
+@dataclass(frozen=True)
+class SealClaim:
+    """A seal slot: the journal had ``records`` records with chain hash ``chain`` after them."""
+
+    records: int
+    chain: str
+    header: str
+
+
+def _seal_slot(claim: SealClaim) -> bytes:
+    body = {"records": claim.records, "chain": claim.chain, "header": claim.header}
+    text = _canonical({**body, "crc": zlib.crc32(_canonical(body).encode())})
+    return text.encode().ljust(_SEAL_SLOT - 1) + b"\n"
+
+
+def _seal_claims(raw: bytes) -> list[SealClaim]:
+    claims = []
+    for k in range(0, len(raw), _SEAL_SLOT):
+        try:
+            rec = json.loads(raw[k : k + _SEAL_SLOT])
+            if not _v1_check(rec):
+                continue
+            claims.append(SealClaim(int(rec["records"]), str(rec["chain"]), str(rec["header"])))
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn or empty slot: no claim
+    return claims
+
+
+def read_seal(path: Path) -> SealClaim | None:
+    """The strongest valid claim of ``path``'s seal, or None (no seal, no valid slot)."""
+    try:
+        raw = seal_path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise RayDPHPOError(f"cannot read seal {seal_path(path)}: {exc.strerror or exc}") from None
+    claims = _seal_claims(raw)
+    return max(claims, key=lambda c: c.records) if claims else None
+
+
+def _check_seal(scan: JournalScan, claim: SealClaim | None) -> None:
+    """Raise if ``scan`` has fewer or other records than its seal vouches for."""
+    if claim is None or scan.version == 1:
+        return
+    seal = seal_path(scan.path)
+    if claim.header != scan.chains[0]:
+        raise LedgerCorruptedError(
+            f"journal {scan.path} is not the journal its seal {seal} was written for (another "
+            "header): the file at this path was replaced. Put the original journal back; a "
+            "replaced journal can reset the budget."
+        )
+    have = len(scan.records)
+    if claim.records > have:
+        raise LedgerCorruptedError(
+            f"journal {scan.path} has {have} complete charge records, but its seal {seal} "
+            f"shows that {claim.records} were written and fsync'd: acknowledged charges are "
+            "missing (the file was truncated or replaced by an older copy). Restore a copy with "
+            f"all {claim.records} records; refusing to undercount the spend."
+        )
+    if scan.chains[claim.records] != claim.chain:
+        raise LedgerCorruptedError(
+            f"journal {scan.path}: its first {claim.records} records differ from the ones its "
+            f"seal {seal} vouches for (chain hash mismatch): the file was rewritten. Restore "
+            "the original journal."
+        )
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except IsADirectoryError:
+        raise InvalidParameterError(
+            f"journal path {path} is a directory, not a ledger journal; pass a .journal file "
+            f"(`raydp-hpo ledger list {path}` lists the journals under it)"
+        ) from None
+    except OSError as exc:
+        raise RayDPHPOError(f"cannot read journal {path}: {exc.strerror or exc}") from None
+
+
+def _torn_warning(path: Path, torn: TornTail, action: str) -> str:
+    return (
+        f"journal {path}: an incomplete final line ({torn.length} bytes at byte offset "
+        f"{torn.offset}, no newline) is a write interrupted before it was acknowledged; "
+        f"{action}. If this journal was instead truncated or copied incompletely, acknowledged "
+        "charges are missing: restore the full journal from a backup."
+    )
+
+
+def scan_journal(path: str | os.PathLike[str]) -> JournalScan:
+    """Check a journal without changing anything (what ``raydp-hpo ledger verify`` runs).
+
+    Raises :class:`~raydp_hpo.errors.LedgerCorruptedError` on corruption and
+    :class:`~raydp_hpo.errors.RayDPHPOError` if there is no journal at ``path``. A torn tail
+    is reported in :attr:`JournalScan.torn`, not warned about.
+    """
+    p = Path(path)
+    claim = read_seal(p)  # before the journal: the seal never runs ahead of the file
+    if not p.exists():
+        cls = RayDPHPOError if claim is None else LedgerCorruptedError
+        raise cls(_missing_message(p, claim))
+    scan = scan_bytes(p, _read_bytes(p))
+    _check_seal(scan, claim)
+    return scan
+
+
+def _missing_message(path: Path, claim: SealClaim | None) -> str:
+    if claim is None:
+        return f"no ledger journal at {path}"
+    return (
+        f"no ledger journal at {path}, but its seal {seal_path(path)} shows that "
+        f"{claim.records} charge(s) were recorded there: the journal was deleted or moved. "
+        "Put it back; refusing to start a fresh budget under its name. (Starting over on "
+        "the same data is a new budget on top of everything already released; if that is "
+        "really meant, remove the seal as well.)"
+    )
+
+
+def read_journal(path: str | os.PathLike[str]) -> tuple[
+    dict[str, Any] | None, list[dict[str, Any]]
+]:
+    """(header, charge records) of a journal, or ``(None, [])`` if there is no file at ``path``.
+
+    Read-only: a torn tail is skipped with a warning (and left in place). Corruption raises.
+    """
+    p = Path(path)
+    if not p.exists() and read_seal(p) is None:
+        return None, []
+    scan = scan_journal(p)
+    if scan.torn is not None:
         warnings.warn(
-            f"journal {p}: dropping a torn last record at byte {torn_at} (never acknowledged)",
+            _torn_warning(p, scan.torn, "skipped here (read-only: the file is left as it is)"),
             RuntimeWarning,
             stacklevel=2,
         )
-        if repair:
-            with open(p, "r+b") as fh:
-                fh.truncate(torn_at)
-                fh.flush()
-                os.fsync(fh.fileno())
-    if not records:
-        if torn_at == 0:
-            return None, []
-        raise LedgerCorruptedError(f"journal {p} has no header")
-    header, charges = records[0], records[1:]
-    if header.get("kind") != "header" or header.get("version") != JOURNAL_VERSION:
-        raise LedgerCorruptedError(
-            f"journal {p} does not start with a version-{JOURNAL_VERSION} header: {header!r}"
-        )
-    for expected_seq, rec in enumerate(charges, start=1):
-        if rec.get("kind") != "charge" or rec.get("seq") != expected_seq:
-            raise LedgerCorruptedError(
-                f"journal {p}: record {expected_seq} is out of sequence or not a charge: {rec!r}"
-            )
-    return header, charges
+    return scan.header, list(scan.records)
+
+
+def read_header(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The checked header of the journal at ``path`` (reads its first line only)."""
+    p = Path(path)
+    if not p.exists():
+        raise RayDPHPOError(f"no ledger journal at {p}")
+    if p.is_dir():
+        _read_bytes(p)  # raises the directory message
+    try:
+        with open(p, "rb") as fh:
+            first = fh.readline()
+    except OSError as exc:
+        raise RayDPHPOError(f"cannot read journal {p}: {exc.strerror or exc}") from None
+    return scan_bytes(p, first).header
+
+
+# -- the writer ----------------------------------------------------------------------------
+_LOCKF_HELD: set[tuple[int, int]] = set()  # (st_dev, st_ino) locked by this process (lockf)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read_all(fd: int) -> bytes:
+    size = os.fstat(fd).st_size
+    chunks: list[bytes] = []
+    pos = 0
+    while True:
+        chunk = os.pread(fd, max(size - pos, 1 << 16), pos)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        pos += len(chunk)
+
+
+def _lock_exclusive(fd: int, path: Path) -> str:
+    """Take an exclusive whole-file record lock; return which kind ('ofd' or 'lockf')."""
+    busy = RayDPHPOError(
+        f"journal {path} is already open by another live ledger (file lock held); attach to "
+        "that ledger (its Ray actor) instead of opening the journal twice"
+    )
+    if hasattr(fcntl, "F_OFD_SETLK"):
+        # struct flock {short l_type, l_whence; off_t l_start, l_len; pid_t l_pid} (+ padding)
+        arg = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        try:
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, arg)
+            return "ofd"
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EAGAIN):
+                raise busy from None
+            if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise
+    # POSIX lockf: per process, so this process keeps its own table of journals it holds.
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) in _LOCKF_HELD:
+        raise busy
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EAGAIN):
+            raise busy from None
+        raise
+    _LOCKF_HELD.add((st.st_dev, st.st_ino))
+    return "lockf"
 
 
 class Journal:
-    """The writer side of a journal file; holds an exclusive ``flock`` while open."""
+    """The writer side of a journal file, holding an exclusive record lock while open.
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path).expanduser().resolve()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, "a+b")  # noqa: SIM115 - kept open for the ledger's life
+    Lifecycle: :meth:`open` (creates the journal atomically if ``create_header`` is given and
+    there is no file; checks every line; moves a torn tail to a side file) →
+    :meth:`append_charge` any number of times → :meth:`close`.
+    """
+
+    def __init__(
+        self, path: Path, fd: int, scan: JournalScan, lock_kind: str, *, created: bool
+    ) -> None:
+        self.path = path
+        #: Whether :meth:`open` created this journal (a fresh ledger).
+        self.created = created
+        self.scan = scan
+        self._fd: int | None = fd
+        self._lock_kind = lock_kind
+        self._ident = (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
+        self._version = scan.version
+        self._seq = len(scan.records)
+        self._chain = scan.chain
+        self._end = scan.end
+        self._broken: str | None = None
+        self._seal_fd: int | None = None
+
+    @property
+    def header(self) -> dict[str, Any]:
+        return self.scan.header
+
+    @property
+    def records(self) -> tuple[dict[str, Any], ...]:
+        return self.scan.records
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @classmethod
+    def open(
+        cls, path: str | os.PathLike[str], create_header: dict[str, Any] | None = None
+    ) -> Journal:
+        """Open (and lock) the journal at ``path``; with ``create_header``, create it first if
+        there is no file there (atomically: the name never shows a file without a header)."""
+        p = Path(path).expanduser().resolve()
+        if p.is_dir():
+            _read_bytes(p)  # raises the directory message
+        created = False
+        if not p.exists():
+            claim = read_seal(p)
+            if claim is not None:
+                raise LedgerCorruptedError(_missing_message(p, claim))
+            if create_header is not None:
+                p.parent.mkdir(parents=True, exist_ok=True)
+                created = cls._create(p, create_header)
         try:
-            fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._fh.close()
-            raise RayDPHPOError(
-                f"journal {self.path} is already open by another live ledger (file lock held); "
-                "attach to that ledger instead of opening the journal twice"
-            ) from None
-        self._seq = 0
-
-    def load(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        header, charges = read_journal(self.path, repair=True)
-        self._seq = len(charges)
-        self._fh.seek(0, os.SEEK_END)
-        return header, charges
-
-    def _append_line(self, line: str) -> None:
-        data = line.encode()
-        size_before = self._fh.seek(0, os.SEEK_END)
+            fd = os.open(p, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            raise RayDPHPOError(f"no ledger journal at {p}") from None
         try:
-            self._fh.write(data)
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
+            lock_kind = _lock_exclusive(fd, p)
+            st, fst = os.stat(p), os.fstat(fd)
+            if (st.st_dev, st.st_ino) != (fst.st_dev, fst.st_ino):
+                raise JournalReplacedError(
+                    f"journal {p} was replaced while it was being opened; open it again"
+                )
+            scan = scan_bytes(p, _read_all(fd))
+            _check_seal(scan, read_seal(p))
+            journal = cls(p, fd, scan, lock_kind, created=created)
         except BaseException:
-            with contextlib.suppress(OSError):
-                self._fh.truncate(size_before)
-                self._fh.flush()
-                os.fsync(self._fh.fileno())
+            os.close(fd)
             raise
-
-    def write_header(self, header: dict[str, Any]) -> None:
-        self._append_line(_with_crc({"kind": "header", "version": JOURNAL_VERSION, **header}))
-        self._fsync_dir()
-
-    def append_charge(self, record: dict[str, Any]) -> None:
-        seq = self._seq + 1
-        self._append_line(_with_crc({"kind": "charge", "seq": seq, **record}))
-        self._seq = seq
-
-    def _fsync_dir(self) -> None:
-        fd = os.open(self.path.parent, os.O_RDONLY)
         try:
+            if scan.torn is not None:
+                journal._move_torn_tail(scan.torn)
+            journal._open_seal()
+        except BaseException:
+            journal.close()
+            raise
+        return journal
+
+    def _open_seal(self) -> None:
+        if self._version == 1:
+            return
+        self._seal_fd = os.open(
+            seal_path(self.path), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644
+        )
+        self._write_seal()
+
+    def _write_seal(self) -> None:
+        """Vouch for the records written so far (call only once they are fsync'd)."""
+        if self._seal_fd is None or self._chain is None:
+            return
+        claim = SealClaim(self._seq, self._chain, self.scan.chains[0])
+        os.pwrite(self._seal_fd, _seal_slot(claim), (self._seq % 2) * _SEAL_SLOT)
+
+    @staticmethod
+    def _create(path: Path, header: dict[str, Any]) -> bool:
+        line, _ = _v2_line({"kind": "header", "version": JOURNAL_VERSION, **header}, None)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{time.monotonic_ns()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            _write_all(fd, line)
             os.fsync(fd)
         finally:
             os.close(fd)
+        try:
+            os.link(tmp, path)  # fails if the name exists: never replaces a journal
+            return True
+        except FileExistsError:
+            return False  # another creator won; open theirs
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            _fsync_dir(path.parent)
+
+    def _move_torn_tail(self, torn: TornTail) -> None:
+        assert self._fd is not None
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        side = self.path.with_name(f"{self.path.name}.torn-{stamp}-{time.time_ns() % 10**9:09d}")
+        tail = os.pread(self._fd, torn.length, torn.offset)
+        fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            _write_all(fd, tail)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _fsync_dir(side.parent)
+        os.ftruncate(self._fd, torn.offset)  # only after the side file holds the bytes
+        os.fsync(self._fd)
+        moved = TornTail(torn.offset, torn.length, side)
+        self.scan = replace(self.scan, torn=moved)
+        warnings.warn(
+            _torn_warning(self.path, moved, f"its bytes were moved to {side}"),
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+    # -- appending --------------------------------------------------------------------------
+    def check_writable(self) -> None:
+        """Raise unless an append may go ahead: open, not broken, and the path still names
+        this file with the size this writer left it at. Changes nothing."""
+        if self._fd is None:
+            raise LedgerClosedError(
+                f"the ledger on journal {self.path} is closed; open the journal again "
+                "(PrivacyLedger.open) to charge it"
+            )
+        if self._broken is not None:
+            raise JournalReplacedError(self._broken)
+        fst = os.fstat(self._fd)
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            st = None
+        if st is None or (st.st_dev, st.st_ino) != self._ident:
+            how = "was deleted" if st is None else "was replaced by another file"
+            self._broken = (
+                f"journal {self.path} {how} while this ledger held it open; refusing to charge: "
+                "another ledger may now be admitting charges against a fresh budget at that "
+                "path. Stop every ledger on it, restore the journal this ledger was writing "
+                "(its charges are in memory and in the old file if still open elsewhere), then "
+                "reopen."
+            )
+            raise JournalReplacedError(self._broken)
+        if fst.st_size != self._end:
+            self._broken = (
+                f"journal {self.path} changed size behind this ledger's back ({fst.st_size} "
+                f"bytes, this ledger wrote {self._end}); refusing to charge. Something else "
+                "writes to it without the lock: run `raydp-hpo ledger verify` on it."
+            )
+            raise JournalReplacedError(self._broken)
+
+    def append_charge(self, record: dict[str, Any]) -> None:
+        """Append charge ``record`` (gets ``kind`` and the next ``seq``) and fsync it.
+
+        On return the record is durable; on any error nothing was appended (a partial write
+        is cut back) and the journal refuses further appends if that could not be ensured.
+        """
+        self.check_writable()
+        assert self._fd is not None
+        seq = self._seq + 1
+        body = {**record, "kind": "charge", "seq": seq}
+        if self._version == 1:
+            data, chain = _v1_line(body), None
+        else:
+            data, chain = _v2_line(body, self._chain)
+        try:
+            os.lseek(self._fd, self._end, os.SEEK_SET)
+            _write_all(self._fd, data)
+            os.fsync(self._fd)
+        except BaseException as exc:
+            try:
+                os.ftruncate(self._fd, self._end)
+                os.fsync(self._fd)
+            except OSError:
+                self._broken = (
+                    f"journal {self.path}: a failed append ({exc!r}) could not be cut back; "
+                    "refusing further charges. Reopen the ledger (a torn tail is moved aside)."
+                )
+            raise
+        self._seq, self._chain, self._end = seq, chain, self._end + len(data)
+        try:
+            self._write_seal()
+        except OSError as exc:  # the record is durable: the charge stands; the seal lags
+            warnings.warn(
+                f"journal {self.path}: could not update its seal ({exc}); truncation of the "
+                "newest records would go unnoticed",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     def close(self) -> None:
-        if not self._fh.closed:
+        if self._seal_fd is not None:
+            seal_fd, self._seal_fd = self._seal_fd, None
             with contextlib.suppress(OSError):
-                fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
-            self._fh.close()
+                os.fsync(seal_fd)
+            os.close(seal_fd)
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            if self._lock_kind == "lockf":
+                _LOCKF_HELD.discard(self._ident)
+            os.close(fd)  # releases the lock
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
