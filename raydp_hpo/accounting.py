@@ -10,6 +10,12 @@ Accountants (an enum, never a string flag):
   valid (:mod:`raydp_hpo.prv`), the smaller of the two upper bounds is reported.
 * ``BEST`` — the minimum of the two. Both are valid upper bounds for a composition whose
   mechanisms are fixed in advance, so their minimum is one too.
+* ``PROFILE`` — like ``PLD``, but each :class:`~raydp_hpo.mechanisms.RandomStopping` is
+  accounted by privacy profiles (Koskela, Redberg & Wang 2024, reconstructed and proved in
+  :mod:`raydp_hpo.profiles`), never worse than its Papernot–Steinke RDP figure. A lone
+  selection is bounded directly; in a composition it enters through one (εᵢ, δᵢ) point with
+  an explicit δ split (:func:`raydp_hpo.profiles.profile_epsilon`). Costs about a second per
+  distinct base mechanism (PLD, profile grid), then is cached. Not part of ``BEST``.
 
 Every figure is additionally capped by a pure-DP bound when one exists (:mod:`raydp_hpo.pure`).
 These are statements about a *fixed* list of mechanisms; the ledger's halting rule under
@@ -33,6 +39,7 @@ from raydp_hpo.accountant_kind import Accountant
 from raydp_hpo.errors import InvalidParameterError
 from raydp_hpo.mechanisms import Composition, Mechanism, SubsampledGaussian
 from raydp_hpo.pld import has_pld, pld_delta, pld_epsilon
+from raydp_hpo.profiles import profile_delta, profile_epsilon
 from raydp_hpo.prv import prv_epsilon
 from raydp_hpo.pure import pure_epsilon
 from raydp_hpo.rdp import RdpProfile, rdp_profile
@@ -91,6 +98,8 @@ def epsilon(
         prv = prv_epsilon(mechs, delta)  # error-bounded upper bound, where valid
         if prv is not None:
             candidates.append(prv)
+    if accountant is Accountant.PROFILE:
+        candidates.append(profile_epsilon(mechs, delta))
     pure = _pure_total(mechs)
     if pure is not None:
         candidates.append(pure)
@@ -110,7 +119,8 @@ def delta(
     """Upper bound on δ at ``epsilon`` for the composition of ``mechanisms``.
 
     Under ``PLD`` every mechanism needs its own PLD (no ε split is invented for random
-    stopping / subsampled tuning); ``BEST`` falls back to RDP for those.
+    stopping / subsampled tuning); ``BEST`` falls back to RDP for those. ``PROFILE`` covers a
+    lone random stopping or mechanisms that all have a PLD.
     """
     eps = nonnegative_float("epsilon", epsilon)
     mechs = _as_list(mechanisms)
@@ -125,6 +135,8 @@ def delta(
         candidates.append(pld_delta(mechs, eps))
     if accountant is Accountant.BEST and all(has_pld(m) for m in mechs):
         candidates.append(pld_delta(mechs, eps))
+    if accountant is Accountant.PROFILE:
+        candidates.append(profile_delta(mechs, eps))
     return float(min(candidates))
 
 
