@@ -210,3 +210,55 @@ def test_vectorised_conversion_matches_dp_accounting() -> None:
         for d in (1e-3, 1e-5, 1e-9):
             ref, _ = rdp_lib.compute_epsilon(DEFAULT_ORDERS, values, d)
             assert rdp_to_epsilon(values, d) == pytest.approx(ref, rel=1e-12, abs=1e-12)
+
+
+# ------------------------------------------------ Accountant.PROFILE (raydp_hpo.profiles)
+
+
+def test_profile_accountant_on_a_lone_selection_and_its_delta() -> None:
+    from raydp_hpo.profiles import random_stopping_epsilon
+
+    rs = RandomStopping(Gaussian(4.0), StoppingDistribution.GEOMETRIC, 5)
+    eps = epsilon(rs, 1e-5, Accountant.PROFILE)
+    assert eps == random_stopping_epsilon(rs, 1e-5)
+    assert eps < epsilon(rs, 1e-5, Accountant.RDP)
+    assert eps < epsilon(rs, 1e-5, Accountant.PLD)
+    assert delta(rs, eps, Accountant.PROFILE) <= 1e-5
+    assert Accountant("profile") is Accountant.PROFILE
+
+
+def test_profile_accountant_composes_with_a_final_run() -> None:
+    from raydp_hpo.profiles import random_stopping_epsilon
+
+    rs = RandomStopping(Gaussian(4.0), StoppingDistribution.LOGARITHMIC, 10)
+    final = Gaussian(3.0)
+    got = epsilon([rs, final], 1e-5, Accountant.PROFILE)
+    # not below the final run alone; below the PLD accountant, which prices rs by RDP
+    assert got >= epsilon(final, 1e-5, Accountant.PLD)
+    assert got < epsilon([rs, final], 1e-5, Accountant.PLD)
+    # at most basic composition at the δ/2 + δ/2 split (one of the splits it tries), plus
+    # PLD discretisation (1e-3 per part)
+    basic = random_stopping_epsilon(rs, 0.5e-5) + epsilon(final, 0.5e-5, Accountant.PLD)
+    assert got <= basic + 2e-3
+    # nested compositions are flattened: the same figure
+    assert epsilon(Composition((rs, final)), 1e-5, Accountant.PROFILE) == got
+    with pytest.raises(UnsupportedMechanismError):
+        delta([rs, final], 2.0, Accountant.PROFILE)
+
+
+def test_profile_accountant_without_a_selection_is_the_pld_figure() -> None:
+    mech = SubsampledGaussian(1.1, 0.01, 200)
+    assert epsilon(mech, 1e-5, Accountant.PROFILE) == epsilon(mech, 1e-5, Accountant.PLD)
+    assert delta(mech, 2.0, Accountant.PROFILE) == delta(mech, 2.0, Accountant.PLD)
+
+
+def test_profile_accountant_two_pure_selections() -> None:
+    # Two selections over a pure ε₀-DP base: each is ε_M-DP by the pure corollary, so the
+    # composition is at most 2ε_M (plus PLD rounding, 1e-3 per part), well below P&S's 2·3ε₀.
+    from raydp_hpo.profiles import pure_selection_epsilon, stopping_law
+
+    rs = RandomStopping(PureDP(0.2), StoppingDistribution.GEOMETRIC, 5)
+    eps_m = pure_selection_epsilon(0.2, stopping_law(rs))
+    got = epsilon([rs, rs], 1e-5, Accountant.PROFILE)
+    assert got <= 2 * eps_m + 2e-3
+    assert got < 2 * 3 * 0.2

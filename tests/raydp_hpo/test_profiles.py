@@ -15,7 +15,7 @@ import pytest
 from scipy import stats
 
 from raydp_hpo import profiles as pr
-from raydp_hpo.accounting import Accountant, delta, epsilon
+from raydp_hpo.accounting import Accountant, epsilon
 from raydp_hpo.errors import InvalidParameterError, UnsupportedMechanismError
 from raydp_hpo.mechanisms import (
     Composition,
@@ -339,33 +339,3 @@ def test_unsupported_base_falls_back_to_rdp() -> None:
     with pytest.raises(UnsupportedMechanismError):
         pr.base_curve(inner)
     assert pr.random_stopping_epsilon(rs, 1e-5) == rdp_profile(rs).epsilon(1e-5)
-
-
-# --------------------------------------------------------------------- composition
-
-
-def test_profile_accountant_on_a_lone_selection_and_its_delta() -> None:
-    rs = RandomStopping(Gaussian(4.0), GEO, 5.0)
-    eps = epsilon(rs, 1e-5, Accountant.PROFILE)
-    assert eps < epsilon(rs, 1e-5, Accountant.RDP)
-    assert eps < epsilon(rs, 1e-5, Accountant.PLD)
-    assert delta(rs, eps, Accountant.PROFILE) <= 1e-5
-
-
-def test_profile_accountant_composes_with_a_final_run() -> None:
-    rs = RandomStopping(Gaussian(4.0), LOG, 10.0)
-    final = Gaussian(3.0)
-    got = epsilon([rs, final], 1e-5, Accountant.PROFILE)
-    # not below the final run alone, and below the PLD accountant (which prices rs by RDP)
-    assert got >= epsilon(final, 1e-5, Accountant.PLD)
-    assert got < epsilon([rs, final], 1e-5, Accountant.PLD)
-    # and at most basic composition of the two at the same δ split (δ/2 each)
-    basic = pr.random_stopping_epsilon(rs, 0.5e-5) + epsilon(final, 0.5e-5, Accountant.PLD)
-    assert got <= basic + 1e-3
-    with pytest.raises(UnsupportedMechanismError):
-        delta([rs, final], 2.0, Accountant.PROFILE)
-
-
-def test_profile_accountant_without_a_selection_is_the_pld_figure() -> None:
-    mech = SubsampledGaussian(1.1, 0.01, 200)
-    assert epsilon(mech, 1e-5, Accountant.PROFILE) == epsilon(mech, 1e-5, Accountant.PLD)
