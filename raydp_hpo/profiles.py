@@ -76,17 +76,20 @@ Numerical recipe (every step rounds toward a larger δ)
 ------------------------------------------------------
 * d→, d← on a t-grid (step :data:`T_STEP`, t ≥ 0) from dp-accounting's pessimistic PLD of Q
   (its REMOVE and ADD distributions; losses rounded up, truncated tails moved to larger
-  losses or +∞, so each value is an upper bound), clipped to [0, 1] and raised by an
-  absolute pad (:data:`D_PAD`) that covers the floating-point error of dp-accounting's
-  running sums.
+  losses or +∞, so each value is an upper bound). The hockey-stick sums are computed here
+  from the dense loss pmf (:func:`_pmf_hockey_stick`) with a rigorous rounding pad, plus an
+  allowance for the noise of dp-accounting's FFT self-composition; clipped to [0, 1].
 * G is evaluated as a minimum over the finite t-grid (a min over a subset of t can only be
   larger than the infimum), through its complement 1 − G (which keeps precision near u = 1,
   where f' of a truncated negative binomial is steep) lowered by :data:`G_PAD`.
 * The integral is an upper Riemann sum on a u-grid dense near both ends: G and f' are
   non-decreasing, so on [u_i, u_{i+1}] the integrand is at most
   [f'(G(u_{i+1})) − e^{ε₂} f'(u_i)]_+.
-* ε₁ ranges over t-grid points only (d is never interpolated); δ is the minimum over them,
-  plus :data:`FINAL_PAD` · E[K] for rounding in the sum.
+* ε₁ ranges over t-grid points only (d is never interpolated); δ is the minimum over them.
+  The candidates are ranked by a fast evaluation (suffix sums); the best
+  :data:`_N_CHECKED` are evaluated again as a direct sum of the non-negative cell terms with a
+  rigorous bound on its rounding error added (:meth:`_Integrand.checked_integral`), and δ is
+  the minimum of those checked values (a minimum over a subset of valid ε₁ is still valid).
 * ε(δ) solves the discretised bound exactly per ε₁ (the upper sum is piecewise linear in
   e^{ε₂}), then re-checks δ(ε) ≤ δ by direct evaluation and moves ε up if rounding ever made it
   fail: the returned ε always satisfies the discretised bound.
@@ -133,9 +136,7 @@ from raydp_hpo.mechanisms import (
 __all__ = [
     "T_STEP",
     "T_MAX",
-    "D_PAD",
     "G_PAD",
-    "FINAL_PAD",
     "LawKind",
     "StoppingLaw",
     "truncated_negative_binomial_law",
@@ -158,14 +159,10 @@ __all__ = [
 T_STEP = 0.01
 #: Largest t asked of the base profile (the grid is cut where d(t) stops decreasing).
 T_MAX = 64.0
-#: Absolute pad added to every d(t) from dp-accounting. Its ``get_delta_for_epsilon`` forms
-#: Σ_{L>t} p_L − e^t Σ_{L>t} p_L e^{−L} by running sums over ≤ ~10⁵ loss points; each sum is
-#: ≤ 1 after the e^t factor, so the rounding error is below 2·10⁵·2⁻⁵³ ≈ 2.2e-11.
-D_PAD = 3e-11
 #: Absolute amount by which the computed 1 − G(u) is lowered (covers its rounding, ~1e-15).
 G_PAD = 1e-14
-#: Final absolute pad on δ, times E[K] (covers rounding in the upper sum).
-FINAL_PAD = 1e-13
+_U = 2.0**-53  # unit roundoff of float64
+_N_CHECKED = 16  # ε₁ candidates whose value is re-evaluated with a rigorous rounding bound
 
 _N_LOG = 6000  # log-spaced u points near each end of [0, 1]
 _N_LIN = 12000  # linearly spaced u points
@@ -369,22 +366,50 @@ def _pld_alternatives(m: Mechanism) -> list[Mechanism]:
     )
 
 
+def _pmf_hockey_stick(pmf: object, t: np.ndarray) -> np.ndarray:
+    """Upper bounds on H_{e^t} = m_∞ + Σ_{L>t} p_L (1 − e^{t − L}) of one dp-accounting loss pmf.
+
+    With S₁(t) = Σ_{L>t} p_L and S₂(t) = Σ_{L>t} p_L e^{−L} (suffix sums of non-negative
+    terms, relative error ≤ n·u each, n the number of bins, u = 2⁻⁵³) the value is
+    m_∞ + S₁ − e^t S₂, and e^t S₂ ≤ S₁ since every term has L > t: the absolute rounding
+    error is below (2n + 8)·u·S₁(t), which is added. dp-accounting computes the pmf of a
+    self-composition by FFT, whose entries carry absolute noise; negative entries are set to
+    0 (that only raises the sum) and each of the N(t) bins above t is allowed an extra
+    η = max(largest negative entry's size, 4u·max p), added as N(t)·η. Reads the dense pmf's
+    attributes (dp-accounting 0.6.0 ``DensePLDPmf``: ``_probs``, ``_lower_loss``,
+    ``_discretization``, ``_infinity_mass``); agreement with dp-accounting's own
+    ``get_delta_for_epsilon`` is tested.
+    """
+    dense = pmf.to_dense_pmf()  # type: ignore[attr-defined]
+    raw = np.asarray(dense._probs, dtype=float)  # noqa: SLF001
+    n = raw.size
+    losses = (np.arange(n) + dense._lower_loss) * dense._discretization  # noqa: SLF001
+    inf_mass = float(dense._infinity_mass)  # noqa: SLF001
+    probs = np.maximum(raw, 0.0)
+    eta = max(float(-np.min(raw, initial=0.0)), 4 * _U * float(np.max(probs, initial=0.0)))
+    s1 = np.concatenate([np.cumsum(probs[::-1])[::-1], [0.0]])  # s1[k] = Σ_{i≥k} p_i
+    s2 = np.concatenate([np.cumsum((probs * np.exp(-losses))[::-1])[::-1], [0.0]])
+    k = np.searchsorted(losses, t, side="right")  # first bin with L > t
+    value = inf_mass + s1[k] - np.exp(t) * s2[k]
+    pad = (2 * n + 8) * _U * s1[k] + (n - k) * eta + 4 * _U * inf_mass
+    return np.clip(value + pad, 0.0, 1.0)
+
+
 def _pld_d(m: Mechanism, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(remove, add) hockey-stick values of ``m``'s pessimistic PLD at ``t``."""
+    """(remove, add) hockey-stick upper bounds of ``m``'s pessimistic PLD at ``t``."""
     from raydp_hpo import pld  # deferred (see above)
 
     # pld._pld_of is private; it is the composed PLD of a PLD-capable mechanism (cached
     # leaves). Ask the lead to expose it as pld.pld_of(m). The two directions are read from
     # dp-accounting's PrivacyLossDistribution._pmf_remove / ._pmf_add (0.6.0; their meaning is
-    # pinned by tests/raydp_hpo/test_profiles.py against numerical integration).
+    # pinned by tests/raydp_hpo/test_profiles.py against exact values).
     composed = pld._pld_of(m, 0.0)
     if composed is None:  # pragma: no cover - a PLD-capable mechanism always has one
         raise UnsupportedMechanismError(f"no PLD for {m!r}")
-    out = []
-    for pmf in (composed._pmf_remove, composed._pmf_add):  # noqa: SLF001
-        d = np.asarray(pmf.get_delta_for_epsilon(t), dtype=float)
-        out.append(np.clip(d, 0.0, 1.0))
-    return out[0], out[1]
+    return (
+        _pmf_hockey_stick(composed._pmf_remove, t),  # noqa: SLF001
+        _pmf_hockey_stick(composed._pmf_add, t),  # noqa: SLF001
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -393,7 +418,7 @@ def base_curve(mechanism: Mechanism) -> HockeyStickCurve:
 
     dp-accounting's pessimistic PLD (built as :mod:`raydp_hpo.pld` builds it; losses rounded up,
     truncated tails moved to larger losses or +∞) gives upper bounds on the REMOVE and ADD
-    hockey-stick curves at each t ≥ 0; :data:`D_PAD` is added for rounding. A worst case over
+    hockey-stick curves at each t ≥ 0 (:func:`_pmf_hockey_stick`). A worst case over
     candidates takes the maximum per orientation (see :func:`_pld_alternatives`). Cached
     (mechanisms are immutable values).
     """
@@ -403,8 +428,6 @@ def base_curve(mechanism: Mechanism) -> HockeyStickCurve:
     for alt in _pld_alternatives(mechanism):
         r, a = _pld_d(alt, t)
         remove, add = np.maximum(remove, r), np.maximum(add, a)
-    remove = np.minimum(remove + D_PAD, 1.0)
-    add = np.minimum(add + D_PAD, 1.0)
     # Cut the grid where both have reached their plateau (larger t adds nothing: same d,
     # steeper lines in G and a larger e^{ε₁} factor). Keep one point past it.
     stop = 2
@@ -486,8 +509,28 @@ class _Integrand:
     cum_a: np.ndarray
     cum_b: np.ndarray
 
+    def checked_integral(self, c: np.ndarray) -> np.ndarray:
+        """Σ width·[A − cB]_+ for each c, summed directly, plus a bound on its rounding error.
+
+        Each positive term A − cB is computed with absolute error ≤ 3u(A + cB) ≤ 6uA (A, B
+        themselves carry relative error ≤ 4u from exp/log, counted in the factor 16 below),
+        times width (relative error u); the sum of n non-negative terms has relative error
+        ≤ n·u. So |error| ≤ 16u·Σ_{A>cB} width·A + (n + 2)u·value, which is added.
+        """
+        c = np.atleast_1d(np.asarray(c, dtype=float))
+        out = np.empty(c.shape)
+        n = self.width.size
+        for s in range(0, c.size, 16):
+            cc = c[s : s + 16, None]
+            diff = self.a[None, :] - cc * self.b[None, :]
+            active = diff > 0
+            value = np.sum(self.width * np.where(active, diff, 0.0), axis=1)
+            wa = np.sum(self.width * np.where(active, self.a[None, :], 0.0), axis=1)
+            out[s : s + 16] = value + 16 * _U * wa + (n + 2) * _U * value
+        return out
+
     def integral(self, c: np.ndarray) -> np.ndarray:
-        """Σ width·[A − cB]_+ for each c ≥ 0, by the sorted breakpoints (exact, vectorised)."""
+        """Σ width·[A − cB]_+ for each c ≥ 0, by the sorted breakpoints (fast; ranking only)."""
         c = np.asarray(c, dtype=float)
         # cells with r > c contribute width·(A − cB)
         k = np.searchsorted(-self.r_sorted, -c, side="left")  # number of r strictly > c
@@ -555,15 +598,19 @@ def _oriented_delta(curve: HockeyStickCurve, o: int, law: StoppingLaw, eps: floa
     fwd = curve.orientations()[o][0]
     sel = curve.t <= eps
     t, d = curve.t[sel], fwd[sel]
-    vals = law.expected_k * d + np.exp(t) * integ.integral(np.exp(eps - t))
-    return float(np.min(vals))
+    ek = law.expected_k
+    fast = ek * d + np.exp(t) * integ.integral(np.exp(eps - t))
+    best = np.argsort(fast, kind="stable")[:_N_CHECKED]
+    t, d = t[best], d[best]
+    checked = (ek * d + np.exp(t) * integ.checked_integral(np.exp(eps - t))) * (1 + 8 * _U)
+    return float(np.min(checked))
 
 
 def _oriented_epsilon(curve: HockeyStickCurve, o: int, law: StoppingLaw, delta: float) -> float:
     integ = _prepared(curve, o, law)
     fwd = curve.orientations()[o][0]
     ek = law.expected_k
-    budget = (delta - FINAL_PAD * ek - ek * fwd) / np.exp(curve.t)
+    budget = (delta * (1 - 1e-9) - ek * fwd) / np.exp(curve.t)
     c = integ.smallest_c(budget)
     with np.errstate(divide="ignore"):
         eps_j = np.maximum(curve.t + np.log(c), curve.t)  # ε₂ ≥ 0
@@ -574,14 +621,14 @@ def selection_delta(curve: HockeyStickCurve, law: StoppingLaw, epsilon: float) -
     """Upper bound on δ_M(ε) of best-of-K over a base with profile ``curve`` (theorem above).
 
     For each neighbour orientation (forward d→, reverse d←): min over ε₁ ∈ t-grid ∩ [0, ε] of
-    E[K]·d→(ε₁) + e^{ε₁}·(upper sum at e^{ε − ε₁}); then the maximum over orientations, plus
-    :data:`FINAL_PAD`·E[K]; capped at 1.
+    E[K]·d→(ε₁) + e^{ε₁}·(upper sum at e^{ε − ε₁}) (rounding bounded as in the module
+    docstring); then the maximum over orientations; capped at 1.
     """
     eps = nonnegative_float("epsilon", epsilon)
     worst = max(
         _oriented_delta(curve, o, law, eps) for o in range(len(curve.orientations()))
     )
-    return float(min(1.0, worst + FINAL_PAD * law.expected_k))
+    return float(min(1.0, worst))
 
 
 def selection_epsilon(curve: HockeyStickCurve, law: StoppingLaw, delta: float) -> float:
@@ -589,7 +636,7 @@ def selection_epsilon(curve: HockeyStickCurve, law: StoppingLaw, delta: float) -
 
     Per orientation and grid ε₁ = t_j the upper sum is piecewise linear and non-increasing in
     c = e^{ε₂}, so the smallest c meeting δ − pad − E[K]d→(t_j) ≥ e^{t_j}·sum(c) is found
-    exactly from the sorted breakpoints; ε = max over orientations of min_j t_j + log c_j. The
+    from the sorted breakpoints; ε = max over orientations of min_j t_j + log c_j. The
     result is then checked against :func:`selection_delta` and raised by doubling steps from
     1e-9 (relative) until the check passes.
     """
