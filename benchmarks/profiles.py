@@ -58,8 +58,8 @@ def main() -> None:
         ("TNB η=2", DIST.TRUNCATED_NEGATIVE_BINOMIAL, 2.0),
         ("Poisson", DIST.POISSON, None),
     ):
-        rs = RandomStopping(base, dist, m, shape)
-        laws.append((name, rs, profiles.stopping_law(rs)))
+        sel = RandomStopping(base, dist, m, shape)
+        laws.append((name, sel, profiles.stopping_law(sel)))
     for n_trials in (int(10 * m), int(2 * m)):
         p = m / n_trials
         laws.append((f"binomial ({n_trials}, {p:g})", None, profiles.binomial_law(n_trials, p)))

@@ -357,6 +357,7 @@ def test_pmf_hockey_stick_is_dp_accountings_value_plus_a_small_pad() -> None:
     t = np.arange(0.0, 20.0, 0.01)
     for m in (SubsampledGaussian(1.0, 0.01, 300), Composition((Gaussian(3.0), Laplace(0.1)))):
         composed = pld._pld_of(m, 0.0)
+        assert composed is not None
         for pmf in (composed._pmf_remove, composed._pmf_add):
             ours = pr._pmf_hockey_stick(pmf, t)
             ref = np.clip(np.asarray(pmf.get_delta_for_epsilon(t)), 0.0, 1.0)
