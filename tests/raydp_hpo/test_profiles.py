@@ -383,3 +383,44 @@ def test_unsupported_base_falls_back_to_rdp() -> None:
     with pytest.raises(UnsupportedMechanismError):
         pr.base_curve(inner)
     assert pr.random_stopping_epsilon(rs, 1e-5) == rdp_profile(rs).epsilon(1e-5)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_continuous_asymmetric_base_through_the_pld(sign: float) -> None:
+    # End to end on a continuous base whose two directions differ: one step of the
+    # Poisson-subsampled Gaussian (σ = 1, q = 0.3) with the output itself as the score (sign
+    # +1: larger is better; −1: smaller is better). Remove: P = (1 − q)N(0, 1) + qN(1, 1),
+    # R = N(0, 1); add: the reverse. Exact δ of best-of-K by quadrature of
+    # ∫[p·f'(F_P) − e^ε r·f'(F_R)]_+ (fine grid, error ≪ the margins checked), both orders.
+    sigma, q = 1.0, 0.3
+    base = SubsampledGaussian(sigma, q, 1)
+    curve = pr.base_curve(base)
+    y = np.linspace(-12.0, 13.0, 400_001)
+    h = y[1] - y[0]
+    n0, n1 = stats.norm(0, sigma), stats.norm(1, sigma)
+    p = (1 - q) * n0.pdf(y) + q * n1.pdf(y)
+    r = n0.pdf(y)
+    if sign > 0:
+        fp = (1 - q) * n0.cdf(y) + q * n1.cdf(y)
+        fr = n0.cdf(y)
+    else:
+        fp = (1 - q) * n0.sf(y) + q * n1.sf(y)
+        fr = n0.sf(y)
+    for rs in (
+        RandomStopping(base, GEO, 10.0),
+        RandomStopping(base, LOG, 10.0),
+        RandomStopping(base, POI, 5.0),
+    ):
+        law = pr.stopping_law(rs)
+
+        def fprime(x: np.ndarray) -> np.ndarray:
+            return np.exp(law.log_fprime(1.0 - x))  # noqa: B023
+
+        mp, mr = p * fprime(fp), r * fprime(fr)
+        for eps in (0.5, 1.0, 2.0):
+            exact = max(
+                float(np.sum(np.maximum(mp - math.exp(eps) * mr, 0.0)) * h),
+                float(np.sum(np.maximum(mr - math.exp(eps) * mp, 0.0)) * h),
+            )
+            bound = pr.selection_delta(curve, law, eps)
+            assert exact <= bound * (1 + 1e-3) + 1e-9, (rs.distribution, eps, exact, bound)
