@@ -253,16 +253,21 @@ class StoppingLaw:
 
 
 def truncated_negative_binomial_law(eta: float, mean: float) -> StoppingLaw:
-    """TNB(η, γ) with γ from ``mean`` exactly as the searcher samples it (see module doc)."""
+    """TNB(η, γ) with γ from ``mean`` exactly as the searcher samples it (see module doc).
+
+    ``mean`` = 1 can give γ = 1 (K = 1 surely; returned as binomial(1, 1)) or a γ a hair
+    below 1, which is the law the searcher then samples and is used as it is.
+    """
     eta = nonnegative_float("eta", eta)
     mean = positive_float("mean", mean)
-    if mean <= 1.0:
+    if mean < 1.0:
         raise InvalidParameterError(
-            f"mean must be > 1 for a truncated negative binomial law, got mean={mean!r} "
-            "(mean 1 is a single run: account the base mechanism itself)"
+            f"mean must be >= 1 for a truncated negative binomial law, got mean={mean!r}"
         )
     gamma = truncated_negative_binomial_gamma(eta, mean)
-    if not 0.0 < gamma < 1.0:  # pragma: no cover - the bisection stays inside (0, 1)
+    if gamma >= 1.0:
+        return binomial_law(1, 1.0)
+    if not gamma > 0.0:  # pragma: no cover - the bisection stays inside (0, 1]
         raise InvalidParameterError(f"no γ in (0, 1) for eta={eta!r}, mean={mean!r}")
     return StoppingLaw(LawKind.TRUNCATED_NEGATIVE_BINOMIAL, eta=eta, gamma=gamma)
 

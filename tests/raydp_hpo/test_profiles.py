@@ -306,7 +306,7 @@ def test_laws_match_the_searcher_pmf() -> None:
 
 def test_invalid_inputs_name_the_value() -> None:
     with pytest.raises(InvalidParameterError, match="mean"):
-        pr.truncated_negative_binomial_law(1.0, 1.0)
+        pr.truncated_negative_binomial_law(1.0, 0.5)
     with pytest.raises(InvalidParameterError, match="p"):
         pr.binomial_law(3, 0.0)
     with pytest.raises(InvalidParameterError, match="delta"):
@@ -395,7 +395,7 @@ def test_continuous_asymmetric_base_through_the_pld(sign: float) -> None:
     sigma, q = 1.0, 0.3
     base = SubsampledGaussian(sigma, q, 1)
     curve = pr.base_curve(base)
-    y = np.linspace(-12.0, 13.0, 400_001)
+    y = np.linspace(-12.0, 13.0, 100_001)
     h = y[1] - y[0]
     n0, n1 = stats.norm(0, sigma), stats.norm(1, sigma)
     p = (1 - q) * n0.pdf(y) + q * n1.pdf(y)
@@ -424,3 +424,13 @@ def test_continuous_asymmetric_base_through_the_pld(sign: float) -> None:
             )
             bound = pr.selection_delta(curve, law, eps)
             assert exact <= bound * (1 + 1e-3) + 1e-9, (rs.distribution, eps, exact, bound)
+
+
+@pytest.mark.parametrize("dist", [GEO, LOG, TNB])
+def test_mean_one_is_a_single_run(dist: StoppingDistribution) -> None:
+    # E[K] = 1: K = 1 (geometric: γ = 1) or a TNB with γ a hair below 1, as the searcher
+    # samples it; the selection then costs about one run of the base (PLD figure).
+    base = Gaussian(2.0)
+    rs = RandomStopping(base, dist, 1.0, 1.5 if dist is TNB else None)
+    got = pr.random_stopping_epsilon(rs, 1e-5)
+    assert got == pytest.approx(epsilon(base, 1e-5, Accountant.PLD), abs=0.02)
