@@ -417,7 +417,7 @@ def _pld_d(m: Mechanism, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=64)  # small: ≤ 6,401 t-points × 3 arrays
 def base_curve(mechanism: Mechanism) -> HockeyStickCurve:
     """The privacy profile of a base mechanism on the t-grid, per orientation, from its PLD.
 
@@ -446,6 +446,7 @@ def base_curve(mechanism: Mechanism) -> HockeyStickCurve:
 # -------------------------------------------------------------------------- the recipe
 
 
+@functools.lru_cache(maxsize=1)
 def _u_grid() -> tuple[np.ndarray, np.ndarray]:
     """Points (u, w = 1 − u) of [0, 1], ascending in u, dense near both ends.
 
@@ -459,6 +460,8 @@ def _u_grid() -> tuple[np.ndarray, np.ndarray]:
     hi_w = hi_w[hi_w < 0.5]
     u = np.concatenate([lo, 1.0 - hi_w[::-1]])
     w = np.concatenate([1.0 - lo, hi_w[::-1]])
+    u.setflags(write=False)
+    w.setflags(write=False)
     return u, w
 
 
@@ -479,22 +482,76 @@ def _widths(u: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.where(u[1:] <= 0.5, du, dw)
 
 
-@functools.lru_cache(maxsize=64)
+def _line_complement(
+    j: np.ndarray, u: np.ndarray, w: np.ndarray, t: np.ndarray, fwd: np.ndarray, rev: np.ndarray
+) -> np.ndarray:
+    """1 − (line j)(u), computed in its precise form, for line indices ``j`` (one per u).
+
+    Lines 0..n−1 are the forward family e^{t}u + d→(t), n..2n−1 the reverse family
+    1 − e^{−t}(1 − u − d←(t)); their complements are w − (e^t − 1)u − d→(t) and e^{−t}(w − d←(t)).
+    """
+    n = t.size
+    k = j % n
+    forward = w - np.expm1(t[k]) * u - fwd[k]
+    reverse = np.exp(-t[k]) * (w - rev[k])
+    return np.where(j < n, forward, reverse)
+
+
+def _complement_bruteforce(
+    u: np.ndarray, w: np.ndarray, t: np.ndarray, fwd: np.ndarray, rev: np.ndarray
+) -> np.ndarray:
+    """max over all 2n lines of their complement at each u (reference for the hull version)."""
+    out = np.empty(u.shape)
+    for s in range(0, u.size, 1024):
+        uu, ww = u[s : s + 1024, None], w[s : s + 1024, None]
+        f = np.max(ww - np.expm1(t)[None, :] * uu - fwd[None, :], axis=1)
+        r = np.max(np.exp(-t)[None, :] * (ww - rev[None, :]), axis=1)
+        out[s : s + 1024] = np.maximum(f, r)
+    return out
+
+
+def _complement_envelope(
+    u: np.ndarray, w: np.ndarray, t: np.ndarray, fwd: np.ndarray, rev: np.ndarray
+) -> np.ndarray:
+    """Lower bound on 1 − G(u) = max over lines of 1 − line(u), via the lower hull of the lines.
+
+    G(u) = min(1, min_j line_j(u)) over the 2n lines above. The lower envelope of lines is
+    built once (slopes e^{t} and e^{−t}, sorted descending; O(n)), each sorted u is located
+    on it, and the complement of the located line and of its two hull neighbours is evaluated
+    in its precise form. Validity does not depend on the hull being exact: every value
+    returned is 1 − line_j(u) for an actual line j, and G(u) ≤ line_j(u) for every j. The hull
+    only decides which line (for tightness); it matches the brute-force maximum in tests.
+    """
+    slopes = np.concatenate([np.exp(t), np.exp(-t)])
+    inter = np.concatenate([fwd, 1.0 - np.exp(-t) * (1.0 - rev)])
+    order = np.lexsort((inter, -slopes))  # slope descending, then intercept ascending
+    hull: list[int] = []
+    for k in order.tolist():
+        m, c = slopes[k], inter[k]
+        if hull and slopes[hull[-1]] == m:
+            continue  # same slope, intercept not smaller
+        while len(hull) >= 2:
+            a, b = hull[-2], hull[-1]
+            if (c - inter[a]) * (slopes[a] - slopes[b]) <= (inter[b] - inter[a]) * (slopes[a] - m):
+                hull.pop()  # the new line undercuts a before b does: b is never the minimum
+            else:
+                break
+        hull.append(k)
+    h = np.asarray(hull, dtype=int)
+    breaks = (inter[h[1:]] - inter[h[:-1]]) / (slopes[h[:-1]] - slopes[h[1:]])
+    pos = np.searchsorted(breaks, u)
+    best = np.full(u.shape, -np.inf)
+    for off in (-1, 0, 1):
+        j = h[np.clip(pos + off, 0, h.size - 1)]
+        best = np.maximum(best, _line_complement(j, u, w, t, fwd, rev))
+    return best
+
+
+@functools.lru_cache(maxsize=16)  # ~0.4 MB each (the u-grid itself is shared)
 def _envelope(curve: HockeyStickCurve, orientation: int) -> _Envelope:
     u, w = _u_grid()
-    t = curve.t
     fwd, rev = curve.orientations()[orientation]
-    expm1_t = np.expm1(t)
-    exp_mt = np.exp(-t)
-    wg = np.zeros_like(u)
-    chunk = 2048
-    for s in range(0, u.size, chunk):
-        uu, ww = u[s : s + chunk, None], w[s : s + chunk, None]
-        # forward branch: 1 − (e^t u + d→(t)) = w − (e^t − 1)u − d→(t)
-        f = np.max(ww - expm1_t[None, :] * uu - fwd[None, :], axis=1)
-        # reverse branch: e^{−t}(w − d←(t))
-        r = np.max(exp_mt[None, :] * (ww - rev[None, :]), axis=1)
-        wg[s : s + chunk] = np.maximum(f, r)
+    wg = _complement_envelope(u, w, curve.t, fwd, rev)
     wg = np.clip(wg - G_PAD, 0.0, 1.0)
     # G is non-decreasing, so 1 − G(u) ≥ 1 − G(u') ≥ wg(u') for u' ≥ u: a running maximum from
     # the right keeps every value a lower bound on 1 − G.
@@ -593,7 +650,7 @@ def _integrand(env: _Envelope, law: StoppingLaw) -> _Integrand:
     )
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=32)  # ~1 MB each
 def _prepared(curve: HockeyStickCurve, orientation: int, law: StoppingLaw) -> _Integrand:
     return _integrand(_envelope(curve, orientation), law)
 

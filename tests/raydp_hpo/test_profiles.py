@@ -434,3 +434,18 @@ def test_mean_one_is_a_single_run(dist: StoppingDistribution) -> None:
     rs = RandomStopping(base, dist, 1.0, 1.5 if dist is TNB else None)
     got = pr.random_stopping_epsilon(rs, 1e-5)
     assert got == pytest.approx(epsilon(base, 1e-5, Accountant.PLD), abs=0.02)
+
+
+def test_hull_envelope_matches_the_brute_force_maximum() -> None:
+    # 1 − G by the lower hull of the lines equals the maximum over every line (to rounding),
+    # and never exceeds it (each value is an actual line's, so G is never underestimated).
+    rng = np.random.default_rng(5)
+    u, w = pr._u_grid()
+    curves = [pr.base_curve(SubsampledGaussian(1.0, 0.05, 50)), pr.base_curve(Gaussian(2.0))]
+    curves += [_exact_curve(*_random_pair(rng)) for _ in range(4)]
+    for c in curves:
+        for fwd, rev in c.orientations():
+            hull = pr._complement_envelope(u, w, c.t, fwd, rev)
+            brute = pr._complement_bruteforce(u, w, c.t, fwd, rev)
+            assert np.all(hull <= brute)
+            assert np.max(brute - hull) < 1e-14
