@@ -14,8 +14,10 @@ Accountants (an enum, never a string flag):
   accounted by privacy profiles (Koskela, Redberg & Wang 2024, reconstructed and proved in
   :mod:`raydp_hpo.profiles`), never worse than its Papernot–Steinke RDP figure. A lone
   selection is bounded directly; in a composition it enters through one (εᵢ, δᵢ) point with
-  an explicit δ split (:func:`raydp_hpo.profiles.profile_epsilon`). Costs about a second per
-  distinct base mechanism (PLD, profile grid), then is cached. Not part of ``BEST``.
+  an explicit δ split (:func:`raydp_hpo.profiles.profile_epsilon`). The figure is the minimum
+  of that and the ``RDP`` accountant's (both valid for a fixed list), so it is never above
+  RDP. Costs a few tenths of a second per distinct base mechanism (its PLD and profile grid,
+  then cached). Not part of ``BEST``.
 
 Every figure is additionally capped by a pure-DP bound when one exists (:mod:`raydp_hpo.pure`).
 These are statements about a *fixed* list of mechanisms; the ledger's halting rule under
@@ -100,6 +102,7 @@ def epsilon(
             candidates.append(prv)
     if accountant is Accountant.PROFILE:
         candidates.append(profile_epsilon(mechs, delta))
+        candidates.append(_rdp_total(mechs).epsilon(delta))
     pure = _pure_total(mechs)
     if pure is not None:
         candidates.append(pure)
@@ -136,7 +139,9 @@ def delta(
     if accountant is Accountant.BEST and all(has_pld(m) for m in mechs):
         candidates.append(pld_delta(mechs, eps))
     if accountant is Accountant.PROFILE:
+        # raises UnsupportedMechanismError for a composition that contains a selection
         candidates.append(profile_delta(mechs, eps))
+        candidates.append(_rdp_total(mechs).delta(eps))
     return float(min(candidates))
 
 

@@ -246,10 +246,23 @@ def test_profile_accountant_composes_with_a_final_run() -> None:
         delta([rs, final], 2.0, Accountant.PROFILE)
 
 
-def test_profile_accountant_without_a_selection_is_the_pld_figure() -> None:
+def test_profile_accountant_without_a_selection_is_pld_or_rdp() -> None:
+    # Without a selection PROFILE is the PLD composition, capped by RDP (min of valid bounds).
     mech = SubsampledGaussian(1.1, 0.01, 200)
-    assert epsilon(mech, 1e-5, Accountant.PROFILE) == epsilon(mech, 1e-5, Accountant.PLD)
-    assert delta(mech, 2.0, Accountant.PROFILE) == delta(mech, 2.0, Accountant.PLD)
+    for m in (mech, [mech, Gaussian(5.0)]):
+        got = epsilon(m, 1e-5, Accountant.PROFILE)
+        assert got == min(epsilon(m, 1e-5, Accountant.PLD), epsilon(m, 1e-5, Accountant.RDP))
+    assert delta(mech, 2.0, Accountant.PROFILE) == min(
+        delta(mech, 2.0, Accountant.PLD), delta(mech, 2.0, Accountant.RDP)
+    )
+
+
+def test_profile_accountant_never_above_rdp_for_many_selections() -> None:
+    # Twenty selections composed: one (εᵢ, δᵢ) point each at δᵢ = s·δ/20 is lossy; the figure
+    # is then the RDP composition's (the minimum of valid bounds).
+    rs = RandomStopping(Gaussian(8.0), StoppingDistribution.GEOMETRIC, 3)
+    got = epsilon([rs] * 20, 1e-5, Accountant.PROFILE)
+    assert got <= epsilon([rs] * 20, 1e-5, Accountant.RDP)
 
 
 def test_profile_accountant_two_pure_selections() -> None:
