@@ -108,7 +108,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -338,32 +337,40 @@ class HockeyStickCurve:
 
 
 def _pld_alternatives(m: Mechanism) -> list[Mechanism]:
-    """Mechanisms with a PLD whose symmetric profiles' maximum bounds ``m``'s profile.
+    """Mechanisms with a PLD whose profiles' maximum (per orientation) bounds ``m``'s profile.
 
     * a mechanism with a PLD: itself;
     * WorstCase(c₁, …): the union of the candidates' alternatives. A base trial whose privacy
       hyperparameters are drawn from the space independently of the data is the mixture
       Σ wᵢ Qᵢ on both datasets, and H_γ(Σwᵢ Pᵢ ‖ Σwᵢ Rᵢ) ≤ Σwᵢ H_γ(Pᵢ‖Rᵢ) ≤ maxᵢ (joint
       convexity of H_γ); a fixed but arbitrary candidate is covered by the maximum too;
-    * Composition(a, b, …): every combination Composition(a', b', …) of the parts'
-      alternatives (the composition of mixtures with data-independent choices is the mixture
-      of the compositions).
+    * Composition(a, b, …) whose parts after the first all have a PLD: every
+      Composition(a', b, …) over the first part's alternatives a' (a data-independent mixture
+      followed by fixed mechanisms is the mixture of the compositions). A worst case after
+      the first part is refused: its choice could depend on earlier outputs, and the maximum
+      of the profiles does not bound an adaptively chosen mixture (RDP's pointwise maximum
+      does; use it there).
     """
     from raydp_hpo.pld import has_pld  # deferred: pld imports dp-accounting (~1 s)
 
     if has_pld(m):
         return [m]
     if isinstance(m, WorstCase):
-        return [a for c in m.candidates for a in _pld_alternatives(c)]
-    if isinstance(m, Composition):
-        parts = [_pld_alternatives(p) for p in m.mechanisms]
-        n = math.prod(len(p) for p in parts)
-        if n > 256:
+        alts = [a for c in m.candidates for a in _pld_alternatives(c)]
+        if len(alts) > 256:
             raise UnsupportedMechanismError(
-                f"profile accounting would expand {n} > 256 worst-case combinations of {m!r}; "
+                f"profile accounting would expand {len(alts)} > 256 worst-case candidates; "
                 "use Accountant.RDP"
             )
-        return [Composition(tuple(combo)) for combo in itertools.product(*parts)]
+        return alts
+    if isinstance(m, Composition):
+        first, rest = m.mechanisms[0], m.mechanisms[1:]
+        if all(has_pld(p) for p in rest):
+            return [Composition((a, *rest)) for a in _pld_alternatives(first)]
+        raise UnsupportedMechanismError(
+            f"profile accounting needs every part after the first of {m!r} to have a PLD "
+            "(a worst case later in a composition may be chosen adaptively); use Accountant.RDP"
+        )
     raise UnsupportedMechanismError(
         f"{type(m).__name__} has no privacy profile here (no PLD); profile accounting of a "
         "selection needs a base built from SubsampledGaussian, Gaussian, Laplace, PureDP, "

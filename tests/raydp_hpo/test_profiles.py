@@ -449,3 +449,13 @@ def test_hull_envelope_matches_the_brute_force_maximum() -> None:
             brute = pr._complement_bruteforce(u, w, c.t, fwd, rev)
             assert np.all(hull <= brute)
             assert np.max(brute - hull) < 1e-14
+
+
+def test_worst_case_after_the_first_part_is_refused_and_falls_back_to_rdp() -> None:
+    # Composition((A, WorstCase(b, c))): the choice of b or c could depend on A's output, and
+    # the maximum of profiles does not bound an adaptive mixture; RDP's pointwise max does.
+    base = Composition((Laplace(0.5), WorstCase((Gaussian(3.0), Gaussian(5.0)))))
+    with pytest.raises(UnsupportedMechanismError, match="after the first"):
+        pr.base_curve(base)
+    rs = RandomStopping(base, GEO, 4.0)
+    assert pr.random_stopping_epsilon(rs, 1e-5) == rdp_profile(rs).epsilon(1e-5)
