@@ -16,3 +16,7 @@ class Accountant(Enum):
     RDP = "rdp"
     PLD = "pld"
     BEST = "best"
+    #: PLD composition in which random stopping is accounted by privacy profiles
+    #: (:mod:`raydp_hpo.profiles`); only :mod:`raydp_hpo.accounting` knows it so far (the
+    #: ledger does not halt on it).
+    PROFILE = "profile"

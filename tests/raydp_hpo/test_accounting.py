@@ -210,3 +210,134 @@ def test_vectorised_conversion_matches_dp_accounting() -> None:
         for d in (1e-3, 1e-5, 1e-9):
             ref, _ = rdp_lib.compute_epsilon(DEFAULT_ORDERS, values, d)
             assert rdp_to_epsilon(values, d) == pytest.approx(ref, rel=1e-12, abs=1e-12)
+
+
+# ------------------------------------------------ Accountant.PROFILE (raydp_hpo.profiles)
+
+
+def test_profile_accountant_on_a_lone_selection_and_its_delta() -> None:
+    from raydp_hpo.profiles import random_stopping_epsilon
+
+    rs = RandomStopping(Gaussian(4.0), StoppingDistribution.GEOMETRIC, 5)
+    eps = epsilon(rs, 1e-5, Accountant.PROFILE)
+    assert eps == random_stopping_epsilon(rs, 1e-5)
+    assert eps < epsilon(rs, 1e-5, Accountant.RDP)
+    assert eps < epsilon(rs, 1e-5, Accountant.PLD)
+    assert delta(rs, eps, Accountant.PROFILE) <= 1e-5
+    assert Accountant("profile") is Accountant.PROFILE
+
+
+def test_profile_accountant_composes_with_a_final_run() -> None:
+    from raydp_hpo.profiles import random_stopping_epsilon
+
+    rs = RandomStopping(Gaussian(4.0), StoppingDistribution.LOGARITHMIC, 10)
+    final = Gaussian(3.0)
+    got = epsilon([rs, final], 1e-5, Accountant.PROFILE)
+    # not below the final run alone; below the PLD accountant, which prices rs by RDP
+    assert got >= epsilon(final, 1e-5, Accountant.PLD)
+    assert got < epsilon([rs, final], 1e-5, Accountant.PLD)
+    # at most basic composition at the δ/2 + δ/2 split (one of the splits it tries), plus
+    # PLD discretisation (1e-3 per part)
+    basic = random_stopping_epsilon(rs, 0.5e-5) + epsilon(final, 0.5e-5, Accountant.PLD)
+    assert got <= basic + 2e-3
+    # nested compositions are flattened: the same figure
+    assert epsilon(Composition((rs, final)), 1e-5, Accountant.PROFILE) == got
+    with pytest.raises(UnsupportedMechanismError):
+        delta([rs, final], 2.0, Accountant.PROFILE)
+
+
+def test_profile_accountant_without_a_selection_is_pld_or_rdp() -> None:
+    # Without a selection PROFILE is the PLD composition, capped by RDP (min of valid bounds).
+    mech = SubsampledGaussian(1.1, 0.01, 200)
+    for m in (mech, [mech, Gaussian(5.0)]):
+        got = epsilon(m, 1e-5, Accountant.PROFILE)
+        assert got == min(epsilon(m, 1e-5, Accountant.PLD), epsilon(m, 1e-5, Accountant.RDP))
+    assert delta(mech, 2.0, Accountant.PROFILE) == min(
+        delta(mech, 2.0, Accountant.PLD), delta(mech, 2.0, Accountant.RDP)
+    )
+
+
+def test_profile_accountant_never_above_rdp_for_many_selections() -> None:
+    # Twenty selections composed: one (εᵢ, δᵢ) point each at δᵢ = s·δ/20 is lossy; the figure
+    # is then the RDP composition's (the minimum of valid bounds).
+    rs = RandomStopping(Gaussian(8.0), StoppingDistribution.GEOMETRIC, 3)
+    got = epsilon([rs] * 20, 1e-5, Accountant.PROFILE)
+    assert got <= epsilon([rs] * 20, 1e-5, Accountant.RDP)
+
+
+def test_profile_accountant_two_pure_selections() -> None:
+    # Two selections over a pure ε₀-DP base: each is ε_M-DP by the pure corollary, so the
+    # composition is at most 2ε_M (plus PLD rounding, 1e-3 per part), well below P&S's 2·3ε₀.
+    from raydp_hpo.profiles import pure_selection_epsilon, stopping_law
+
+    rs = RandomStopping(PureDP(0.2), StoppingDistribution.GEOMETRIC, 5)
+    eps_m = pure_selection_epsilon(0.2, stopping_law(rs))
+    got = epsilon([rs, rs], 1e-5, Accountant.PROFILE)
+    assert got <= 2 * eps_m + 2e-3
+    assert got < 2 * 3 * 0.2
+
+
+# ------------------------------ Koskela–Kulkarni subsampled tuning: the reverse direction
+
+
+def _kk_true_divergences(s1: float, s2: float, q: float, alpha: int) -> tuple[float, float]:
+    """Exact (to quadrature) D_α both ways for M₁ = N(·, s1²), M₂ = N(·, s2²), sensitivity 1.
+
+    P = M(X) = N(0, s1²) ⊗ N(0, s2²); M(Y) = q·N(1, s1²) ⊗ N(0, s2²) + (1 − q)·N(0, s1²) ⊗
+    N(1, s2²), so M(Y)/P = qU(x) + (1 − q)V(y) with U = e^{(2x − 1)/(2s1²)},
+    V = e^{(2y − 1)/(2s2²)}. Tensor-product Gauss–Hermite quadrature (200 × 200 nodes).
+    """
+    nodes, weights = np.polynomial.hermite_e.hermegauss(200)  # ∫ f(z) e^{−z²/2} dz
+    w = weights / math.sqrt(2 * math.pi)
+    x, y = s1 * nodes, s2 * nodes
+    u = np.exp((2 * x - 1) / (2 * s1**2))[:, None]
+    v = np.exp((2 * y - 1) / (2 * s2**2))[None, :]
+    ratio = q * u + (1 - q) * v
+    ww = w[:, None] * w[None, :]
+    forward = math.log(float(np.sum(ww * ratio**alpha))) / (alpha - 1)  # D_α(M(Y) ‖ M(X))
+    reverse = math.log(float(np.sum(ww * ratio ** (1 - alpha)))) / (alpha - 1)  # D_α(M(X) ‖ M(Y))
+    return forward, reverse
+
+
+@pytest.mark.parametrize("s1", [0.8, 1.5])
+@pytest.mark.parametrize("s2", [1.0, 2.5])
+@pytest.mark.parametrize("q", [0.05, 0.3])
+def test_koskela_kulkarni_bounds_both_true_directions(s1: float, s2: float, q: float) -> None:
+    from raydp_hpo.rdp import koskela_kulkarni_rdp
+
+    kk = koskela_kulkarni_rdp(
+        rdp_profile(Gaussian(s1)).values, rdp_profile(Gaussian(s2)).values, q
+    )
+    for alpha in (2, 3, 5, 10):
+        fwd, rev = _kk_true_divergences(s1, s2, q, alpha)
+        # the quadrature is exact enough: forward has a closed form by binomial expansion,
+        # E[U^k] = e^{k(k−1)/(2s1²)}, E[V^k] = e^{k(k−1)/(2s2²)}
+        closed = sum(
+            math.comb(alpha, j) * q ** (alpha - j) * (1 - q) ** j
+            * math.exp((alpha - j) * (alpha - j - 1) / (2 * s1**2) + j * (j - 1) / (2 * s2**2))
+            for j in range(alpha + 1)
+        )
+        assert fwd == pytest.approx(math.log(closed) / (alpha - 1), rel=1e-6)
+        i = int(np.argmin(np.abs(_orders() - alpha)))
+        assert max(fwd, rev) <= kk[i] + 1e-9
+        e1, e2 = alpha / (2 * s1**2), alpha / (2 * s2**2)
+        assert rev <= -math.log(q * math.exp(-e1) + (1 - q) * math.exp(-e2)) + 1e-9
+
+
+def _orders() -> np.ndarray:
+    from raydp_hpo.rdp import DEFAULT_ORDERS
+
+    return np.asarray(DEFAULT_ORDERS)
+
+
+def test_koskela_kulkarni_reverse_term_no_longer_dominates() -> None:
+    # The issue's example: σ₁ = 0.8 (tuning), σ₂ = 2.5 (final), q = 0.05, α = 5. The old
+    # joint-convexity reverse bound was 3.157 (true reverse 0.378, true forward 0.484); the
+    # bound is now the forward term's. Fails on the old code (3.157 > 1).
+    from raydp_hpo.rdp import koskela_kulkarni_rdp
+
+    kk = koskela_kulkarni_rdp(rdp_profile(Gaussian(0.8)).values, rdp_profile(Gaussian(2.5)).values, 0.05)
+    i = int(np.argmin(np.abs(_orders() - 5)))
+    fwd, rev = _kk_true_divergences(0.8, 2.5, 0.05, 5)
+    assert rev == pytest.approx(0.378, abs=1e-3) and fwd == pytest.approx(0.484, abs=1e-3)
+    assert max(fwd, rev) <= kk[i] < 1.0

@@ -137,7 +137,9 @@ def test_koskela_kulkarni_independent_formula_alpha_3() -> None:
         + 3 * q * (1 - q) ** 2 * math.exp(0 * e1[1]) * math.exp(1 * e2[2])
     )
     bwd = q * math.exp(2 * e1[3]) + (1 - q) * math.exp(2 * e2[3])
-    expected = max(math.log(fwd), math.log(bwd)) / (a - 1)
+    # reverse direction: the smaller of joint convexity and −log(q e^{−ε₁} + (1−q) e^{−ε₂})
+    harmonic = -math.log(q * math.exp(-e1[3]) + (1 - q) * math.exp(-e2[3]))
+    expected = max(math.log(fwd) / (a - 1), min(math.log(bwd) / (a - 1), harmonic))
     got = _kk(q, tuning, final)[int(np.argmin(np.abs(DEFAULT_ORDERS - 3)))]
     assert got == pytest.approx(expected, rel=1e-12)
 
