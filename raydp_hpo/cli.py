@@ -31,43 +31,64 @@ EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_BUDGET_EXHAUSTED = 0, 1, 2, 3
 
 
 def _cmd_account(args: argparse.Namespace) -> int:
+    """ε of DP-SGD settings, or of a random-stopping search over them (``--search``)."""
     from raydp_hpo.accounting import Accountant, epsilon
-    from raydp_hpo.mechanisms import Gaussian, SubsampledGaussian
+    from raydp_hpo.errors import UnsupportedMechanismError
+    from raydp_hpo.mechanisms import (
+        Gaussian,
+        Mechanism,
+        RandomStopping,
+        StoppingDistribution,
+        SubsampledGaussian,
+    )
     from raydp_hpo.rdp import classic_rdp_to_epsilon, rdp_profile
 
-    mech: Gaussian | SubsampledGaussian
+    trial: Gaussian | SubsampledGaussian
     if args.sample_rate == 1.0:
-        mech = Gaussian(args.noise_multiplier, args.steps)
+        trial = Gaussian(args.noise_multiplier, args.steps)
     else:
-        mech = SubsampledGaussian(args.noise_multiplier, args.sample_rate, args.steps)
-    from raydp_hpo.errors import UnsupportedMechanismError
+        trial = SubsampledGaussian(args.noise_multiplier, args.sample_rate, args.steps)
+    mech: Mechanism = trial
+    if args.search == "random_stopping":
+        if args.mean is None:
+            raise RayDPHPOError("--search random_stopping needs --mean (E[K], >= 1)")
+        mech = RandomStopping(trial, StoppingDistribution(args.distribution), args.mean,
+                              args.shape)
+    elif args.mean is not None or args.shape is not None:
+        raise RayDPHPOError("--mean/--shape/--distribution price a search: add "
+                            "--search random_stopping")
 
-    def pld() -> float:
-        # Bounded memory for every valid input (raydp_hpo.pld.discretisation_interval); a
-        # near-noiseless mechanism has no PLD figure at all: no claim (inf), RDP applies.
+    def bound(accountant: Accountant) -> float:
+        # Bounded memory for every valid input (raydp_hpo.pld.discretisation_interval); no
+        # figure at all (inf, no claim) where the accountant cannot bound the mechanism.
         try:
-            return epsilon(mech, args.delta, Accountant.PLD)
+            return epsilon(mech, args.delta, accountant)
         except UnsupportedMechanismError:
             return math.inf
 
     rows = {
         "rdp": epsilon(mech, args.delta, Accountant.RDP),
         "rdp_classic": classic_rdp_to_epsilon(rdp_profile(mech).values, args.delta),
-        "pld": pld(),
+        "pld": bound(Accountant.PLD),
     }
+    if isinstance(mech, RandomStopping):
+        rows["profile"] = bound(Accountant.PROFILE)
     rows["best"] = min(rows.values())  # every row is a valid upper bound
     if args.json:
         print(json.dumps({"mechanism": repr(mech), "delta": args.delta, "epsilon": rows}))
         return EXIT_OK
     print(f"{mech!r} at δ={args.delta:g}")
     labels = {
-        "rdp": "RDP (Canonne–Kamath–Steinke conversion)",
+        "rdp": "RDP (Canonne–Kamath–Steinke conversion)"
+        + (", P&S 2022 selection" if isinstance(mech, RandomStopping) else ""),
         "rdp_classic": "RDP (classic conversion, Mironov 2017)",
-        "pld": "PLD (dp-accounting, pessimistic)",
+        "pld": "PLD (dp-accounting, pessimistic)"
+        + (": selection via its RDP (ε, δ) point" if isinstance(mech, RandomStopping) else ""),
+        "profile": "privacy profiles (Koskela, Redberg & Wang 2024)",
         "best": "best valid bound",
     }
     for key, value in rows.items():
-        print(f"  {labels[key]:<42} ε = {value:.4f}")
+        print(f"  {labels[key]:<58} ε = {value:.4f}")
     return EXIT_OK
 
 
@@ -243,6 +264,14 @@ def _build_parser() -> argparse.ArgumentParser:
     acc.add_argument("--sample-rate", type=float, required=True)
     acc.add_argument("--steps", type=int, required=True)
     acc.add_argument("--delta", type=float, required=True)
+    acc.add_argument("--search", choices=["random_stopping"], default=None,
+                     help="price a Papernot–Steinke search over these trials instead of one run")
+    acc.add_argument("--mean", type=float, default=None, help="E[K] of the search")
+    acc.add_argument("--distribution", default="geometric",
+                     choices=["geometric", "logarithmic", "poisson", "truncated_negative_binomial"],
+                     help="law of the secret number of trials K")
+    acc.add_argument("--shape", type=float, default=None,
+                     help="η of the truncated negative binomial")
     acc.add_argument("--json", action="store_true")
     acc.set_defaults(func=_cmd_account)
 

@@ -221,6 +221,12 @@ class PrivacyLedger:
             raise InvalidParameterError(f"adaptivity must be an Adaptivity, got {adaptivity!r}")
         if not isinstance(accountant, Accountant):
             raise InvalidParameterError(f"accountant must be an Accountant, got {accountant!r}")
+        if accountant is Accountant.PROFILE:
+            raise InvalidParameterError(
+                "the ledger does not halt on accountant='profile' yet (privacy profiles bound a "
+                "lone random-stopping selection; composing them in a ledger is not "
+                "implemented); use Accountant.RDP, PLD or BEST"
+            )
         if adaptivity is Adaptivity.ADAPTIVE and accountant is not Accountant.RDP:
             raise InvalidParameterError(
                 f"halting with accountant={accountant.value!r} is only justified for a plan "

@@ -215,6 +215,7 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repo
         f"- accounting: {cert['description']}",
         f"- budget: ε = {cert['budget']['epsilon']:g}, δ = {cert['budget']['delta']:g}",
         f"- ε (RDP) = {eps['rdp']:.4f}, ε (PLD) = {eps['pld']:.4f}, "
+        f"ε (profile) = {eps.get('profile', float('inf')):.4f}, "
         f"**ε released = {eps['best']:.4f}** (≤ budget: {eps['best'] <= cert['budget']['epsilon']})",
         f"- ledger: {cert['ledger']['name']} ({cert['ledger']['halting_rule']}), "
         f"ledger spent ε = {cert['ledger']['spent_epsilon']:.4f}",

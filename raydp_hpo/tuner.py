@@ -80,11 +80,14 @@ class PrivacyCertificate:
     ledger_halting_rule: str
     public: tuple[tuple[str, str], ...] = ()
     adjacency: str = ADJACENCY
+    epsilon_profile: float = math.inf
 
     @property
     def epsilon(self) -> float:
-        """The tighter valid bound (both are upper bounds for the fixed set of charges)."""
-        return min(self.epsilon_rdp, self.epsilon_pld)
+        """The tightest valid bound: RDP, PLD and privacy-profile figures are each an upper
+        bound for the fixed set of charges (the profile one accounts random stopping by
+        Koskela, Redberg & Wang 2024; :mod:`raydp_hpo.profiles`)."""
+        return min(self.epsilon_rdp, self.epsilon_pld, self.epsilon_profile)
 
     @property
     def within_budget(self) -> bool:
@@ -99,7 +102,8 @@ class PrivacyCertificate:
             "charges": [
                 {"charge_id": cid, "mechanism": mechanism_to_dict(m)} for cid, m in self.charges
             ],
-            "epsilon": {"rdp": self.epsilon_rdp, "pld": self.epsilon_pld, "best": self.epsilon},
+            "epsilon": {"rdp": self.epsilon_rdp, "pld": self.epsilon_pld,
+                        "profile": self.epsilon_profile, "best": self.epsilon},
             "ledger": {
                 "name": self.ledger_name,
                 "spent_epsilon": self.ledger_spent_epsilon,
@@ -118,6 +122,7 @@ class PrivacyCertificate:
             f"  budget        ε={self.budget.epsilon:g}, δ={self.budget.delta:g}",
             f"  ε (RDP)       {self.epsilon_rdp:.4f}",
             f"  ε (PLD)       {self.epsilon_pld:.4f}",
+            f"  ε (profile)   {self.epsilon_profile:.4f}",
             f"  ε (released)  {self.epsilon:.4f}  ≤ budget: {self.within_budget}",
             f"  ledger        {self.ledger_name} ({self.ledger_halting_rule}), "
             f"spent ε={self.ledger_spent_epsilon:.4f}",
@@ -578,6 +583,7 @@ class DPTuner:
         delta = self._budget.delta
         eps_rdp = epsilon(mechs, delta, Accountant.RDP) if mechs else 0.0
         eps_pld = epsilon(mechs, delta, Accountant.PLD) if mechs else 0.0
+        eps_profile = _profile_epsilon(mechs, delta)
         settings = ledger.settings()
         certificate = PrivacyCertificate(
             algorithm=plan.algorithm,
@@ -591,6 +597,7 @@ class DPTuner:
             ledger_spent_epsilon=ledger.spent(),
             ledger_halting_rule=f"{settings['adaptivity']}/{settings['accountant']}",
             public=self._public_quantities(),
+            epsilon_profile=eps_profile,
         )
         if not certificate.within_budget and not math.isclose(
             certificate.epsilon, self._budget.epsilon, rel_tol=1e-9
@@ -707,6 +714,19 @@ class _FirstChargeRule:
         return own and admits_as_first_charge(
             self.budget, mechanism, adaptivity=self.adaptivity, accountant=Accountant.RDP
         )
+
+
+def _profile_epsilon(mechs: list[Mechanism], delta: float) -> float:
+    """ε of the charges with random stopping accounted by privacy profiles (``inf``: no figure,
+    e.g. a charge the profile accountant cannot bound; the RDP/PLD figures stand)."""
+    from raydp_hpo.errors import UnsupportedMechanismError
+
+    if not mechs:
+        return 0.0
+    try:
+        return epsilon(mechs, delta, Accountant.PROFILE)
+    except UnsupportedMechanismError:
+        return math.inf
 
 
 def _root_cause(err: BaseException) -> BaseException:

@@ -49,6 +49,20 @@ def test_account_near_noiseless_mechanism_answers_without_crash(capsys) -> None:
         assert eps["best"] >= 0.99 * (10 / float(sigma) ** 2) / 2
 
 
+def test_account_prices_a_random_stopping_search_by_privacy_profiles(capsys) -> None:
+    """KRW 2024's reference setting (digest): geometric E[K]=10 over σ=1, q=0.01, T=1000 at
+    δ=1e-5 — profile ≈ 2.87 in the digest (we get 2.84), RDP (P&S) 4.10."""
+    rc = main(["account", "--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "1000",
+               "--delta", "1e-5", "--search", "random_stopping", "--mean", "10", "--json"])
+    assert rc == 0
+    eps = json.loads(capsys.readouterr().out)["epsilon"]
+    assert abs(eps["rdp"] - 4.10) < 0.01
+    assert eps["profile"] <= 2.875 and eps["best"] == eps["profile"]
+    assert main(["account", "--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "10",
+                 "--delta", "1e-5", "--search", "random_stopping"]) == EXIT_BAD_INPUT
+    assert "--mean" in capsys.readouterr().err
+
+
 def test_account_bad_input_exit_code(capsys) -> None:
     rc = main(["account", "--noise-multiplier", "1.1", "--sample-rate", "1.5",
                "--steps", "10", "--delta", "1e-5"])

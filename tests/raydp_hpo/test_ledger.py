@@ -194,3 +194,12 @@ def test_threads_racing_never_exceed_budget() -> None:
     assert ledger.spent() <= BUDGET.epsilon
     assert sum(results) == len(ledger.charges())
     assert not ledger.would_admit(TRIAL)
+
+
+def test_profile_accountant_is_refused_at_construction_not_at_first_charge() -> None:
+    """The ledger cannot halt on privacy profiles yet: refused up front (it used to fail on the
+    first charge with a bare ValueError)."""
+    from raydp_hpo.errors import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match="profile"):
+        PrivacyLedger(BUDGET, adaptivity=Adaptivity.FIXED_PLAN, accountant=Accountant.PROFILE)

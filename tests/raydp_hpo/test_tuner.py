@@ -49,6 +49,10 @@ def test_random_stopping_end_to_end(ray_session, data, tmp_path: Path) -> None:
     assert cert.epsilon_rdp == pytest.approx(
         epsilon(cert.charges[0][1], budget.delta, Accountant.RDP), rel=1e-12
     )
+    # random stopping is also accounted by privacy profiles (KRW 2024): never above RDP here,
+    # and the certificate reports the tightest of the three valid bounds
+    assert cert.epsilon_profile <= cert.epsilon_rdp
+    assert cert.epsilon == min(cert.epsilon_rdp, cert.epsilon_pld, cert.epsilon_profile)
     if result.hyperparameters is not None:
         assert "raydp" not in result.hyperparameters and "seed" not in result.hyperparameters
         assert result.model is not None
