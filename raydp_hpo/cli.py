@@ -166,10 +166,19 @@ def _cmd_ledger_list(args: argparse.Namespace) -> int:
     from raydp_hpo.ledger import CurveCheck, PrivacyLedger
     from raydp_hpo.ledger_actor import DEFAULT_NAMESPACE, default_journal_path
 
-    root = Path(args.dir) if args.dir else default_journal_path("x", DEFAULT_NAMESPACE).parent.parent
-    journals = sorted(root.rglob("*.journal")) if root.exists() else []
+    if args.dir:
+        roots = [Path(args.dir)]
+    else:
+        # Where ledgers are created by default: the actor's default journal folder, and the
+        # default storage_path of `raydp-hpo run` / DPTuner (./raydp_results) in this folder.
+        roots = [default_journal_path("x", DEFAULT_NAMESPACE).parent.parent,
+                 Path.cwd() / "raydp_results"]
+    journals = sorted({p.resolve() for root in roots if root.is_dir()
+                       for p in root.rglob("*.journal")})
     if not journals:
-        print(f"no ledger journals under {root}")
+        where = " or ".join(str(r) for r in roots)
+        print(f"no ledger journals under {where}; pass the storage path: "
+              "raydp-hpo ledger list DIR")
         return EXIT_OK
     print(f"{'journal':<60} {'ε budget':>9} {'δ':>9} {'spent':>8} {'remaining':>9} {'charges':>7}")
     for path in journals:
@@ -291,7 +300,8 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="skip recomputing the stored RDP curves (checksums, chain, seal only)")
     ver.set_defaults(func=_cmd_ledger_verify)
     lst = led_sub.add_parser("list", help="every ledger journal under a directory")
-    lst.add_argument("dir", nargs="?", default=None)
+    lst.add_argument("dir", nargs="?", default=None,
+                     help="folder to search (default: ~/.raydp_hpo/ledgers and ./raydp_results)")
     lst.set_defaults(func=_cmd_ledger_list)
 
     demo = sub.add_parser("demo", help="run the main job on the built-in default")

@@ -93,3 +93,16 @@ def test_ledger_show_and_list_in_subprocess(tmp_path: Path) -> None:
 def test_ledger_show_missing_journal(tmp_path: Path, capsys) -> None:
     assert main(["ledger", "show", str(tmp_path / "nope")]) == EXIT_BAD_INPUT
     assert "no ledger journal" in capsys.readouterr().err
+
+
+def test_ledger_list_without_argument_finds_the_ledgers_runs_create(tmp_path, monkeypatch,
+                                                                    capsys) -> None:
+    """`raydp-hpo run` puts dataset ledgers under ./raydp_results/ledgers by default; `ledger
+    list` with no argument looked only under ~/.raydp_hpo and found nothing after a run."""
+    monkeypatch.chdir(tmp_path)
+    journal = tmp_path / "raydp_results" / "ledgers" / "data-digits-0123.journal"
+    journal.parent.mkdir(parents=True)
+    with PrivacyLedger(PrivacyBudget(4.0, 1e-5), journal) as ledger:
+        ledger.charge("exp/plan", SubsampledGaussian(1.0, 0.01, 100))
+    assert main(["ledger", "list"]) == 0
+    assert "data-digits-0123.journal" in capsys.readouterr().out
