@@ -10,7 +10,8 @@ Data flow of :meth:`DPTuner.fit` (DESIGN.md, "Data flow of one run"):
    experiment, journaled under ``storage_path``. A dedicated ledger halts with
    ``Adaptivity.FIXED_PLAN`` because every search here fixes its privacy plan from the
    configuration alone before any data is touched (configs are drawn from the searcher's
-   own RNG, charges are stated up front), so standard composition applies.
+   own RNG, charges are stated up front), so standard composition applies, and it admits
+   (and the searcher calibrates its noise) on the tightest valid bound, ``Accountant.BEST``.
 3. The searcher states its plan; the plan is charged **before** any trial runs. A refusal
    raises :class:`~raydp_hpo.errors.BudgetExhaustedError` and nothing runs.
 4. Ray Tune runs the trials; each checks its own mechanism against the ledger before
@@ -351,8 +352,7 @@ class DPTuner:
             self._storage / self._experiment / "ledger.journal",
             namespace=self._namespace,
             adaptivity=adaptivity,
-            # RDP halts (fast: ~1 ms per admission); the certificate reports PLD as well.
-            accountant=Accountant.RDP,
+            accountant=_halting_accountant(adaptivity),
             wait=False,
         )
         return handle, adaptivity
@@ -699,10 +699,25 @@ def _quiet_tune_output(verbose: int) -> Any:
             os.environ["RAY_AIR_NEW_OUTPUT"] = old
 
 
+def _halting_accountant(adaptivity: Adaptivity) -> Accountant:
+    """The dedicated ledger's halting accountant: the tightest valid one for the rule.
+
+    A plan fixed before any data is touched (every built-in searcher: one plan charge, or a
+    grid whose trials are fixed in advance) composes a fixed sequence, so it is calibrated and
+    admitted on ``BEST`` — the smaller of the RDP and PLD upper bounds — and standard (fixed)
+    composition justifies halting. Charges chosen adaptively halt on the RDP filter (Feldman &
+    Zrnic 2021), whose guarantee holds under adaptivity; PLD has no such filter theorem.
+    Measured: one DP-SGD run calibrated to ε = 3 by RDP alone is ε = 2.55 under PLD; on BEST
+    its noise is ~6 % smaller for the same guarantee.
+    """
+    return Accountant.BEST if adaptivity is Adaptivity.FIXED_PLAN else Accountant.RDP
+
+
 @dataclass(frozen=True)
 class _FirstChargeRule:
     """Picklable admissibility rule for a dedicated ledger: within the experiment's budget
-    under RDP and admitted as the first charge of a fresh ledger with this halting rule."""
+    and admitted as the first charge of a fresh ledger with this halting rule, both on the
+    ledger's halting accountant (:func:`_halting_accountant`)."""
 
     budget: PrivacyBudget
     adaptivity: Adaptivity
@@ -710,9 +725,10 @@ class _FirstChargeRule:
     def __call__(self, mechanism: Mechanism) -> bool:
         from raydp_hpo.ledger import admits_as_first_charge
 
-        own = epsilon(mechanism, self.budget.delta, Accountant.RDP) <= self.budget.epsilon
+        accountant = _halting_accountant(self.adaptivity)
+        own = epsilon(mechanism, self.budget.delta, accountant) <= self.budget.epsilon
         return own and admits_as_first_charge(
-            self.budget, mechanism, adaptivity=self.adaptivity, accountant=Accountant.RDP
+            self.budget, mechanism, adaptivity=self.adaptivity, accountant=accountant
         )
 
 
