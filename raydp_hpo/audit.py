@@ -754,7 +754,9 @@ def check_one_record_one_partition(
     for _ in range(searches):
         run_search(scenario, x, rng,
                    on_config=lambda c: views.append(RaydpSettings.from_config(c)))
-    checked, violations, changed_counts, details = 0, 0, [], []
+    checked, violations = 0, 0
+    changed_counts: list[int] = []
+    details: list[str] = []
     for settings in views:
         kind = (settings.data_view or {"kind": "full"}).get("kind")
         a = [_records(d) for d in training_sets(x.train, settings)]
