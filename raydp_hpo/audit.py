@@ -541,17 +541,36 @@ def _count(event: Event, outs: Sequence[SearchOutput]) -> int:
     return sum(1 for o in outs if event(o))
 
 
-def _candidate_events(outs: Sequence[SearchOutput]) -> list[Event]:
-    events = [Event(EventKind.NOTHING)]
-    hypers = {o.hyperparameters for o in outs if o.hyperparameters is not None}
+#: Number of quantiles of the released model tried as thresholds when choosing an event.
+THRESHOLD_QUANTILES = 401
+
+
+def _event_counts(
+    first: Sequence[SearchOutput], second: Sequence[SearchOutput]
+) -> list[tuple[Event, int, int]]:
+    """Every candidate event with its counts on ``first`` and ``second``: nothing released,
+    each released hyperparameter value (when there are at most 20), and ``model ≥ t`` /
+    ``model ≤ t`` for t on :data:`THRESHOLD_QUANTILES` quantiles of the released models."""
+    both = [*first, *second]
+    out = [(e, _count(e, first), _count(e, second)) for e in [Event(EventKind.NOTHING)]]
+    hypers = {o.hyperparameters for o in both if o.hyperparameters is not None}
     if len(hypers) <= 20:  # a finite set of released values (continuous ones: models only)
-        events += [Event(EventKind.HYPERPARAMETERS, h) for h in sorted(hypers, key=repr)]
-    models = np.array([o.model for o in outs if not math.isnan(o.model)])
-    if len(models):
-        for qtl in np.linspace(0.0, 1.0, 41):
-            t = float(np.quantile(models, qtl))
-            events += [Event(EventKind.MODEL_AT_LEAST, t), Event(EventKind.MODEL_AT_MOST, t)]
-    return events
+        for h in sorted(hypers, key=repr):
+            e = Event(EventKind.HYPERPARAMETERS, h)
+            out.append((e, _count(e, first), _count(e, second)))
+    pooled = np.array([o.model for o in both if not math.isnan(o.model)])
+    if len(pooled):
+        sorted_models = [
+            np.sort(np.array([o.model for o in outs if not math.isnan(o.model)]))
+            for outs in (first, second)
+        ]
+        for t in np.unique(np.quantile(pooled, np.linspace(0.0, 1.0, THRESHOLD_QUANTILES))):
+            t = float(t)
+            at_least = [len(m) - int(np.searchsorted(m, t, "left")) for m in sorted_models]
+            at_most = [int(np.searchsorted(m, t, "right")) for m in sorted_models]
+            out.append((Event(EventKind.MODEL_AT_LEAST, t), at_least[0], at_least[1]))
+            out.append((Event(EventKind.MODEL_AT_MOST, t), at_most[0], at_most[1]))
+    return out
 
 
 def choose_event(
@@ -560,9 +579,9 @@ def choose_event(
     """The event E maximising the lower bound of ε for P[E | second] vs P[E | first] on these
     (selection) runs; returns (E, its bound here). Only fresh runs make the bound valid."""
     best, best_lb = Event(EventKind.NOTHING), -1.0
-    for e in _candidate_events([*first, *second]):
+    for e, k_first, k_second in _event_counts(first, second):
         lb = epsilon_lower_bound(
-            _count(e, second), len(second), _count(e, first), len(first), delta=delta, alpha=alpha
+            k_second, len(second), k_first, len(first), delta=delta, alpha=alpha
         )
         if lb > best_lb:
             best, best_lb = e, lb
@@ -773,8 +792,9 @@ def check_one_record_one_partition(
             violations += 1
             changed_counts.append(len(changed))
             if len(details) < 5:
+                view = {**(settings.data_view or {}), "seed": "<secret>"}
                 details.append(
-                    f"view {settings.data_view}: {len(changed)} of {len(a)} training sets "
+                    f"view {view}: {len(changed)} of {len(a)} training sets "
                     f"changed{'' if gained_canary_only else ' (not only by the canary)'}"
                 )
     return PartitionCheck(scenario.algorithm, checked, violations, tuple(changed_counts),
