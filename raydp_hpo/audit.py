@@ -77,7 +77,7 @@ from raydp_hpo.mechanisms import (
     SubsampledGaussian,
     mechanism_from_dict,
 )
-from raydp_hpo.trial_privacy import Optimizer, privacy_from_config, trial_mechanism
+from raydp_hpo.trial_privacy import Optimizer, trial_mechanism
 from raydp_hpo.trial_settings import RAYDP_KEY, RaydpSettings
 
 __all__ = [
@@ -193,21 +193,22 @@ def run_cheap_trial(
     config: Mapping[str, Any],
     data: Any,
     *,
-    dataset_size: int,
     rng: np.random.Generator,
 ) -> CheapTrial:
-    """Run one trial with a cheap mechanism of exactly its declared privacy (module doc).
+    """Run one trial with a cheap mechanism of exactly its declared privacy (module doc): the
+    privacy settings and the public validation size come from the DP trainable's own
+    :func:`trainables.training.declared_privacy` and :func:`~trainables.training.public_sizes`.
 
     Raises :class:`AuditError` when the releases it ran differ from the declared mechanism or
     are not covered by the block's ``base``.
     """
     from raydp_hpo.coverage import is_covered
-    from trainables.training import training_sets
+    from trainables.training import declared_privacy, public_sizes, training_sets
 
     settings = RaydpSettings.from_config(config)
     lr = float(config.get("lr", 1.0))
     sets = training_sets(data.train, settings)
-    n_val = getattr(settings, "validation_size", None) or len(data.val)  # declared public
+    _, n_val = public_sizes(settings, data)  # the declared public validation size
     v = np.asarray(data.val.features, np.float64).reshape(-1)
     models: list[float] = []
     ran: Mechanism | None = None
@@ -217,7 +218,7 @@ def run_cheap_trial(
             raise AuditError(f"a non-private trial reports a noisy score: {settings}")
         models = [float(np.clip(np.asarray(t.features, np.float64), -1, 1).sum()) for t in sets]
     else:
-        privacy = privacy_from_config(config, dataset_size)
+        privacy, _ = declared_privacy(config, data)
         evaluations = privacy.steps * privacy.gradient_evaluations_per_step
         sigma, q = privacy.noise_multiplier, privacy.sample_rate
         ran_parts: list[Mechanism] = []
@@ -358,7 +359,7 @@ def run_search(
             elif not pending:
                 raise AuditError(f"{scenario.algorithm} returned None with no trial pending")
         for trial_id, config in pending:
-            out = run_cheap_trial(config, data, dataset_size=scenario.n_train, rng=rng)
+            out = run_cheap_trial(config, data, rng=rng)
             models[trial_id] = out.model
             s.on_trial_complete(trial_id, {METRIC: out.score})
         pending = []
@@ -619,10 +620,12 @@ def audit_algorithm(
     selection_runs: int | None = None,
     alpha: float = 0.05,
     rng: np.random.Generator | None = None,
+    claim: Mapping[str, float] | None = None,
 ) -> AuditResult:
     """Audit one algorithm: ``selection_runs`` runs per dataset choose the event of each
     direction, ``runs`` fresh runs per dataset give the Clopper–Pearson bound (confidence
-    1 − α overall: α/2 per direction)."""
+    1 − α overall: α/2 per direction). ``claim`` (keys ``rdp``, ``pld``, ``claim``) replaces
+    :func:`claimed_epsilon` of the scenario, e.g. to test a mechanism against another's claim."""
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
         raise InvalidParameterError(f"runs must be an integer >= 1, got {runs=!r}")
     selection_runs = runs // 2 if selection_runs is None else selection_runs
@@ -630,7 +633,7 @@ def audit_algorithm(
     start = time.perf_counter()
     x, x2 = scenario.datasets()
     delta = scenario.budget.delta
-    claim = claimed_epsilon(scenario)
+    claim = claimed_epsilon(scenario) if claim is None else claim
 
     def outputs(data: Any, count: int) -> list[SearchOutput]:
         return [run_search(scenario, data, rng) for _ in range(count)]
@@ -819,7 +822,7 @@ def check_train_dp_releases(*, num_partitions: int = 2) -> ReleaseCheck:
     releases with ``privacy_from_config(config, n).mechanism()``."""
     from raydp_hpo.ledger import PrivacyLedger
     from trainables.data import Dataset, DataSplits
-    from trainables.training import train_dp
+    from trainables.training import declared_privacy, train_dp
 
     rng = _fresh_rng()
     x = rng.uniform(-1, 1, (40, 1)).astype(np.float32)
@@ -843,7 +846,7 @@ def check_train_dp_releases(*, num_partitions: int = 2) -> ReleaseCheck:
     }
     ledger = PrivacyLedger(PrivacyBudget(epsilon=50.0, delta=1e-5))
     result = train_dp(config, data, ledger=ledger, device="cpu")
-    declared = privacy_from_config(config, 20).mechanism()
+    declared = declared_privacy(config, data)[0].mechanism()
     ran = tuple(
         SubsampledGaussian(log.noise_multiplier, log.sample_rate, log.releases)
         for log in result.releases
