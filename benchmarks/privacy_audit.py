@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
 
+    load = os.getloadavg()[0]
     start = time.perf_counter()
     report = run_audit(
         args.algorithm,
@@ -54,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     text = "\n".join([
         f"# benchmarks/privacy_audit.py, {args.runs} runs per dataset, "
-        f"{os.cpu_count()} vCPUs ({_dt.date.today().isoformat()}, {platform.python_version()})",
+        f"{os.cpu_count()} vCPUs, load average {load:.1f} at the start "
+        f"({_dt.date.today().isoformat()}, Python {platform.python_version()})",
         "",
         "Lower bound: Clopper–Pearson at 95 % overall (α/2 per direction, α/4 per limit), "
         "event chosen on separate selection runs. Claim: min(RDP, PLD) ε of the plan at the "
