@@ -388,13 +388,17 @@ def _fresh_rng() -> np.random.Generator:
 
 def default_scenarios() -> dict[str, AuditScenario]:
     """One scenario per algorithm: two learning rates, full-batch GD trials of
-    ``Gaussian(σ=1, 1)`` (linear scaling: its own μ-GDP runs), noisy scores with ε_s = 0.1."""
+    ``Gaussian(σ=1, 1)`` (linear scaling: its own μ-GDP runs), noisy scores with ε_s = 0.1.
+    SVT's final run has σ = 3 so that its claim (2.65) is small enough for the AboveThreshold
+    selection itself to be tested: without its noise, "lr = 0.1 released" has probability
+    1/2 on X (nothing passes, a uniform fallback) and 0 on X' (lr = 1 passes every round)."""
     from ray import tune
 
     budget = PrivacyBudget(epsilon=10.0, delta=1e-5)
     gd = {"optimizer": "gd", "epochs": 1, "noise_multiplier": 1.0}
     choice = {"lr": tune.choice([0.1, 1.0]), **gd}
     grid = {"lr": tune.grid_search([0.1, 1.0]), **gd}
+    svt_space = {"lr": tune.grid_search([0.1, 1.0]), **gd, "noise_multiplier": 3.0}
     scenarios = [
         AuditScenario("random_stopping", {"param_space": choice, "mean": 3.0}, budget,
                       description="geometric K, E[K]=3"),
@@ -402,9 +406,9 @@ def default_scenarios() -> dict[str, AuditScenario]:
                       {"param_space": choice, "mean": 3.0, "subsample_rate": 0.2}, budget,
                       description="q=0.2, geometric K, E[K]=3"),
         AuditScenario("svt_threshold",
-                      {"param_space": grid, "num_partitions": 5, "round_epsilon": 0.5,
+                      {"param_space": svt_space, "num_partitions": 5, "round_epsilon": 0.5,
                        "max_rounds": 3, "granularity": 0.05}, budget,
-                      description="k=5 partitions, 3 rounds of ϵ=0.5"),
+                      description="k=5 partitions, 3 rounds of ϵ=0.5, final run σ=3"),
         AuditScenario("linear_scaling",
                       {"param_space": {}, "runs_per_sweep": 2, "sweep_epsilons": (0.5, 1.0),
                        "lr_range": (0.1, 1.0), "steps_range": (1, 3)},

@@ -150,6 +150,23 @@ def test_audit_catches_a_mechanism_weaker_than_claimed():
     assert not result.passed and result.lower_bound > 3.0, audit.format_results([result])
 
 
+def test_audit_catches_an_svt_without_its_noise():
+    """Power on the selection itself: AboveThreshold with round ϵ = 200 (noise scales 0.002 /
+    0.004 against utility gaps of 0.05: deterministic) audited against the claim of the
+    default SVT scenario (round ϵ = 0.5, ε 2.65) fails: "lr = 0.1 released" has probability
+    1/2 on X and 0 on X', a bound of about ln(0.44 · 300 / 4.4) = 3.4 with 300 runs."""
+    honest = SCENARIOS["svt_threshold"]
+    broken = dataclasses.replace(
+        honest,
+        searcher_kwargs={**honest.searcher_kwargs, "round_epsilon": 200.0},
+        budget=PrivacyBudget(epsilon=1000.0, delta=1e-5),
+    )
+    result = audit.audit_algorithm(broken, runs=300, selection_runs=60,
+                                   claim=audit.claimed_epsilon(honest))
+    assert not result.passed, audit.format_results([result])
+    assert "released hyperparameters" in result.event
+
+
 def test_cli_audit_prints_the_table_and_exits_zero(capsys):
     rc = main(["audit", "--algorithm", "one_shot_random", "--runs", "30", "--skip-properties"])
     out = capsys.readouterr().out
