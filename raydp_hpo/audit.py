@@ -48,7 +48,7 @@ the composition of its whole grid).
 **Power and limits.** A black-box bound from N runs per dataset cannot exceed about
 ln(N / ln(4/α)) (all runs in the event on one side, none on the other), and one canary with
 an event on one released scalar sees only part of a plan's worst case, so the bounds sit well
-below the claims (2000 runs: 1.3–2.1 against 4.4–7.0, ``benchmarks/results/privacy_audit.md``).
+below the claims (2000 runs: 0.25–2.1 against 2.65–7.0, ``benchmarks/results/privacy_audit.md``).
 The audit therefore catches gross violations — a mechanism several times weaker than declared
 (``tests/raydp_hpo/test_audit.py`` audits σ = 0.1 runs against the σ = 2 claim), a canary
 that moves every partition, a secret fixed by public inputs — not a claim that is a few per
