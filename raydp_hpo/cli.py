@@ -8,6 +8,9 @@ Subcommands:
 * ``demo``     — the main job on the built-in default (see :mod:`raydp_hpo.demo`).
 * ``run EXPERIMENT.yaml`` — run an experiment file (:mod:`raydp_hpo.experiment`).
 * ``report RUN_DIR`` — certificate, plots and ``report.md`` of a run (:mod:`raydp_hpo.report`).
+* ``audit``    — empirical privacy audit of every search algorithm (:mod:`raydp_hpo.audit`):
+  an ε lower bound per algorithm against its claim, plus the property checks; exit 1 when any
+  bound exceeds its claim or a check fails.
 
 Exit codes: 0 success; 2 bad input (nothing charged); 3 the budget cannot pay (the plan does
 not fit the experiment's or the dataset's budget, so nothing ran, or the ledger refused trials
@@ -262,6 +265,31 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from raydp_hpo.audit import format_report, run_audit
+
+    report = run_audit(
+        args.algorithm or None,
+        runs=args.runs,
+        selection_runs=args.selection_runs,
+        alpha=args.alpha,
+        properties=not args.skip_properties,
+        progress=None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True)),
+    )
+    if args.json:
+        from dataclasses import asdict
+
+        print(json.dumps({"passed": report.passed, "failures": report.failures,
+                          "results": [asdict(r) for r in report.results]}, default=str))
+    else:
+        print(format_report(report))
+    if not report.passed:
+        for failure in report.failures:
+            print(f"raydp-hpo: audit failed: {failure}", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_OK
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="raydp-hpo", description="Differentially private hyperparameter optimisation on Ray Tune"
@@ -331,6 +359,20 @@ def _build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", default=None, help="output dir (default RUN_DIR/report)")
     rep.add_argument("--json", action="store_true", help="print release.json instead of report.md")
     rep.set_defaults(func=_cmd_report)
+
+    aud = sub.add_parser("audit", help="empirical privacy audit of the search algorithms")
+    aud.add_argument("--algorithm", action="append", default=[],
+                     help="audit only this algorithm (repeatable; default: all)")
+    aud.add_argument("--runs", type=int, default=2000,
+                     help="fresh searches per neighbouring dataset (default 2000)")
+    aud.add_argument("--selection-runs", type=int, default=None,
+                     help="searches per dataset that choose the events (default runs/2)")
+    aud.add_argument("--alpha", type=float, default=0.05,
+                     help="1 - confidence of each lower bound (default 0.05)")
+    aud.add_argument("--skip-properties", action="store_true",
+                     help="only the lower bounds, no property checks")
+    aud.add_argument("--json", action="store_true")
+    aud.set_defaults(func=_cmd_audit)
     return parser
 
 

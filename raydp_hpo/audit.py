@@ -1,0 +1,982 @@
+"""Empirical privacy audit of every search algorithm, end to end, on cheap base mechanisms.
+
+A formula test pins a bound; it cannot see a partition that changes with one record, a secret
+drawn from a public seed, or a trial that runs more releases than it declares. This module runs
+the *real* searcher code (``search_algs.make_searcher`` without a seed, driven through
+``suggest`` / ``on_trial_complete`` / ``release`` exactly as Ray Tune drives it) on two
+neighbouring datasets, many times, and turns the output distributions into a statistically
+valid lower bound on ε that must stay below the ε the plan claims (DESIGN.md, "Secrets and
+neighbouring datasets", "Trust, but audit").
+
+**Neighbouring datasets** (add/remove one record, the project's adjacency): X has ``n`` training
+records with scalar feature 0; X' = X plus one canary record with feature +1, appended last.
+Both searchers get the same declared public size ``dataset_size = n``. The validation split is
+the same in X and X': ``n_val`` records with features spread over (0, 1] and label 1.
+
+**Cheap trial** (:func:`run_cheap_trial`) in place of DP-SGD, with exactly the trial's declared
+privacy parameters: the records it trains on are those of
+:func:`trainables.training.training_sets` (the view / partition code the DP trainable uses);
+the statistic is the clipped sum s = Σ clip(xᵢ, −1, 1) (ℓ₂ sensitivity 1 under add/remove).
+Full-batch GD (``optimizer="gd"``) releases s + N(0, σ²) at each of its T steps; other
+optimisers release the clipped sum over a Poisson(q) batch plus N(0, σ²) at each gradient
+evaluation (Abadi et al. 2016) — either way the run *is* ``privacy.mechanism()``. The model m is
+a post-processing (mean of the releases, rescaled by 1/q). Non-private SVT partition trials
+(``settings.nonprivate``) use m = s. A validation record v is predicted correctly iff
+``lr · m ≥ v``, so the hyperparameter ``lr`` matters and candidate ``lr = 1`` moves from
+accuracy 0 to accuracy 1 on a partition when the canary enters it: the largest change Ding et
+al.'s Lemma 2 allows (1/k of the partition average). A trial whose score feeds a selection
+(``score_epsilon`` set) reports ``(correct + Laplace(1/ε_s)) / n_val`` — a count of sensitivity 1
+under one validation record, divided by the public validation size. Every trial counts its
+releases and raises :class:`AuditError` unless what ran equals the declared
+``trial_mechanism(privacy.mechanism(), ε_s)`` and is covered by its block's ``base``.
+
+**Lower bound** (:func:`epsilon_lower_bound`): for an output event E and a direction (X, X'),
+an (ε, δ)-DP algorithm satisfies P[E | X'] ≤ e^ε P[E | X] + δ, so
+ε ≥ ln((P[E | X'] − δ) / P[E | X]). Replacing P[E | X'] by its Clopper–Pearson lower and
+P[E | X] by its upper confidence limit, each at level α/4, and taking both directions (X vs X'
+and X' vs X), the larger of the two bounds is a valid lower bound with probability ≥ 1 − α
+(union bound over the four limits). The event — a released hyperparameter value, nothing
+released, or a threshold on the released model — is chosen on a separate set of runs
+(:func:`choose_event`), so the bound on the fresh runs stays valid. This is the standard
+black-box audit (Jagielski, Ullman & Oprea 2020, "Auditing Differentially Private Machine
+Learning: How Private is Private SGD?", Sec. 3; Clopper & Pearson 1934).
+
+**Claim**: ε of the plan's mechanism at the budget's δ, the minimum of the RDP and the PLD
+accountant (each is an upper bound; grid search, which charges trial by trial, is claimed as
+the composition of its whole grid).
+
+**Power and limits.** A black-box bound from N runs per dataset cannot exceed about
+ln(N / ln(4/α)) (all runs in the event on one side, none on the other), and one canary with
+an event on one released scalar sees only part of a plan's worst case, so the bounds sit well
+below the claims (2000 runs: 0.25–2.1 against 2.65–7.0, ``benchmarks/results/privacy_audit.md``).
+The audit therefore catches gross violations — a mechanism several times weaker than declared
+(``tests/raydp_hpo/test_audit.py`` audits σ = 0.1 runs against the σ = 2 claim), a canary
+that moves every partition, a secret fixed by public inputs — not a claim that is a few per
+cent too small; that is what the formula tests against independent references are for.
+
+**Property checks**: :func:`check_fresh_secrets` (no secret reproducible from public inputs:
+two searchers built from identical public inputs and no seed must hold different secrets),
+:func:`check_one_record_one_partition` (one added record changes exactly one SVT partition, and
+a subsample and its complement by at most that record), :func:`check_train_dp_releases` (a
+tiny real :func:`trainables.training.train_dp` run's releases equal its declared mechanism).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import numpy as np
+from scipy.stats import beta
+
+from raydp_hpo.accounting import Accountant, epsilon
+from raydp_hpo.budget import PrivacyBudget
+from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
+from raydp_hpo.mechanisms import (
+    Composition,
+    Gaussian,
+    Laplace,
+    Mechanism,
+    SubsampledGaussian,
+    mechanism_from_dict,
+)
+from raydp_hpo.trial_privacy import Optimizer, trial_mechanism
+from raydp_hpo.trial_settings import RAYDP_KEY, RaydpSettings
+
+__all__ = [
+    "AuditError",
+    "AuditScenario",
+    "AuditResult",
+    "CheapTrial",
+    "SearchOutput",
+    "Event",
+    "EventKind",
+    "SecretCheck",
+    "PartitionCheck",
+    "ReleaseCheck",
+    "METRIC",
+    "neighbouring_datasets",
+    "run_cheap_trial",
+    "run_search",
+    "default_scenarios",
+    "clopper_pearson",
+    "epsilon_lower_bound",
+    "choose_event",
+    "audit_algorithm",
+    "claimed_epsilon",
+    "check_fresh_secrets",
+    "check_one_record_one_partition",
+    "check_train_dp_releases",
+    "format_results",
+    "format_report",
+    "craft_partition_canary",
+    "AuditReport",
+    "run_audit",
+]
+
+#: The metric every cheap trial reports (maximised).
+METRIC = "score"
+#: Feature of the canary record (the largest value a record may take: sensitivity 1).
+CANARY = 1.0
+#: Largest number of trials one audited search may start (a guard against a runaway searcher).
+MAX_TRIALS_PER_SEARCH = 10_000
+
+
+class AuditError(RayDPHPOError):
+    """A search did something the audit cannot account for (a trial that ran a mechanism other
+    than the one it declared, a searcher that never finishes, ...)."""
+
+
+# --------------------------------------------------------------------------------------------
+# data
+# --------------------------------------------------------------------------------------------
+
+
+def _val_set(n_val: int) -> Any:
+    from trainables.data import Dataset
+
+    v = np.linspace(1.0 / n_val, 1.0, n_val, dtype=np.float32).reshape(-1, 1)
+    return Dataset(v, np.ones(n_val, dtype=np.int64), 2)
+
+
+def neighbouring_datasets(
+    n_train: int, n_val: int, *, train_features: np.ndarray | None = None
+) -> tuple[Any, Any]:
+    """(X, X'): ``DataSplits`` whose training splits differ by one canary record (feature +1,
+    appended last); validation and test splits are identical.
+
+    ``train_features`` (length ``n_train``, values in [−1, 1)) replaces the all-zero training
+    records (the partition check uses distinct values to identify records).
+    """
+    from trainables.data import Dataset, DataSplits
+
+    if isinstance(n_train, bool) or not isinstance(n_train, int) or n_train < 1:
+        raise InvalidParameterError(f"n_train must be an integer >= 1, got {n_train=!r}")
+    if isinstance(n_val, bool) or not isinstance(n_val, int) or n_val < 2:
+        raise InvalidParameterError(f"n_val must be an integer >= 2, got {n_val=!r}")
+    x = np.zeros(n_train, np.float32) if train_features is None else np.asarray(
+        train_features, np.float32
+    )
+    if x.shape != (n_train,) or np.any(np.abs(x) > 1) or np.any(x == CANARY):
+        raise InvalidParameterError(
+            f"train_features must have shape ({n_train},), values in [-1, 1) and no {CANARY}"
+        )
+    y = np.zeros(n_train, np.int64)
+    val = _val_set(n_val)
+    train = Dataset(x.reshape(-1, 1), y, 2)
+    train2 = Dataset(
+        np.append(x, np.float32(CANARY)).reshape(-1, 1), np.append(y, np.int64(0)), 2
+    )
+    return DataSplits(train, val, val), DataSplits(train2, val, val)
+
+
+# --------------------------------------------------------------------------------------------
+# the cheap trial
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheapTrial:
+    """Outcome of one cheap trial: its reported score, its model(s) and what it released."""
+
+    score: float
+    model: float
+    models: tuple[float, ...]
+    ran: Mechanism | None  # None: a non-private trial (its outputs go only to the SVT)
+    declared: Mechanism | None
+
+
+def _ran_training(privacy: Any, releases: int) -> Mechanism:
+    if privacy.optimizer is Optimizer.GD:
+        return Gaussian(privacy.noise_multiplier, releases)
+    return SubsampledGaussian(privacy.noise_multiplier, privacy.sample_rate, releases)
+
+
+def run_cheap_trial(
+    config: Mapping[str, Any],
+    data: Any,
+    *,
+    rng: np.random.Generator,
+) -> CheapTrial:
+    """Run one trial with a cheap mechanism of exactly its declared privacy (module doc): the
+    privacy settings and the public validation size come from the DP trainable's own
+    :func:`trainables.training.declared_privacy` and :func:`~trainables.training.public_sizes`.
+
+    Raises :class:`AuditError` when the releases it ran differ from the declared mechanism or
+    are not covered by the block's ``base``.
+    """
+    from raydp_hpo.coverage import is_covered
+    from trainables.training import declared_privacy, public_sizes, training_sets
+
+    settings = RaydpSettings.from_config(config)
+    lr = float(config.get("lr", 1.0))
+    sets = training_sets(data.train, settings)
+    _, n_val = public_sizes(settings, data)  # the declared public validation size
+    v = np.asarray(data.val.features, np.float64).reshape(-1)
+    models: list[float] = []
+    ran: Mechanism | None = None
+    declared: Mechanism | None = None
+    if settings.nonprivate:
+        if settings.score_epsilon is not None:
+            raise AuditError(f"a non-private trial reports a noisy score: {settings}")
+        models = [float(np.clip(np.asarray(t.features, np.float64), -1, 1).sum()) for t in sets]
+    else:
+        privacy, _ = declared_privacy(config, data)
+        evaluations = privacy.steps * privacy.gradient_evaluations_per_step
+        sigma, q = privacy.noise_multiplier, privacy.sample_rate
+        ran_parts: list[Mechanism] = []
+        for t in sets:
+            x = np.clip(np.asarray(t.features, np.float64).reshape(-1), -1.0, 1.0)
+            if privacy.optimizer is Optimizer.GD:
+                noisy = x.sum() + rng.normal(0.0, sigma, evaluations)
+                models.append(float(noisy.mean()))
+            else:
+                mask = rng.random((evaluations, len(x))) < q
+                noisy = mask @ x + rng.normal(0.0, sigma, evaluations)
+                models.append(float(noisy.mean() / q))
+            ran_parts.append(_ran_training(privacy, len(noisy)))
+        # each model is its own release stream on disjoint records (parallel composition):
+        # every one must be exactly the declared training mechanism
+        declared_training = privacy.mechanism()
+        for part in ran_parts:
+            if part != declared_training:
+                raise AuditError(f"trial ran {part} but declared {declared_training}")
+        ran = ran_parts[0]
+        declared = trial_mechanism(declared_training, settings.score_epsilon)
+    correct = [float(np.count_nonzero(lr * m >= v)) for m in models]
+    if settings.score_epsilon is not None:
+        # count of correct predictions (sensitivity 1) + Laplace(1/ε_s), over the public size,
+        # clipped to [0, 1] (post-processing)
+        noisy_count = float(np.mean(correct)) + rng.laplace(0.0, 1.0 / settings.score_epsilon)
+        score = min(1.0, max(0.0, noisy_count / n_val))
+        assert ran is not None
+        ran = Composition((ran, Laplace(settings.score_epsilon, count=1)))
+    else:
+        score = float(np.mean(correct)) / n_val
+    if declared is not None and ran != declared:
+        raise AuditError(f"trial ran {ran} but declared {declared}")
+    if ran is not None and settings.base is not None:
+        base = mechanism_from_dict(dict(settings.base))
+        if not is_covered(ran, base):
+            raise AuditError(f"trial ran {ran}, not covered by its plan base {base}")
+    return CheapTrial(score, float(np.mean(models)), tuple(models), ran, declared)
+
+
+# --------------------------------------------------------------------------------------------
+# driving a real searcher
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuditScenario:
+    """One algorithm's audit set-up: the searcher's public arguments and the data sizes.
+
+    ``searcher_kwargs`` are passed to ``make_searcher`` with ``metric``, ``mode="max"``,
+    ``dataset_size=n_train`` and ``budget`` — never a seed.
+    """
+
+    algorithm: str
+    searcher_kwargs: Mapping[str, Any]
+    budget: PrivacyBudget
+    n_train: int = 100
+    n_val: int = 20
+    description: str = ""
+    train_features: tuple[float, ...] | None = None
+
+    def build_searcher(self) -> Any:
+        from search_algs import make_searcher
+        from search_algs.base import DPSearcher
+
+        kwargs = dict(self.searcher_kwargs)
+        if "validation_size" in inspect.signature(DPSearcher.__init__).parameters:
+            kwargs.setdefault("validation_size", self.n_val)  # the declared public size
+        return make_searcher(
+            self.algorithm,
+            metric=METRIC,
+            mode="max",
+            dataset_size=self.n_train,
+            budget=self.budget,
+            **kwargs,
+        )
+
+    def datasets(self) -> tuple[Any, Any]:
+        feats = None if self.train_features is None else np.asarray(self.train_features)
+        return neighbouring_datasets(self.n_train, self.n_val, train_features=feats)
+
+
+@dataclass(frozen=True)
+class SearchOutput:
+    """The public output of one audited search: the released hyperparameters (a sorted tuple
+    of items, ``None`` when nothing was selected) and the released model (``nan`` when no
+    trained model is released)."""
+
+    hyperparameters: tuple[tuple[str, Any], ...] | None
+    model: float
+    trials: int
+
+
+def _key(hyper: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...] | None:
+    if hyper is None:
+        return None
+    out = []
+    for k, val in sorted(hyper.items()):
+        if isinstance(val, float):
+            val = round(val, 12)
+        elif isinstance(val, dict):
+            val = repr(sorted(val.items()))
+        out.append((k, val))
+    return tuple(out)
+
+
+def run_search(
+    scenario: AuditScenario,
+    data: Any,
+    rng: np.random.Generator,
+    *,
+    searcher: Any | None = None,
+    on_config: Callable[[dict[str, Any]], None] | None = None,
+) -> SearchOutput:
+    """One search, driven as Ray Tune drives it: ``suggest`` until it returns
+    ``Searcher.FINISHED`` (or ``None`` while trials are pending), then complete the pending
+    trials (cheap trials, in order), repeat; ``release()`` at the end."""
+    from ray.tune.search import Searcher
+
+    s = scenario.build_searcher() if searcher is None else searcher
+    pending: list[tuple[str, dict[str, Any]]] = []
+    models: dict[str, float] = {}
+    started, finished = 0, False
+    while not finished or pending:
+        if not finished:
+            if started >= MAX_TRIALS_PER_SEARCH:
+                raise AuditError(f"{scenario.algorithm} started {started} trials without finishing")
+            trial_id = f"trial_{started:05d}"
+            config = s.suggest(trial_id)
+            if config == Searcher.FINISHED:
+                finished = True
+            elif config is not None:
+                started += 1
+                if on_config is not None:
+                    on_config(config)
+                pending.append((trial_id, config))
+                continue
+            elif not pending:
+                raise AuditError(f"{scenario.algorithm} returned None with no trial pending")
+        for trial_id, config in pending:
+            out = run_cheap_trial(config, data, rng=rng)
+            models[trial_id] = out.model
+            s.on_trial_complete(trial_id, {METRIC: out.score})
+        pending = []
+    release = s.release()
+    model = models.get(release.trial_id, math.nan) if release.trial_id is not None else math.nan
+    return SearchOutput(_key(release.hyperparameters), float(model), started)
+
+
+def _fresh_rng() -> np.random.Generator:
+    return np.random.default_rng(secrets.randbits(128))
+
+
+# --------------------------------------------------------------------------------------------
+# scenarios
+# --------------------------------------------------------------------------------------------
+
+
+def default_scenarios() -> dict[str, AuditScenario]:
+    """One scenario per algorithm: two learning rates, full-batch GD trials of
+    ``Gaussian(σ=1, 1)`` (linear scaling: its own μ-GDP runs), noisy scores with ε_s = 0.1.
+    SVT's final run has σ = 3 so that its claim (2.65) is small enough for the AboveThreshold
+    selection itself to be tested: without its noise, "lr = 0.1 released" has probability
+    1/2 on X (nothing passes, a uniform fallback) and 0 on X' (lr = 1 passes every round)."""
+    from ray import tune
+
+    budget = PrivacyBudget(epsilon=10.0, delta=1e-5)
+    gd = {"optimizer": "gd", "epochs": 1, "noise_multiplier": 1.0}
+    choice = {"lr": tune.choice([0.1, 1.0]), **gd}
+    grid = {"lr": tune.grid_search([0.1, 1.0]), **gd}
+    svt_space = {"lr": tune.grid_search([0.1, 1.0]), **gd, "noise_multiplier": 3.0}
+    scenarios = [
+        AuditScenario("random_stopping", {"param_space": choice, "mean": 3.0}, budget,
+                      description="geometric K, E[K]=3"),
+        AuditScenario("subsampled_transfer",
+                      {"param_space": choice, "mean": 3.0, "subsample_rate": 0.2}, budget,
+                      description="q=0.2, geometric K, E[K]=3"),
+        AuditScenario("svt_threshold",
+                      {"param_space": svt_space, "num_partitions": 5, "round_epsilon": 0.5,
+                       "max_rounds": 3, "granularity": 0.05}, budget,
+                      description="k=5 partitions, 3 rounds of ϵ=0.5, final run σ=3"),
+        AuditScenario("linear_scaling",
+                      {"param_space": {}, "runs_per_sweep": 2, "sweep_epsilons": (0.5, 1.0),
+                       "lr_range": (0.1, 1.0), "steps_range": (1, 3)},
+                      PrivacyBudget(epsilon=5.0, delta=1e-5),
+                      description="2 runs per sweep, T in [1, 3]"),
+        AuditScenario("one_shot_random", {"param_space": choice}, budget,
+                      description="one run"),
+        AuditScenario("grid_composed", {"param_space": grid}, budget,
+                      description="2 grid points"),
+    ]
+    return {s.algorithm: s for s in scenarios}
+
+
+#: Feature of the records a crafted dataset plants where a partition leak would expose them.
+PLANTED = 0.999
+
+
+def craft_partition_canary(scenario: AuditScenario) -> tuple[AuditScenario, int]:
+    """White-box variant of a partition scenario: an adversary who can reproduce a searcher's
+    secrets from public inputs builds one searcher, reads the partition view of its first
+    candidate, and plants records of feature ``PLANTED`` wherever adding the canary would put
+    a record *other than the canary* into some partition's training set. Returns the crafted
+    scenario and the number of training sets the canary changes under that view.
+
+    With fresh secrets the crafting searcher's view is independent of the audited runs', so
+    the crafted pair is just one more fixed pair of neighbours and every bound stays valid.
+    Where one record changes one partition nothing is planted (all records stay 0).
+    """
+    from ray.tune.search import Searcher
+
+    from trainables.training import training_sets
+
+    config = scenario.build_searcher().suggest("craft_00000")
+    if config is None or config == Searcher.FINISHED:
+        return scenario, 0
+    settings = RaydpSettings.from_config(config)
+    if (settings.data_view or {}).get("kind") != "partitions":
+        return scenario, 0
+    n = scenario.n_train
+    ids = np.linspace(-0.9, 0.9, n).astype(np.float32).astype(np.float64)  # as stored
+    x, x2 = neighbouring_datasets(n, scenario.n_val, train_features=ids)
+    gained: set[float] = set()
+    for a, b in zip(training_sets(x.train, settings), training_sets(x2.train, settings)):
+        gained |= set(_records(b).tolist()) - set(_records(a).tolist())
+    gained -= {CANARY}
+    # records (other than the canary) that join some training set when the canary is added
+    planted = np.where(np.isin(ids, sorted(gained)), PLANTED, 0.0)
+    crafted = AuditScenario(
+        scenario.algorithm,
+        scenario.searcher_kwargs,
+        scenario.budget,
+        scenario.n_train,
+        scenario.n_val,
+        scenario.description + ", crafted from a searcher built from the same public inputs",
+        tuple(float(f) for f in planted),
+    )
+    c, c2 = crafted.datasets()
+    changed = sum(
+        not np.array_equal(_records(a), _records(b))
+        for a, b in zip(training_sets(c.train, settings), training_sets(c2.train, settings))
+    )
+    return crafted, int(changed)
+
+
+def claimed_epsilon(scenario: AuditScenario) -> dict[str, float]:
+    """ε the plan claims at the budget's δ: RDP, PLD (where it works) and their minimum."""
+    s = scenario.build_searcher()
+    mech = s.privacy_plan().mechanism
+    if mech is None:  # grid search charges trial by trial: the whole grid's composition
+        mech = s.composed_mechanism()
+    d = scenario.budget.delta
+    out = {"rdp": epsilon(mech, d, Accountant.RDP)}
+    try:
+        out["pld"] = epsilon(mech, d, Accountant.PLD)
+    except RayDPHPOError:
+        out["pld"] = math.nan
+    out["claim"] = min(v for v in out.values() if not math.isnan(v))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# statistics
+# --------------------------------------------------------------------------------------------
+
+
+def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
+    """One-sided Clopper–Pearson limits at level α each: P[p < lower] ≤ α and
+    P[p > upper] ≤ α for k successes in n Bernoulli(p) trials (Clopper & Pearson 1934)."""
+    if not (0 <= k <= n and n >= 1):
+        raise InvalidParameterError(f"need 0 <= k <= n, n >= 1; got {k=}, {n=}")
+    if not 0 < alpha < 1:
+        raise InvalidParameterError(f"alpha must be in (0, 1), got {alpha=}")
+    lower = 0.0 if k == 0 else float(beta.ppf(alpha, k, n - k + 1))
+    upper = 1.0 if k == n else float(beta.ppf(1 - alpha, k + 1, n - k))
+    return lower, upper
+
+
+def epsilon_lower_bound(
+    k1: int, n1: int, k0: int, n0: int, *, delta: float, alpha: float
+) -> float:
+    """ln((p₁_lower − δ) / p₀_upper), each limit at level α/2 (so the bound holds with
+    probability ≥ 1 − α); 0 when the event gives no evidence."""
+    p1, _ = clopper_pearson(k1, n1, alpha / 2)
+    _, p0 = clopper_pearson(k0, n0, alpha / 2)
+    if p1 - delta <= p0:
+        return 0.0
+    return math.log((p1 - delta) / p0)
+
+
+class EventKind(Enum):
+    """Output events the audit tests."""
+
+    HYPERPARAMETERS = "released hyperparameters equal"
+    NOTHING = "nothing released"
+    MODEL_AT_LEAST = "released model >="
+    MODEL_AT_MOST = "released model <="
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: EventKind
+    value: Any = None
+
+    def __call__(self, out: SearchOutput) -> bool:
+        if self.kind is EventKind.NOTHING:
+            return out.hyperparameters is None
+        if self.kind is EventKind.HYPERPARAMETERS:
+            return out.hyperparameters == self.value
+        if math.isnan(out.model):
+            return False
+        if self.kind is EventKind.MODEL_AT_LEAST:
+            return out.model >= self.value
+        return out.model <= self.value
+
+    def __str__(self) -> str:
+        if self.kind is EventKind.NOTHING:
+            return self.kind.value
+        if self.kind is EventKind.HYPERPARAMETERS:
+            return f"{self.kind.value} {dict(self.value)}"
+        return f"{self.kind.value} {self.value:.3g}"
+
+
+def _count(event: Event, outs: Sequence[SearchOutput]) -> int:
+    return sum(1 for o in outs if event(o))
+
+
+#: Number of quantiles of the released model tried as thresholds when choosing an event.
+THRESHOLD_QUANTILES = 401
+
+
+def _event_counts(
+    first: Sequence[SearchOutput], second: Sequence[SearchOutput]
+) -> list[tuple[Event, int, int]]:
+    """Every candidate event with its counts on ``first`` and ``second``: nothing released,
+    each released hyperparameter value (when there are at most 20), and ``model ≥ t`` /
+    ``model ≤ t`` for t on :data:`THRESHOLD_QUANTILES` quantiles of the released models."""
+    both = [*first, *second]
+    out = [(e, _count(e, first), _count(e, second)) for e in [Event(EventKind.NOTHING)]]
+    hypers = {o.hyperparameters for o in both if o.hyperparameters is not None}
+    if len(hypers) <= 20:  # a finite set of released values (continuous ones: models only)
+        for h in sorted(hypers, key=repr):
+            e = Event(EventKind.HYPERPARAMETERS, h)
+            out.append((e, _count(e, first), _count(e, second)))
+    pooled = np.array([o.model for o in both if not math.isnan(o.model)])
+    if len(pooled):
+        sorted_models = [
+            np.sort(np.array([o.model for o in outs if not math.isnan(o.model)]))
+            for outs in (first, second)
+        ]
+        for t in np.unique(np.quantile(pooled, np.linspace(0.0, 1.0, THRESHOLD_QUANTILES))):
+            t = float(t)
+            at_least = [len(m) - int(np.searchsorted(m, t, "left")) for m in sorted_models]
+            at_most = [int(np.searchsorted(m, t, "right")) for m in sorted_models]
+            out.append((Event(EventKind.MODEL_AT_LEAST, t), at_least[0], at_least[1]))
+            out.append((Event(EventKind.MODEL_AT_MOST, t), at_most[0], at_most[1]))
+    return out
+
+
+def choose_event(
+    first: Sequence[SearchOutput], second: Sequence[SearchOutput], *, delta: float, alpha: float
+) -> tuple[Event, float]:
+    """The event E maximising the lower bound of ε for P[E | second] vs P[E | first] on these
+    (selection) runs; returns (E, its bound here). Only fresh runs make the bound valid."""
+    best, best_lb = Event(EventKind.NOTHING), -1.0
+    for e, k_first, k_second in _event_counts(first, second):
+        lb = epsilon_lower_bound(
+            k_second, len(second), k_first, len(first), delta=delta, alpha=alpha
+        )
+        if lb > best_lb:
+            best, best_lb = e, lb
+    return best, best_lb
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """One algorithm's audit: the claim, the lower bound (with its event) and the cost."""
+
+    algorithm: str
+    description: str
+    claim: float
+    claim_rdp: float
+    claim_pld: float
+    lower_bound: float
+    direction: str
+    event: str
+    counts: tuple[int, int]  # (event count on the numerator dataset, on the other)
+    runs: int  # fresh runs per dataset
+    selection_runs: int  # runs per dataset used to choose the events
+    alpha: float
+    seconds: float
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.lower_bound <= self.claim
+
+
+def audit_algorithm(
+    scenario: AuditScenario,
+    *,
+    runs: int,
+    selection_runs: int | None = None,
+    alpha: float = 0.05,
+    rng: np.random.Generator | None = None,
+    claim: Mapping[str, float] | None = None,
+) -> AuditResult:
+    """Audit one algorithm: ``selection_runs`` runs per dataset choose the event of each
+    direction, ``runs`` fresh runs per dataset give the Clopper–Pearson bound (confidence
+    1 − α overall: α/2 per direction). ``claim`` (keys ``rdp``, ``pld``, ``claim``) replaces
+    :func:`claimed_epsilon` of the scenario, e.g. to test a mechanism against another's claim."""
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise InvalidParameterError(f"runs must be an integer >= 1, got {runs=!r}")
+    selection_runs = runs // 2 if selection_runs is None else selection_runs
+    rng = _fresh_rng() if rng is None else rng
+    start = time.perf_counter()
+    x, x2 = scenario.datasets()
+    delta = scenario.budget.delta
+    claim = claimed_epsilon(scenario) if claim is None else claim
+
+    def outputs(data: Any, count: int) -> list[SearchOutput]:
+        return [run_search(scenario, data, rng) for _ in range(count)]
+
+    sel_x, sel_x2 = outputs(x, selection_runs), outputs(x2, selection_runs)
+    ev_fwd, _ = choose_event(sel_x, sel_x2, delta=delta, alpha=alpha / 2)  # X' vs X
+    ev_bwd, _ = choose_event(sel_x2, sel_x, delta=delta, alpha=alpha / 2)  # X vs X'
+    out_x, out_x2 = outputs(x, runs), outputs(x2, runs)
+    fwd = (_count(ev_fwd, out_x2), _count(ev_fwd, out_x))
+    bwd = (_count(ev_bwd, out_x), _count(ev_bwd, out_x2))
+    lb_fwd = epsilon_lower_bound(fwd[0], runs, fwd[1], runs, delta=delta, alpha=alpha / 2)
+    lb_bwd = epsilon_lower_bound(bwd[0], runs, bwd[1], runs, delta=delta, alpha=alpha / 2)
+    if lb_fwd >= lb_bwd:
+        lb, direction, event, counts = lb_fwd, "X' vs X", ev_fwd, fwd
+    else:
+        lb, direction, event, counts = lb_bwd, "X vs X'", ev_bwd, bwd
+    return AuditResult(
+        algorithm=scenario.algorithm,
+        description=scenario.description,
+        claim=claim["claim"],
+        claim_rdp=claim["rdp"],
+        claim_pld=claim["pld"],
+        lower_bound=lb,
+        direction=direction,
+        event=str(event),
+        counts=counts,
+        runs=runs,
+        selection_runs=selection_runs,
+        alpha=alpha,
+        seconds=time.perf_counter() - start,
+        extras={"mean_trials": float(np.mean([o.trials for o in out_x + out_x2]))},
+    )
+
+
+def format_results(results: Sequence[AuditResult]) -> str:
+    """A Markdown table: algorithm, claim, lower bound, event, N, time."""
+    lines = [
+        "| algorithm | claimed ε (RDP / PLD) | ε lower bound | event (direction, counts) "
+        "| N per dataset (+ selection) | time | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        pld = "n/a" if math.isnan(r.claim_pld) else f"{r.claim_pld:.3f}"
+        lines.append(
+            f"| {r.algorithm} ({r.description}) | {r.claim:.3f} ({r.claim_rdp:.3f} / {pld}) "
+            f"| {r.lower_bound:.3f} | {r.event} ({r.direction}, {r.counts[0]} vs {r.counts[1]}) "
+            f"| {r.runs} (+{r.selection_runs}) | {r.seconds:.1f} s "
+            f"| {'ok' if r.passed else 'FAIL: bound above claim'} |"
+        )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# property checks
+# --------------------------------------------------------------------------------------------
+
+#: Attributes of the searchers that hold secrets drawn at construction.
+_SECRET_ATTRIBUTES = ("_k", "_subsample_seed", "_partition_seed")
+
+
+def _secrets_of(searcher: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in vars(searcher).items():
+        if name in _SECRET_ATTRIBUTES:
+            out[name] = value
+        elif isinstance(value, np.random.Generator):  # the stream future secrets come from
+            out[name + ".state"] = repr(value.bit_generator.state)
+    return out
+
+
+@dataclass(frozen=True)
+class SecretCheck:
+    """For each secret: in how many of ``pairs`` pairs of identically built searchers it was
+    equal. ``reproducible`` lists the secrets equal in every pair."""
+
+    algorithm: str
+    pairs: int
+    equal_in: dict[str, int]
+
+    @property
+    def reproducible(self) -> list[str]:
+        return [k for k, v in self.equal_in.items() if v == self.pairs]
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.equal_in) and not self.reproducible
+
+
+def check_fresh_secrets(scenario: AuditScenario, *, pairs: int = 8) -> SecretCheck:
+    """Build ``pairs`` pairs of searchers from identical public inputs (no seed) and compare
+    their secrets (K, subsample and partition seeds, the state of the RNG that future secret
+    draws — SVT noise, sampled configurations — come from). A secret equal in every pair is
+    reproducible from the public inputs (probability ≤ max_k P[K=k]^pairs for fresh K)."""
+    equal: dict[str, int] = {}
+    for _ in range(pairs):
+        a, b = _secrets_of(scenario.build_searcher()), _secrets_of(scenario.build_searcher())
+        for name in a.keys() | b.keys():
+            equal[name] = equal.get(name, 0) + int(a.get(name) == b.get(name))
+    return SecretCheck(scenario.algorithm, pairs, equal)
+
+
+@dataclass(frozen=True)
+class PartitionCheck:
+    """One record, one partition: how many views were checked and how many broke the rule,
+    with the number of changed training sets of each broken partition view."""
+
+    algorithm: str
+    views: int
+    violations: int
+    changed_sets: tuple[int, ...] = ()
+    details: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return self.views > 0 and self.violations == 0
+
+
+def _records(d: Any) -> np.ndarray:
+    return np.sort(np.asarray(d.features, np.float64).reshape(-1))
+
+
+def check_one_record_one_partition(
+    scenario: AuditScenario, *, searches: int = 20
+) -> PartitionCheck:
+    """Run ``searches`` real searches, and for every data view they emit compare the training
+    sets (:func:`trainables.training.training_sets`) on X (distinct records) and on
+    X' = X + canary under the same view: exactly one training set may change, and only by
+    gaining the canary (partitions); a subsample / complement may differ by at most the canary.
+
+    The coupling (same view seed, canary appended last) is the natural one: records are
+    assigned to partitions / subsamples independently, so every other record keeps its place.
+    """
+    from trainables.training import training_sets
+
+    n = scenario.n_train
+    feats = np.linspace(-0.9, 0.9, n)
+    x, x2 = neighbouring_datasets(n, scenario.n_val, train_features=feats)
+    views: list[RaydpSettings] = []
+    rng = _fresh_rng()
+    for _ in range(searches):
+        run_search(scenario, x, rng,
+                   on_config=lambda c: views.append(RaydpSettings.from_config(c)))
+    checked, violations = 0, 0
+    changed_counts: list[int] = []
+    details: list[str] = []
+    for settings in views:
+        kind = (settings.data_view or {"kind": "full"}).get("kind")
+        a = [_records(d) for d in training_sets(x.train, settings)]
+        b = [_records(d) for d in training_sets(x2.train, settings)]
+        checked += 1
+        changed = [i for i, (u, w) in enumerate(zip(a, b)) if not np.array_equal(u, w)]
+        gained_canary_only = all(
+            np.array_equal(np.sort(np.append(a[i], CANARY)), b[i]) for i in changed
+        )
+        ok = gained_canary_only and (
+            len(changed) == 1 if kind in ("partitions", "full") else len(changed) <= 1
+        )
+        if not ok:
+            violations += 1
+            changed_counts.append(len(changed))
+            if len(details) < 5:
+                view = {**(settings.data_view or {}), "seed": "<secret>"}
+                details.append(
+                    f"view {view}: {len(changed)} of {len(a)} training sets "
+                    f"changed{'' if gained_canary_only else ' (not only by the canary)'}"
+                )
+    return PartitionCheck(scenario.algorithm, checked, violations, tuple(changed_counts),
+                          tuple(details))
+
+
+@dataclass(frozen=True)
+class ReleaseCheck:
+    """A tiny real DP-SGD run: releases per model vs the declared training mechanism."""
+
+    declared: Mechanism
+    ran: tuple[Mechanism, ...]
+
+    @property
+    def passed(self) -> bool:
+        return len(self.ran) > 0 and all(m == self.declared for m in self.ran)
+
+
+def check_train_dp_releases(*, num_partitions: int = 2) -> ReleaseCheck:
+    """Run :func:`trainables.training.train_dp` once on 40 records (``num_partitions`` models,
+    Poisson-sampled DP-SGD, 1 epoch at q = 0.5) and compare each model's counted noisy
+    releases with ``privacy_from_config(config, n).mechanism()``."""
+    from raydp_hpo.ledger import PrivacyLedger
+    from trainables.data import Dataset, DataSplits
+    from trainables.training import declared_privacy, train_dp
+
+    rng = _fresh_rng()
+    x = rng.uniform(-1, 1, (40, 1)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    train = Dataset(x, y, 2)
+    data = DataSplits(train, train, train)
+    config = {
+        "model": "mlp",
+        "model_kwargs": {"hidden": [4]},
+        "optimizer": "sgd",
+        "sample_rate": 0.5,
+        "epochs": 1,
+        "noise_multiplier": 2.0,
+        "lr": 0.1,
+        RAYDP_KEY: {
+            "charge": True,
+            "charge_id": "audit/t0",
+            "data_view": {"kind": "partitions", "num_partitions": num_partitions,
+                          "seed": secrets.randbits(31)},
+        },
+    }
+    ledger = PrivacyLedger(PrivacyBudget(epsilon=50.0, delta=1e-5))
+    result = train_dp(config, data, ledger=ledger, device="cpu")
+    declared = declared_privacy(config, data)[0].mechanism()
+    ran = tuple(
+        SubsampledGaussian(log.noise_multiplier, log.sample_rate, log.releases)
+        for log in result.releases
+    )
+    return ReleaseCheck(declared, ran)
+
+
+# --------------------------------------------------------------------------------------------
+# the whole audit
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """Everything one audit run found: the per-algorithm bounds and the property checks."""
+
+    results: tuple[AuditResult, ...]
+    secrets: tuple[SecretCheck, ...]
+    partitions: tuple[PartitionCheck, ...]
+    releases: ReleaseCheck | None
+
+    @property
+    def failures(self) -> list[str]:
+        out = [
+            f"{r.algorithm}: ε lower bound {r.lower_bound:.3f} > claimed ε {r.claim:.3f} "
+            f"({r.event}, {r.direction}, {r.counts[0]} vs {r.counts[1]} of {r.runs})"
+            for r in self.results
+            if not r.passed
+        ]
+        out += [
+            f"{c.algorithm}: secrets reproducible from public inputs (equal in all {c.pairs} "
+            f"pairs of searchers): {', '.join(c.reproducible) or 'none found'}"
+            for c in self.secrets
+            if not c.passed
+        ]
+        out += [
+            f"{c.algorithm}: one added record changed more than one training set in "
+            f"{c.violations} of {c.views} views (changed sets: "
+            f"{sorted(set(c.changed_sets))}); e.g. {c.details[0] if c.details else ''}"
+            for c in self.partitions
+            if not c.passed
+        ]
+        if self.releases is not None and not self.releases.passed:
+            out.append(
+                f"train_dp: ran {self.releases.ran}, declared {self.releases.declared}"
+            )
+        return out
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+#: Algorithms whose trials see a data view other than the full training split.
+VIEW_ALGORITHMS = ("svt_threshold", "subsampled_transfer")
+
+
+def run_audit(
+    algorithms: Sequence[str] | None = None,
+    *,
+    runs: int = 2000,
+    selection_runs: int | None = None,
+    alpha: float = 0.05,
+    properties: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> AuditReport:
+    """The audit of ``algorithms`` (default: all) on :func:`default_scenarios`: property
+    checks first (cheap), then the lower bound of every algorithm."""
+    scenarios = default_scenarios()
+    names = list(scenarios) if algorithms is None else list(algorithms)
+    unknown = [a for a in names if a not in scenarios]
+    if unknown:
+        raise InvalidParameterError(
+            f"unknown algorithm(s) {unknown}; use some of {sorted(scenarios)}"
+        )
+    say = progress or (lambda _msg: None)
+    secret_checks: list[SecretCheck] = []
+    partition_checks: list[PartitionCheck] = []
+    release_check: ReleaseCheck | None = None
+    if properties:
+        for name in names:
+            secret_checks.append(check_fresh_secrets(scenarios[name]))
+            if name in VIEW_ALGORITHMS:
+                partition_checks.append(check_one_record_one_partition(scenarios[name]))
+        release_check = check_train_dp_releases()
+        say("property checks done")
+    results = []
+    for name in names:
+        results.append(
+            audit_algorithm(scenarios[name], runs=runs, selection_runs=selection_runs,
+                            alpha=alpha)
+        )
+        say(format_results(results[-1:]).splitlines()[-1])
+    return AuditReport(tuple(results), tuple(secret_checks), tuple(partition_checks),
+                       release_check)
+
+
+def format_report(report: AuditReport) -> str:
+    """Markdown: the bounds table, then one line per property check."""
+    lines = [format_results(report.results), ""]
+    for c in report.secrets:
+        lines.append(
+            f"- fresh secrets, {c.algorithm}: "
+            + ("ok" if c.passed else f"FAIL (equal in all {c.pairs} pairs: "
+               f"{', '.join(c.reproducible)})")
+        )
+    for p in report.partitions:
+        lines.append(
+            f"- one record, one training set, {p.algorithm}: "
+            + ("ok" if p.passed else f"FAIL in {p.violations} of {p.views} views "
+               f"(changed sets {sorted(set(p.changed_sets))})")
+            + f" ({p.views} views checked)"
+        )
+    if report.releases is not None:
+        lines.append(
+            "- train_dp releases = declared mechanism: "
+            + ("ok" if report.releases.passed else "FAIL")
+            + f" ({len(report.releases.ran)} models, declared {report.releases.declared})"
+        )
+    return "\n".join(lines)
