@@ -10,7 +10,7 @@ TORCH_PIN := torch==2.13.0
 export RAY_AUTH_MODE ?= disabled
 export PYTHONUNBUFFERED := 1
 
-.PHONY: venv demo test test-slow test-cluster lint bench clean
+.PHONY: venv demo test test-slow test-cluster lint bench audit clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/ledger.py
+
+# Empirical privacy audit of every search algorithm on neighbouring datasets (lower bound vs
+# claimed ε, plus property checks); writes benchmarks/results/privacy_audit.md.
+audit: $(STAMP)
+	$(PY) benchmarks/privacy_audit.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -474,17 +474,19 @@ def craft_partition_canary(scenario: AuditScenario) -> tuple[AuditScenario, int]
 
 
 def claimed_epsilon(scenario: AuditScenario) -> dict[str, float]:
-    """ε the plan claims at the budget's δ: RDP, PLD (where it works) and their minimum."""
+    """ε the plan claims at the budget's δ: RDP, PLD and privacy profiles (where each works)
+    and their minimum — the smallest figure the certificate can print is the one audited."""
     s = scenario.build_searcher()
     mech = s.privacy_plan().mechanism
     if mech is None:  # grid search charges trial by trial: the whole grid's composition
         mech = s.composed_mechanism()
     d = scenario.budget.delta
     out = {"rdp": epsilon(mech, d, Accountant.RDP)}
-    try:
-        out["pld"] = epsilon(mech, d, Accountant.PLD)
-    except RayDPHPOError:
-        out["pld"] = math.nan
+    for name, accountant in (("pld", Accountant.PLD), ("profile", Accountant.PROFILE)):
+        try:
+            out[name] = epsilon(mech, d, accountant)
+        except RayDPHPOError:
+            out[name] = math.nan
     out["claim"] = min(v for v in out.values() if not math.isnan(v))
     return out
 
@@ -620,6 +622,7 @@ class AuditResult:
     alpha: float
     seconds: float
     extras: dict[str, Any] = field(default_factory=dict)
+    claim_profile: float = math.nan
 
     @property
     def passed(self) -> bool:
@@ -669,6 +672,7 @@ def audit_algorithm(
         claim=claim["claim"],
         claim_rdp=claim["rdp"],
         claim_pld=claim["pld"],
+        claim_profile=claim["profile"],
         lower_bound=lb,
         direction=direction,
         event=str(event),
@@ -684,14 +688,16 @@ def audit_algorithm(
 def format_results(results: Sequence[AuditResult]) -> str:
     """A Markdown table: algorithm, claim, lower bound, event, N, time."""
     lines = [
-        "| algorithm | claimed ε (RDP / PLD) | ε lower bound | event (direction, counts) "
+        "| algorithm | claimed ε (RDP / PLD / profile) | ε lower bound | event (direction, counts) "
         "| N per dataset (+ selection) | time | verdict |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
-        pld = "n/a" if math.isnan(r.claim_pld) else f"{r.claim_pld:.3f}"
+        pld, profile = ("n/a" if math.isnan(v) else f"{v:.3f}"
+                        for v in (r.claim_pld, r.claim_profile))
         lines.append(
-            f"| {r.algorithm} ({r.description}) | {r.claim:.3f} ({r.claim_rdp:.3f} / {pld}) "
+            f"| {r.algorithm} ({r.description}) | {r.claim:.3f} ({r.claim_rdp:.3f} / {pld} / "
+            f"{profile}) "
             f"| {r.lower_bound:.3f} | {r.event} ({r.direction}, {r.counts[0]} vs {r.counts[1]}) "
             f"| {r.runs} (+{r.selection_runs}) | {r.seconds:.1f} s "
             f"| {'ok' if r.passed else 'FAIL: bound above claim'} |"

@@ -311,8 +311,10 @@ class DataSpec:
             if "label_column" in m else None,
             num_classes=_int("data.num_classes", m["num_classes"], 2)
             if "num_classes" in m else None,
-            **fractions,
-            **declared,
+            val_fraction=fractions["val_fraction"],
+            test_fraction=fractions["test_fraction"],
+            declared_train_size=declared.get("declared_train_size"),
+            declared_validation_size=declared.get("declared_validation_size"),
         )
 
 

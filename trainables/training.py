@@ -159,7 +159,7 @@ def _check_value(key: str, kind: str, value: Any) -> None:
     elif kind == "a probability in (0, 1]":
         ok = (x := number()) is not None and 0 < x <= 1
     elif kind == "a positive integer":
-        ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1
+        ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool) and bool(value >= 1)
     elif kind == "a mapping":
         ok = isinstance(value, Mapping)
     elif kind == "one of auto, bk, opacus":
