@@ -2,7 +2,8 @@
 
 Subcommands:
 
-* ``account``  — ε of DP-SGD settings under every accountant.
+* ``account``  — ε of DP-SGD settings under every accountant; with ``--mechanism laplace|gaussian``
+  the noise scale that makes a one-shot release (ε[, δ])-DP (:mod:`raydp_hpo.calibration`).
 * ``ledger show JOURNAL`` / ``ledger list [DIR]`` — a ledger's budget, spend and charges.
 * ``ledger verify JOURNAL`` — integrity of a journal, read-only (exit 0 intact, 2 corrupted).
 * ``demo``     — the main job on the built-in default (see :mod:`raydp_hpo.demo`).
@@ -33,8 +34,85 @@ __all__ = ["main", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_BUDGET_EXHAU
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_BUDGET_EXHAUSTED = 0, 1, 2, 3
 
 
+_SGD_ARGS = ("noise_multiplier", "sample_rate", "steps")
+_RELEASE_ARGS = ("epsilon", "sensitivity")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _round_up(value: float, digits: int = 6) -> str:
+    """``value`` rounded *up* to ``digits`` significant digits (a printed scale never
+    understates the calibrated noise)."""
+    exponent = math.floor(math.log10(value)) - digits + 1
+    up = math.ceil(value / 10.0**exponent) * 10.0**exponent
+    while up < value:  # float error of the scaling
+        up = math.nextafter(up, math.inf)
+    return f"{up:.{digits}g}"
+
+
+def _cmd_account_release(args: argparse.Namespace) -> int:
+    """Noise scale of a one-shot Laplace or Gaussian release (``--mechanism``)."""
+    from raydp_hpo.calibration import (
+        calibrate_analytic_gaussian,
+        calibrate_laplace,
+        classic_gaussian_sigma,
+    )
+
+    sensitivity = 1.0 if args.sensitivity is None else args.sensitivity
+    classic: float | None = None
+    if args.mechanism == "laplace":
+        if args.delta is not None:
+            raise RayDPHPOError("--mechanism laplace is pure ε-DP (δ = 0): drop --delta, or use "
+                                "--mechanism gaussian for an (ε, δ) release")
+        delta = 0.0
+        scale = calibrate_laplace(args.epsilon, sensitivity)
+        label = ("Laplace scale b = Δ₁/ε (Dwork, McSherry, Nissim & Smith 2006)", "b")
+    else:
+        if args.delta is None:
+            raise RayDPHPOError("--mechanism gaussian needs --delta (in (0, 1))")
+        delta = args.delta
+        scale = calibrate_analytic_gaussian(args.epsilon, delta, sensitivity)
+        if args.epsilon < 1.0:
+            classic = classic_gaussian_sigma(args.epsilon, delta, sensitivity)
+        label = ("analytic Gaussian σ (Balle & Wang 2018, Thm. 8)", "σ")
+    if args.json:
+        print(json.dumps({"mechanism": args.mechanism, "epsilon": args.epsilon, "delta": delta,
+                          "sensitivity": sensitivity, "scale": scale, "classic_sigma": classic}))
+        return EXIT_OK
+    norm = "ℓ₁" if args.mechanism == "laplace" else "ℓ₂"
+    target = f"ε={args.epsilon:g}" + (f", δ={delta:g}" if delta else " (pure DP)")
+    print(f"{args.mechanism} release, {norm} sensitivity {sensitivity:g}, {target}")
+    print(f"  {label[0]:<62} {label[1]} = {_round_up(scale)}")
+    if classic is not None:
+        print(f"  {'classic σ = Δ√(2 ln(1.25/δ))/ε (Dwork & Roth 2014, Thm. A.1)':<62} "
+              f"σ = {_round_up(classic)}")
+    print("  (printed values are rounded up; --json gives the exact float)")
+    return EXIT_OK
+
+
 def _cmd_account(args: argparse.Namespace) -> int:
-    """ε of DP-SGD settings, or of a random-stopping search over them (``--search``)."""
+    """ε of DP-SGD settings, or of a random-stopping search over them (``--search``); with
+    ``--mechanism``, the calibrated noise of a one-shot release instead."""
+    if args.mechanism is not None:
+        extra = [_flag(n) for n in _SGD_ARGS if getattr(args, n) is not None]
+        if args.search is not None or args.mean is not None or args.shape is not None:
+            extra.append("--search/--mean/--shape")
+        if extra:
+            raise RayDPHPOError(f"--mechanism {args.mechanism} prices a one-shot release: "
+                                f"{', '.join(extra)} belong to DP-SGD accounting; drop them")
+        if args.epsilon is None:
+            raise RayDPHPOError(f"--mechanism {args.mechanism} needs --epsilon (> 0)")
+        return _cmd_account_release(args)
+    given = [_flag(n) for n in _RELEASE_ARGS if getattr(args, n) is not None]
+    if given:
+        raise RayDPHPOError(f"{', '.join(given)} calibrate a one-shot release: add "
+                            "--mechanism laplace|gaussian")
+    missing = [_flag(n) for n in (*_SGD_ARGS, "delta") if getattr(args, n) is None]
+    if missing:
+        raise RayDPHPOError(f"DP-SGD accounting needs {', '.join(missing)} (or use --mechanism "
+                            "laplace|gaussian to calibrate a one-shot release)")
     from raydp_hpo.accounting import Accountant, epsilon
     from raydp_hpo.errors import UnsupportedMechanismError
     from raydp_hpo.mechanisms import (
@@ -296,11 +374,19 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    acc = sub.add_parser("account", help="ε of DP-SGD settings under every accountant")
-    acc.add_argument("--noise-multiplier", type=float, required=True)
-    acc.add_argument("--sample-rate", type=float, required=True)
-    acc.add_argument("--steps", type=int, required=True)
-    acc.add_argument("--delta", type=float, required=True)
+    acc = sub.add_parser(
+        "account", help="ε of DP-SGD settings under every accountant, or (--mechanism) the "
+                        "noise of a one-shot Laplace/Gaussian release")
+    acc.add_argument("--noise-multiplier", type=float, default=None, help="DP-SGD only")
+    acc.add_argument("--sample-rate", type=float, default=None, help="DP-SGD only")
+    acc.add_argument("--steps", type=int, default=None, help="DP-SGD only")
+    acc.add_argument("--delta", type=float, default=None,
+                     help="target δ (DP-SGD and --mechanism gaussian)")
+    acc.add_argument("--mechanism", choices=["laplace", "gaussian"], default=None,
+                     help="calibrate a one-shot release instead: Laplace b or analytic Gaussian σ")
+    acc.add_argument("--epsilon", type=float, default=None, help="target ε of --mechanism")
+    acc.add_argument("--sensitivity", type=float, default=None,
+                     help="ℓ₁ (laplace) / ℓ₂ (gaussian) sensitivity of the release (default 1)")
     acc.add_argument("--search", choices=["random_stopping"], default=None,
                      help="price a Papernot–Steinke search over these trials instead of one run")
     acc.add_argument("--mean", type=float, default=None, help="E[K] of the search")

@@ -106,3 +106,44 @@ def test_ledger_list_without_argument_finds_the_ledgers_runs_create(tmp_path, mo
         ledger.charge("exp/plan", SubsampledGaussian(1.0, 0.01, 100))
     assert main(["ledger", "list"]) == 0
     assert "data-digits-0123.journal" in capsys.readouterr().out
+
+
+def test_account_mechanism_calibrates_one_shot_releases(capsys) -> None:
+    """`account --mechanism laplace|gaussian`: the noise of a one-shot release, the same float
+    as raydp_hpo.calibration (pinned there against mpmath and dp-accounting)."""
+    from raydp_hpo.calibration import calibrate_analytic_gaussian, gaussian_delta
+
+    assert main(["account", "--mechanism", "laplace", "--epsilon", "0.5", "--sensitivity", "2",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["scale"] == 4.0 and out["delta"] == 0.0 and out["classic_sigma"] is None
+
+    assert main(["account", "--mechanism", "gaussian", "--epsilon", "0.5", "--delta", "1e-5",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["scale"] == calibrate_analytic_gaussian(0.5, 1e-5)
+    assert gaussian_delta(out["scale"], 0.5) <= 1e-5
+    assert out["scale"] < out["classic_sigma"]  # classic √(2 ln(1.25/δ))/ε, valid for ε < 1
+
+    assert main(["account", "--mechanism", "gaussian", "--epsilon", "1", "--delta", "1e-5"]) == 0
+    text = capsys.readouterr().out
+    assert "σ = 3.73064" in text  # 3.7306316… rounded *up* to 6 digits, never down
+    assert "classic" not in text  # the classic formula is not valid at ε = 1
+
+
+def test_account_mechanism_wrong_combinations_exit_2(capsys) -> None:
+    cases = [
+        (["--mechanism", "gaussian", "--epsilon", "1"], "--delta"),
+        (["--mechanism", "laplace", "--epsilon", "1", "--delta", "1e-5"], "pure ε-DP"),
+        (["--mechanism", "laplace"], "--epsilon"),
+        (["--mechanism", "gaussian", "--epsilon", "1", "--delta", "1e-5", "--steps", "10"],
+         "--steps"),
+        (["--mechanism", "laplace", "--epsilon", "1", "--search", "random_stopping"], "--search"),
+        (["--epsilon", "1", "--delta", "1e-5"], "--mechanism"),
+        (["--noise-multiplier", "1", "--delta", "1e-5"], "--sample-rate, --steps"),
+        (["--mechanism", "gaussian", "--epsilon", "0", "--delta", "1e-5"], "epsilon=0.0"),
+        (["--mechanism", "laplace", "--epsilon", "1", "--sensitivity", "nan"], "sensitivity=nan"),
+    ]
+    for argv, needle in cases:
+        assert main(["account", *argv]) == EXIT_BAD_INPUT, argv
+        assert needle in capsys.readouterr().err, argv
