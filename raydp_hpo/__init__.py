@@ -41,6 +41,8 @@ _EXPORTS: dict[str, str] = {
     "epsilons": "raydp_hpo.accounting",
     "delta": "raydp_hpo.accounting",
     "calibrate_noise": "raydp_hpo.accounting",
+    "calibrate_laplace": "raydp_hpo.calibration",
+    "calibrate_analytic_gaussian": "raydp_hpo.calibration",
     "gdp_epsilon": "raydp_hpo.gdp",
     "gdp_delta": "raydp_hpo.gdp",
     "gdp_mu": "raydp_hpo.gdp",
