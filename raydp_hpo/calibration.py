@@ -44,6 +44,7 @@ __all__ = [
 DEFAULT_SIGMA_RTOL = 1e-12
 
 _UNIT_ROUNDOFF = float(np.finfo(float).eps) / 2.0
+_TINY = float(np.finfo(float).tiny)  # smallest normal float
 _SQRT2 = math.sqrt(2.0)
 _LOG_HALF = math.log(0.5)
 _MIN_RTOL = 4 * float(np.finfo(float).eps)
@@ -67,13 +68,13 @@ def calibrate_laplace(epsilon: float, sensitivity: float = 1.0) -> float:
     eps = positive_float("epsilon", epsilon)
     sens = positive_float("sensitivity", sensitivity)
     scale = sens / eps
-    while sens / scale > eps:  # at most a step or two of one ulp
-        scale = math.nextafter(scale, math.inf)
-    if not math.isfinite(scale) or scale <= 0.0:
+    if not math.isfinite(scale) or scale < _TINY:
         raise InvalidParameterError(
             f"sensitivity/epsilon = {sens!r}/{eps!r} is outside the float range; rescale the "
             "statistic"
         )
+    while sens / scale > eps:  # at most a step or two of one ulp
+        scale = math.nextafter(scale, math.inf)
     return scale
 
 

@@ -260,6 +260,12 @@ def test_laplace_bad_inputs_name_the_value(epsilon, sensitivity, name) -> None:
     assert f"{name}={value!r}" in str(info.value)
 
 
+def test_laplace_scale_outside_float_range_is_refused() -> None:
+    for epsilon, sensitivity in ((1e10, 1e-320), (1e-10, 1e300)):
+        with pytest.raises(InvalidParameterError, match="outside the float range"):
+            calibrate_laplace(epsilon, sensitivity)
+
+
 def test_classic_formula_refuses_epsilon_at_least_one() -> None:
     with pytest.raises(InvalidParameterError, match="epsilon=1.5"):
         classic_gaussian_sigma(1.5, 1e-5)
