@@ -38,6 +38,8 @@ error that names the key and suggests the closest valid one. Schema (``?`` = opt
       # also {randint: [a, b]}, {grid: [...]}, {quniform: [a, b, q]}, {qloguniform: ...},
       # {randn: [mean, sd]}
     budget: {epsilon: 8.0, delta: 1.0e-5}
+    test_accuracy_epsilon?: 0.1      # release a DP test accuracy (Laplace, its own charge,
+                                     # taken from the budget); omit: a noiseless one, NOT covered
     resources?: {cpu: 1, gpu: 0}     # per trial
     storage_path?: ./raydp_results   # local dir or NFS mount shared by every node
     tensorboard?: false              # also write Tune's per-trial TensorBoard files
@@ -103,7 +105,7 @@ DOMAIN_KINDS = (
 )
 _TOP_KEYS = (
     "experiment", "split_seed", "secret_seed", "data", "model", "search", "space", "budget",
-    "resources", "storage_path", "ledger", "tensorboard",
+    "resources", "storage_path", "ledger", "tensorboard", "test_accuracy_epsilon",
 )
 _DATA_KEYS = (
     "source", "size", "generator_seed", "uri", "feature_columns", "feature_column",
@@ -224,6 +226,13 @@ class DataSpec:
             if val is None and self.val_fraction > 0:
                 val = max(1, round(total * self.val_fraction))
         return train, val
+
+    def public_test_size(self) -> int | None:
+        """Declared public test size: ``round(N·f_test)`` for built-in sources, else ``None``."""
+        if self.source == "mnist1d":
+            return max(1, round((self.size or 5000) * self.test_fraction))
+        total = _BUILTIN_SIZES.get(self.source)
+        return None if total is None else max(1, round(total * self.test_fraction))
 
     def fingerprint(self) -> str:
         """The identity of the data source the budget belongs to: the built-in dataset and its
@@ -419,6 +428,7 @@ class ExperimentSpec:
     ledger: LedgerSpec | None = None
     source_path: str | None = None
     tensorboard: bool = False
+    test_accuracy_epsilon: float | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -573,7 +583,16 @@ def parse_experiment(raw: Any, *, source_path: str | None = None) -> ExperimentS
         ledger=LedgerSpec.parse(m["ledger"]) if m.get("ledger") is not None else None,
         source_path=source_path,
         tensorboard=_bool("tensorboard", m.get("tensorboard", False)),
+        test_accuracy_epsilon=_number("test_accuracy_epsilon", m["test_accuracy_epsilon"])
+        if m.get("test_accuracy_epsilon") is not None else None,
     )
+    if spec.test_accuracy_epsilon is not None and not (
+        0 < spec.test_accuracy_epsilon < spec.budget.epsilon
+    ):
+        raise ConfigError(
+            f"test_accuracy_epsilon={spec.test_accuracy_epsilon:g} must be in (0, budget.epsilon="
+            f"{spec.budget.epsilon:g}): it is taken from the experiment's budget"
+        )
     if spec.ledger is not None and spec.ledger.budget is not None and (
         spec.ledger.budget.delta != spec.budget.delta
     ):
@@ -683,7 +702,9 @@ def validate_search(
             mode=spec.search.mode,
             dataset_size=dataset_size,
             validation_size=validation_size,
-            budget=spec.budget,
+            # the search's share: a DP test accuracy takes its ε_t from the budget first
+            budget=PrivacyBudget(spec.budget.epsilon - (spec.test_accuracy_epsilon or 0.0),
+                                 spec.budget.delta),
             experiment=spec.experiment,
             **dict(spec.search.settings),
         )
@@ -916,6 +937,8 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
         secret_seed=spec.secret_seed,
         dataset_size=train_size,
         validation_size=val_size,
+        test_accuracy_epsilon=spec.test_accuracy_epsilon,
+        test_size=spec.data.public_test_size() if spec.test_accuracy_epsilon else None,
         tensorboard=spec.tensorboard,
     )
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -964,6 +987,9 @@ def format_summary(outcome: RunOutcome) -> str:
     else:
         for key, value in sorted(r.hyperparameters.items()):
             lines.append(f"  {key:<18} {value}")
+        if r.dp_test_accuracy is not None:
+            lines.append(f"  test accuracy      {r.dp_test_accuracy:.4f}  (DP: Laplace, "
+                         f"ε={r.dp_test_accuracy_epsilon:g}, in the certificate)")
     lines.append(r.certificate.format())
     if r.hyperparameters is not None:
         acc = "-" if r.test_accuracy is None else f"{r.test_accuracy:.4f}"

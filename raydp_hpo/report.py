@@ -200,6 +200,10 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repo
         lines.append(f"| {key} | `{json.dumps(value)}` |")
     if not release.get("hyperparameters"):
         lines.append("| (nothing released) | |")
+    dp_test = release.get("dp_test_accuracy")
+    if dp_test:
+        lines += ["", f"- test accuracy of the released model (DP, Laplace ε = "
+                      f"{dp_test['epsilon']:g}, in the certificate): {dp_test['value']:.4f}"]
     lines += [
         "",
         "## Evaluation (NOT covered by the certificate)",

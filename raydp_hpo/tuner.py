@@ -150,6 +150,9 @@ class DPResult:
     ``extras["final_failed"]``) — a release always describes a model that was trained.
     ``test_accuracy`` is computed on the held-out test split **without noise**: an evaluation
     for the operator, NOT covered by the certificate.
+    ``dp_test_accuracy`` (with ``DPTuner(test_accuracy_epsilon=ε_t)``) is the released model's
+    test accuracy released with the Laplace mechanism — its own ``Laplace(ε_t)`` charge, in the
+    certificate — so it *is* covered and may be published.
     Private (NOT covered; never publish): ``private_trials``, ``experiment_path``.
     """
 
@@ -162,6 +165,8 @@ class DPResult:
     extras: dict[str, Any] = field(default_factory=dict)
     private_trials: list[dict[str, Any]] = field(default_factory=list, repr=False)
     experiment_path: str | None = None
+    dp_test_accuracy: float | None = None
+    dp_test_accuracy_epsilon: float | None = None
 
     def public(self) -> dict[str, Any]:
         """The releasable part as a JSON-able dict (no per-trial metrics, no trial count).
@@ -178,6 +183,11 @@ class DPResult:
             "evaluation": {
                 "test_accuracy": self.test_accuracy,
                 "covered_by_certificate": False,
+            },
+            "dp_test_accuracy": None if self.dp_test_accuracy is None else {
+                "value": self.dp_test_accuracy,
+                "epsilon": self.dp_test_accuracy_epsilon,
+                "covered_by_certificate": True,
             },
         }
 
@@ -220,6 +230,13 @@ class DPTuner:
             Poisson batches and score noise) comes from OS entropy. A given seed makes the run
             reproducible; anyone who knows it can regenerate the noise, so it must be kept as
             secret as the data. It is never written to a config, release, certificate or log.
+        test_accuracy_epsilon: ε_t of a DP test accuracy of the released model (default
+            ``None``: none). The search then gets the budget ε − ε_t, and after it the released
+            model's count of correct test predictions is released with Laplace noise of scale
+            1/ε_t (sensitivity 1 under add/remove; :func:`raydp_hpo.calibration.
+            calibrate_laplace`) over the declared test size, as its own ``Laplace(ε_t)`` charge.
+        test_size: the declared public number of test records (default: the realised size,
+            listed in the certificate as treated as public).
         dataset_size, validation_size: the declared **public** numbers of training and
             validation records (q from ``batch_size``, the DP-SGD normaliser, the score
             normaliser). Default: the realised sizes of ``data``, which the certificate then
@@ -247,6 +264,8 @@ class DPTuner:
         secret_seed: int | None = None,
         dataset_size: int | None = None,
         validation_size: int | None = None,
+        test_accuracy_epsilon: float | None = None,
+        test_size: int | None = None,
         verbose: int = 0,
         callbacks: Sequence[Any] = (),
         reuse_actors: bool = True,
@@ -289,7 +308,30 @@ class DPTuner:
                     f"{name} must be a positive integer (a declared public size) or None, got "
                     f"{name}={value!r}"
                 )
-        self._declared_sizes = (dataset_size is not None, validation_size is not None)
+        if test_size is not None and (isinstance(test_size, bool) or not isinstance(test_size, int)
+                                      or test_size < 1):
+            raise InvalidParameterError(
+                f"test_size must be a positive integer (a declared public size) or None, got "
+                f"test_size={test_size!r}"
+            )
+        self._test_epsilon: float | None = None
+        self._search_budget = budget
+        if test_accuracy_epsilon is not None:
+            from raydp_hpo._validation import positive_float
+
+            eps_t = positive_float("test_accuracy_epsilon", test_accuracy_epsilon)
+            if eps_t >= budget.epsilon:
+                raise InvalidParameterError(
+                    f"test_accuracy_epsilon={eps_t:g} leaves nothing of the budget "
+                    f"ε={budget.epsilon:g} for the search; use a smaller value"
+                )
+            self._test_epsilon = eps_t
+            # the search gets ε − ε_t: with the Laplace(ε_t) release composed on top, the total
+            # stays within ε (ε_t-DP composes additively under RDP, PLD and basic composition)
+            self._search_budget = PrivacyBudget(budget.epsilon - eps_t, budget.delta)
+        self._test_size = test_size if test_size is not None else max(1, len(data.test))
+        self._declared_sizes = (dataset_size is not None, validation_size is not None,
+                                test_size is not None)
         self._dataset_size = dataset_size if dataset_size is not None else len(data.train)
         self._validation_size = (
             validation_size if validation_size is not None else max(1, len(data.val))
@@ -403,7 +445,7 @@ class DPTuner:
                     f"ledger is {ledger.name!r}; build it with ledger_name=tuner.ledger_name"
                 )
             return self._search
-        budget = self._budget
+        budget = self._search_budget
         plan_id = f"{self._experiment}/plan"
         admissible: Any
         if dedicated is not None:
@@ -574,7 +616,18 @@ class DPTuner:
                     "error": None if err is None else repr(err)[:300],
                 }
             )
-        # charges of this experiment (plan and/or individual trials)
+        model, ckpt_path, test_acc = None, None, None
+        if release.trial_id is not None:
+            result = self._find_result(by_id, release.trial_id)
+            if result is not None and result.checkpoint is not None:
+                ckpt_path = result.checkpoint.path
+                model = self._load_model(ckpt_path, result.config or {})
+                test_acc = (result.metrics or {}).get("test_accuracy")
+        extras = dict(release.extras)
+        dp_test = None
+        if model is not None and self._test_epsilon is not None:
+            dp_test = self._dp_test_accuracy(model, ledger, extras)
+        # charges of this experiment (plan and/or individual trials, DP test accuracy)
         prefix = f"{self._experiment}/"
         charges = tuple(
             (c.charge_id, c.mechanism) for c in ledger.charges() if c.charge_id.startswith(prefix)
@@ -605,15 +658,7 @@ class DPTuner:
             raise RayDPHPOError(  # pragma: no cover - would be a bug in admission
                 f"internal error: charged ε={certificate.epsilon} exceeds the budget"
             )
-        model, ckpt_path, test_acc = None, None, None
-        if release.trial_id is not None:
-            result = self._find_result(by_id, release.trial_id)
-            if result is not None and result.checkpoint is not None:
-                ckpt_path = result.checkpoint.path
-                model = self._load_model(ckpt_path, result.config or {})
-                test_acc = (result.metrics or {}).get("test_accuracy")
         hyperparameters = release.hyperparameters
-        extras = dict(release.extras)
         if hyperparameters is not None and model is None:
             # A release must describe a model that was trained: the final run failed (or left
             # no checkpoint), so nothing is released; the budget it spent stays spent.
@@ -630,22 +675,62 @@ class DPTuner:
             extras=extras,
             private_trials=trials,
             experiment_path=exp_dir,
+            dp_test_accuracy=dp_test,
+            dp_test_accuracy_epsilon=None if dp_test is None else self._test_epsilon,
         )
         Path(exp_dir).mkdir(parents=True, exist_ok=True)
         with open(Path(exp_dir) / "release.json", "w", encoding="utf-8") as fh:
             json.dump(out.public(), fh, indent=2, default=str)
         return out
 
+    def _dp_test_accuracy(self, model: Any, ledger: LedgerHandle, extras: dict[str, Any]
+                          ) -> float | None:
+        """The released model's test accuracy by the Laplace mechanism, charged first.
+
+        The count of correct test predictions changes by at most 1 when one test record is
+        added or removed (the model does not depend on test records; for a training or
+        validation record the count is post-processing of the already charged model), so
+        count + Laplace(1/ε_t) is ε_t-DP (Dwork et al. 2006); it is divided by the declared
+        test size (post-processing) and clipped to [0, 1]. One release per experiment: a charge
+        already on the ledger (a resumed run) is not released a second time."""
+        import secrets
+
+        import numpy as np
+
+        from raydp_hpo.calibration import calibrate_laplace
+        from raydp_hpo.mechanisms import Laplace
+        from trainables.training import count_correct
+
+        assert self._test_epsilon is not None
+        charge_id = f"{self._experiment}/test_accuracy"
+        if ledger.has_charge(charge_id):
+            extras["dp_test_accuracy"] = "already released once by this experiment: not again"
+            return None
+        decision = ledger.try_charge(charge_id, Laplace(self._test_epsilon), owner=self._experiment)
+        if not decision.admitted:
+            extras["dp_test_accuracy"] = "refused by the ledger (budget exhausted): not released"
+            return None
+        rng = np.random.default_rng(
+            secrets.randbits(128) if self._secret_seed is None else [self._secret_seed, 7]
+        )
+        noisy = count_correct(model, self._data.test) + float(
+            rng.laplace(0.0, calibrate_laplace(self._test_epsilon))
+        )
+        return min(1.0, max(0.0, noisy / self._test_size))
+
     def _public_quantities(self) -> tuple[tuple[str, str], ...]:
         """What the certificate's guarantee treats as public (DESIGN.md, "Released vs
         private" and "Secrets and neighbouring datasets")."""
-        n_declared, val_declared = self._declared_sizes
+        n_declared, val_declared, test_declared = self._declared_sizes
         taken = "taken from the data and treated as public (declare it to make it data-independent)"
         return (
             ("training-set size", f"{self._dataset_size} ("
              + ("declared" if n_declared else taken) + ")"),
             ("validation-set size", f"{self._validation_size} ("
              + ("declared" if val_declared else taken) + ")"),
+            *((("test-set size", f"{self._test_size} ("
+                + ("declared" if test_declared else taken) + ")"),)
+              if self._test_epsilon is not None else ()),
             ("configuration", "the search space, search settings, budget, model, sample rates, "
              "epochs and the train/validation/test split seed"),
         )

@@ -59,6 +59,7 @@ __all__ = [
     "declared_privacy",
     "load_checkpoint",
     "training_sets",
+    "count_correct",
     "public_sizes",
     "public_view_size",
     "validate_trial_space",
@@ -388,21 +389,9 @@ class _Runner:
         self.lr_history.append(self.lr)
         return loss1 + loss2, c1 + c2
 
-    @torch.no_grad()
     def correct(self, data: Dataset) -> int:
         """Number of records of ``data`` the model classifies correctly."""
-        if len(data) == 0:
-            return 0
-        self.model.eval()
-        correct = 0
-        x = torch.as_tensor(np.array(data.features))
-        y = torch.as_tensor(np.array(data.labels))
-        for start in range(0, len(data), 4096):
-            xb = x[start : start + 4096].to(self.device)
-            pred = self.model(xb).argmax(1).cpu()
-            correct += int((pred == y[start : start + 4096]).sum())
-        self.model.train()
-        return correct
+        return count_correct(self.model, data)
 
     def accuracy(self, data: Dataset) -> float:
         """Accuracy on ``data`` with its realised size (an evaluation, never a release)."""
@@ -431,6 +420,25 @@ class _Runner:
         self.noise.releases = int(state["releases"])
         self.sampler.set_state(state["sampler_rng"])
         self.noise.generator.set_state(state["noise_rng"])
+
+
+@torch.no_grad()
+def count_correct(model: nn.Module, data: Dataset, batch: int = 4096) -> int:
+    """Number of records of ``data`` that ``model`` classifies correctly (batches are moved to
+    the model's device; the model's train/eval mode is restored)."""
+    if len(data) == 0:
+        return 0
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    correct = 0
+    x = torch.as_tensor(np.array(data.features))
+    y = torch.as_tensor(np.array(data.labels))
+    for start in range(0, len(data), batch):
+        pred = model(x[start : start + batch].to(device)).argmax(1).cpu()
+        correct += int((pred == y[start : start + batch]).sum())
+    model.train(was_training)
+    return correct
 
 
 def _save_checkpoint(path: Path, payload: dict[str, Any], meta: dict[str, Any]) -> None:

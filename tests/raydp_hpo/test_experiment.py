@@ -271,3 +271,11 @@ def test_resume_rules_before_anything_runs(raw: dict[str, Any], tmp_path: Path) 
     (spec.run_dir / "tune").mkdir(parents=True)
     with pytest.raises(ConfigError, match="--resume"):
         run_experiment(spec)
+
+
+def test_test_accuracy_epsilon_is_taken_from_the_budget(raw: dict[str, Any]) -> None:
+    spec = parse_experiment({**raw, "test_accuracy_epsilon": 0.5})
+    assert spec.test_accuracy_epsilon == 0.5
+    assert spec.data.public_test_size() == 200  # 10 % of the public 2000 records
+    with pytest.raises(ConfigError, match="test_accuracy_epsilon"):
+        parse_experiment({**raw, "test_accuracy_epsilon": 8.0})  # the whole budget

@@ -255,3 +255,25 @@ def test_fixed_plan_calibrates_on_the_tightest_valid_bound(ray_session, data, tm
     eps_pld = epsilon(plan, budget.delta, Accountant.PLD)
     assert 0.97 * budget.epsilon <= min(eps_pld, result.certificate.epsilon_rdp) <= budget.epsilon
     assert result.certificate.epsilon_rdp > budget.epsilon  # RDP alone would have refused it
+
+
+def test_dp_test_accuracy_is_its_own_charge(ray_session, data, tmp_path: Path) -> None:
+    """test_accuracy_epsilon: the released model's test accuracy is released by the Laplace
+    mechanism on the correct count, charged to the ledger and listed in the certificate, with
+    the search calibrated to the rest of the budget."""
+    from raydp_hpo.mechanisms import Laplace
+
+    budget = PrivacyBudget(3.0, 1e-5)
+    result = DPTuner(None, SPACE, "one_shot_random", budget, data=data, storage_path=tmp_path,
+                     experiment=f"dptest-{uuid.uuid4().hex[:6]}",
+                     test_accuracy_epsilon=0.5).fit()
+    ids = [cid for cid, _ in result.certificate.charges]
+    assert ids[-1].endswith("/test_accuracy")
+    assert result.certificate.charges[-1][1] == Laplace(0.5)
+    assert result.dp_test_accuracy is not None and 0.0 <= result.dp_test_accuracy <= 1.0
+    assert result.certificate.epsilon <= budget.epsilon
+    public = json.loads((Path(result.experiment_path) / "release.json").read_text())
+    assert public["dp_test_accuracy"]["covered_by_certificate"] is True
+    assert public["dp_test_accuracy"]["epsilon"] == 0.5
+    with pytest.raises(InvalidParameterError, match="leaves nothing"):
+        DPTuner(None, SPACE, "one_shot_random", budget, data=data, test_accuracy_epsilon=3.0)
