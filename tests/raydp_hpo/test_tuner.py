@@ -59,7 +59,8 @@ def test_random_stopping_end_to_end(ray_session, data, tmp_path: Path) -> None:
     public = json.loads((Path(result.experiment_path) / "release.json").read_text())
     # the release holds no per-trial metrics and no trial count
     assert set(public) == {"hyperparameters", "checkpoint_path", "budget_exhausted",
-                           "certificate", "evaluation"}
+                           "certificate", "evaluation", "dp_test_accuracy"}
+    assert public["dp_test_accuracy"] is None  # not asked for: no DP test accuracy
     assert public["evaluation"]["covered_by_certificate"] is False
     # the certificate states the privacy unit and everything it treats as public
     assert "adding or removing one record" in public["certificate"]["privacy_unit"]
