@@ -3,8 +3,9 @@
 For a Poisson batch B (each record in independently with probability q) the privatised
 gradient is (Abadi et al. 2016, Alg. 1; Opacus' convention for the normalisation)
 
-    g̃ = ( Σ_{i∈B} clip_C(∇ℓ_i) + N(0, σ²C²·I) ) / (q·n),   clip_C(v) = v · min(1, C/‖v‖),
+    g̃ = ( Σ_{i∈B} clip_C(∇ℓ_i) + N(0, σ²C²·I) ) / (q·n_pub),   clip_C(v) = v · min(1, C/‖v‖),
 
+with n_pub a declared public size (never the realised n, which differs between neighbours),
 whose release is one subsampled Gaussian mechanism with noise multiplier σ.
 
 Two implementations of Σ clip_C(∇ℓ_i), checked against each other in the tests:
@@ -25,13 +26,14 @@ compare what actually ran with the declared mechanism.
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from raydp_hpo.errors import RayDPHPOError
+from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 
 __all__ = ["BookKeepingClipper", "OpacusClipper", "GaussianNoise", "make_clipper", "supports_bk"]
 
@@ -147,22 +149,81 @@ def make_clipper(model: nn.Module, mode: str = "auto") -> BookKeepingClipper | O
 
 @dataclass
 class GaussianNoise:
-    """Adds N(0, σ²C²) to the clipped sum and divides by the expected batch size q·n."""
+    """Adds N(0, σ²C²·I) to the clipped sum and divides by a public normaliser.
+
+    ``normaliser`` is the expected batch size q·n_public, computed from declared public
+    sizes, never from the data. Dividing by the realised training-set size n would leak n:
+    under add/remove adjacency neighbouring datasets have sizes n and n ± 1, so the scale of
+    the released gradient would differ between them by a factor no noise accounts for
+    (DESIGN.md, "Public vs private"). With a data-independent normaliser the release is
+    (Σ clip + noise)/const, post-processing of the subsampled Gaussian mechanism.
+
+    The noise is drawn on the parameters' device with ``generator``, which must live on that
+    device (``torch.Generator(device=...)``); on the CPU the draws are those of
+    ``torch.normal(0, σC, p.shape, generator=generator)``, parameter by parameter in order.
+    """
 
     noise_multiplier: float
     max_grad_norm: float
-    sample_rate: float
-    dataset_size: int
+    normaliser: float
     generator: torch.Generator
     releases: int = field(default=0)
 
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.noise_multiplier) and self.noise_multiplier >= 0):
+            raise InvalidParameterError(
+                f"noise_multiplier must be finite and >= 0, got {self.noise_multiplier!r}"
+            )
+        if not (math.isfinite(self.max_grad_norm) and self.max_grad_norm > 0):
+            raise InvalidParameterError(
+                f"max_grad_norm must be finite and > 0, got {self.max_grad_norm!r}"
+            )
+        if isinstance(self.normaliser, bool) or not (
+            isinstance(self.normaliser, (int, float))
+            and math.isfinite(self.normaliser)
+            and self.normaliser > 0
+        ):
+            raise InvalidParameterError(
+                f"normaliser must be a finite number > 0 (the expected batch size q·n from "
+                f"declared public sizes), got {self.normaliser!r}"
+            )
+
     def privatise(self, params: list[nn.Parameter]) -> None:
-        std = self.noise_multiplier * self.max_grad_norm
-        denom = self.sample_rate * self.dataset_size
+        """Replace each ``p.grad`` by (p.grad + N(0, σ²C²·I)) / normaliser; count the release.
+
+        Checks every parameter first (gradient present, generator on its device), so a
+        refused call changes no gradient, draws no noise and counts no release.
+        """
+        gen_device = torch.device(self.generator.device)
         for p in params:
-            assert p.grad is not None
+            if p.grad is None:
+                raise RayDPHPOError(
+                    "privatise needs p.grad on every parameter (run the clipper first); "
+                    f"a parameter of shape {tuple(p.shape)} has none"
+                )
+            if not _same_device(p.device, gen_device):
+                raise RayDPHPOError(
+                    f"noise generator is on {gen_device}, parameter on {p.device}: create it "
+                    f"with torch.Generator(device={str(p.device)!r}) so the noise is drawn "
+                    "where the parameters live"
+                )
+        std = self.noise_multiplier * self.max_grad_norm
+        for p in params:
+            assert p.grad is not None  # checked above
             noise = torch.normal(
-                0.0, std, size=p.shape, generator=self.generator, device="cpu"
-            ).to(p.device)
-            p.grad = (p.grad + noise) / denom
+                0.0, std, size=p.shape, generator=self.generator, device=p.device,
+                dtype=p.grad.dtype,
+            )
+            p.grad = noise.add_(p.grad).div_(self.normaliser)
         self.releases += 1
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """Device equality that treats ``cuda`` and ``cuda:<current>`` as the same device."""
+    if a.type != b.type:
+        return False
+    if a.type == "cpu":
+        return True
+    ia = a.index if a.index is not None else torch.cuda.current_device()
+    ib = b.index if b.index is not None else torch.cuda.current_device()
+    return ia == ib
