@@ -35,9 +35,17 @@ from torch import nn
 
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 
-__all__ = ["BookKeepingClipper", "OpacusClipper", "GaussianNoise", "make_clipper", "supports_bk"]
+__all__ = [
+    "BookKeepingClipper",
+    "OpacusClipper",
+    "GaussianNoise",
+    "make_clipper",
+    "poisson_batch",
+    "supports_bk",
+]
 
 _EPS = 1e-6  # as Opacus: clip factor C / (‖v‖ + 1e-6)
+_DENSE_POISSON_MAX_N = 4096  # poisson_batch: below this, one uniform per record is cheaper
 
 
 def supports_bk(model: nn.Module) -> bool:
@@ -134,6 +142,77 @@ class OpacusClipper:
             p.grad = torch.einsum("i,i...->...", coef, s)
             p.grad_sample = None  # type: ignore[attr-defined]
         return float(loss.detach()), n
+
+
+def poisson_batch(n: int, q: float, generator: torch.Generator) -> torch.Tensor:
+    """A Poisson sample of {0, …, n−1} with rate q, as sorted int64 indices, in O(|B|) work.
+
+    Poisson sampling puts each record in the batch independently with probability q. This
+    draws the same law in two steps: the size B ~ Binomial(n, q), then B distinct indices
+    uniformly at random.
+
+    Proof that the laws agree: for a fixed subset S of size b, Poisson sampling gives
+    P(batch = S) = q^b (1 − q)^{n−b}, which depends on S only through b. There are C(n, b)
+    such subsets, so P(|batch| = b) = C(n, b) q^b (1 − q)^{n−b} (the Binomial(n, q) mass) and
+    P(batch = S | |batch| = b) = 1/C(n, b): conditionally on its size, a Poisson sample is a
+    uniform b-subset. Drawing b from Binomial(n, q) and then a uniform b-subset therefore
+    gives P(S) = C(n, b) q^b (1 − q)^{n−b} · 1/C(n, b), exactly the Poisson law.
+
+    The uniform b-subset, when 2b < n: i.i.d. uniform draws from {0, …, n−1}, keeping each
+    value at its first occurrence, until b distinct values are seen. The distinct values in
+    order of first occurrence are a uniformly random ordered sample without replacement (by
+    symmetry: every ordered b-tuple of distinct values has the same probability), so their
+    set is a uniform b-subset. The expected number of draws is n(H_n − H_{n−b}) ≤ b + b²/(n−b)
+    (under 2b for 2b < n), hence O(b log b) work with the sort; the first b draws are
+    usually distinct already (probability ≈ e^{−b²/2n}), which is the fast path. When
+    2b ≥ n a random permutation's first b entries are used (O(n), but then n ≤ 2b anyway).
+    q = 1 gives every index without drawing; n ≤ 4096 or q > 1/4 uses one uniform per record
+    (the definition of Poisson sampling; cheaper than sorting there).
+
+    The law is exact up to the floating-point arithmetic of ``torch.binomial`` (float64
+    BTRS/inversion) and of ``torch.randint``; ``tests/trainables/test_dp_step.py`` tests the
+    size distribution and the per-index inclusion frequencies. All draws use ``generator``
+    and happen on its device, where the indices are returned.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise InvalidParameterError(f"n must be an int >= 0, got {n!r}")
+    if isinstance(q, bool) or not (isinstance(q, (int, float)) and 0.0 < q <= 1.0):
+        raise InvalidParameterError(f"sample rate q must be in (0, 1], got {q!r}")
+    device = torch.device(generator.device)
+    if q == 1.0 or n == 0:
+        return torch.arange(n, dtype=torch.int64, device=device)
+    if n <= _DENSE_POISSON_MAX_N or q > 0.25:  # one uniform per record is cheaper here
+        mask = torch.rand(n, generator=generator, device=device) < q
+        return torch.nonzero(mask).flatten()
+    size = torch.binomial(
+        torch.tensor(float(n), dtype=torch.float64, device=device),
+        torch.tensor(float(q), dtype=torch.float64, device=device),
+        generator=generator,
+    )
+    b = min(max(int(size), 0), n)  # the clamp only guards the sampler's range
+    return _uniform_subset(n, b, generator)
+
+
+def _uniform_subset(n: int, b: int, generator: torch.Generator) -> torch.Tensor:
+    """A uniformly random b-subset of {0, …, n−1}, sorted (see :func:`poisson_batch`)."""
+    device = torch.device(generator.device)
+    if b == 0:
+        return torch.empty(0, dtype=torch.int64, device=device)
+    if 2 * b >= n:
+        return torch.randperm(n, generator=generator, device=device)[:b].sort().values
+    drawn = torch.randint(n, (b,), generator=generator, device=device)
+    values = drawn.sort().values
+    if not bool((values[1:] == values[:-1]).any()):
+        return values  # the first b draws are distinct: they are the first b distinct values
+    while True:
+        more = torch.randint(n, (b // 4 + 8,), generator=generator, device=device)
+        drawn = torch.cat([drawn, more])
+        values, order = torch.sort(drawn, stable=True)
+        first = torch.ones_like(values, dtype=torch.bool)
+        first[1:] = values[1:] != values[:-1]
+        if int(first.sum()) >= b:
+            positions = order[first].sort().values[:b]  # first occurrences, in draw order
+            return drawn[positions].sort().values
 
 
 def make_clipper(model: nn.Module, mode: str = "auto") -> BookKeepingClipper | OpacusClipper:

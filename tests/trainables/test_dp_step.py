@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections import Counter
 
+import numpy as np
 import pytest
 import torch
+from scipy import stats
 from torch import nn
 
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
-from trainables.dp_step import GaussianNoise
+from trainables.dp_step import GaussianNoise, _uniform_subset, poisson_batch
 from trainables.models import build_model
 
 CUDA = torch.cuda.is_available()
@@ -103,3 +107,92 @@ def test_noise_is_drawn_on_the_gpu_with_a_gpu_generator():
     GaussianNoise(1.0, 1.0, 1.0, gen).privatise(params)
     assert params[0].grad.device.type == "cuda"
     assert float(params[0].grad.std()) == pytest.approx(1.0, rel=0.15)
+
+
+# -- B. Poisson batches in O(batch) ---------------------------------------------------------
+# Law tests at level 1e-3 with fixed seeds (so deterministic: they pass or fail every time).
+# Each would reject a sampler whose size law or per-index law were off by a few percent.
+
+P_MIN = 1e-3
+
+
+def _binomial_chisquare(sizes: np.ndarray, n: int, q: float) -> float:
+    """p-value of Pearson's χ² for ``sizes`` against Binomial(n, q), tail bins merged."""
+    ks = np.arange(n + 1)
+    pmf = stats.binom.pmf(ks, n, q)
+    expected = pmf * len(sizes)
+    keep = expected >= 5
+    lo, hi = ks[keep][0], ks[keep][-1]
+    edges = np.r_[-0.5, np.arange(lo, hi) + 0.5, n + 0.5]
+    observed, _ = np.histogram(sizes, bins=edges)
+    exp_binned = np.diff(stats.binom.cdf(edges, n, q)) * len(sizes)
+    return float(stats.chisquare(observed, exp_binned).pvalue)
+
+
+@pytest.mark.parametrize(
+    ("n", "q"),
+    [
+        (5000, 0.01),  # sparse path, first draws usually distinct
+        (60_000, 128 / 60_000),  # MNIST-sized, batch 128
+        (8000, 0.2),  # sparse path, always through the collision path; Var differs from
+        #               Poisson(nq)'s by 25 %, so a Poisson-size mutant fails here
+        (3000, 0.05),  # dense path (n ≤ 4096)
+    ],
+)
+def test_poisson_batch_size_is_binomial_and_every_index_has_rate_q(n, q):
+    """Sizes vs Binomial(n, q) (χ²), and per-index inclusion counts: under Poisson sampling
+    count_i ~ Binomial(R, q) independently, so Σ (c_i − Rq)²/(Rq(1 − q)) is ≈ χ²(n), and
+    every count lies in Binomial(R, q) quantiles at level 1e-3/n each (Bonferroni)."""
+    gen = torch.Generator().manual_seed(11)
+    rounds = 2000
+    counts = np.zeros(n)
+    sizes = np.empty(rounds, dtype=int)
+    for r in range(rounds):
+        idx = poisson_batch(n, q, gen)
+        assert idx.dtype == torch.int64
+        assert bool((idx[1:] > idx[:-1]).all())  # sorted, distinct
+        sizes[r] = len(idx)
+        counts[idx.numpy()] += 1
+    assert _binomial_chisquare(sizes, n, q) > P_MIN
+    # Variance: (R − 1)s²/σ² ≈ χ²(R − 1) with σ² = nq(1 − q) (sizes are ≈ normal here).
+    var_stat = (rounds - 1) * sizes.var(ddof=1) / (n * q * (1 - q))
+    assert P_MIN / 2 < stats.chi2.cdf(var_stat, rounds - 1) < 1 - P_MIN / 2
+    stat = float(((counts - rounds * q) ** 2).sum() / (rounds * q * (1 - q)))
+    assert stats.chi2.sf(stat, n) > P_MIN and stats.chi2.cdf(stat, n) > P_MIN
+    lo = stats.binom.ppf(P_MIN / (2 * n), rounds, q)
+    hi = stats.binom.isf(P_MIN / (2 * n), rounds, q)
+    assert lo <= counts.min() and counts.max() <= hi, (counts.min(), counts.max(), lo, hi)
+
+
+def test_uniform_subset_is_uniform_over_all_subsets_including_the_collision_path():
+    """n = 10, b = 3: the first draws often collide, so the first-occurrence path runs; all
+    C(10, 3) = 120 subsets must be equally likely (χ², 12 000 draws)."""
+    gen = torch.Generator().manual_seed(3)
+    tally: Counter[tuple[int, ...]] = Counter()
+    for _ in range(12_000):
+        tally[tuple(_uniform_subset(10, 3, gen).tolist())] += 1
+    subsets = list(itertools.combinations(range(10), 3))
+    assert set(tally) == set(subsets)
+    assert stats.chisquare([tally[s] for s in subsets]).pvalue > P_MIN
+
+
+def test_uniform_subset_of_more_than_half_uses_a_permutation_and_stays_uniform():
+    gen = torch.Generator().manual_seed(4)
+    tally = Counter(tuple(_uniform_subset(6, 4, gen).tolist()) for _ in range(6000))
+    subsets = list(itertools.combinations(range(6), 4))
+    assert stats.chisquare([tally[s] for s in subsets]).pvalue > P_MIN
+
+
+def test_poisson_batch_edge_cases_and_refusals():
+    gen = torch.Generator().manual_seed(0)
+    assert torch.equal(poisson_batch(7, 1.0, gen), torch.arange(7))
+    assert poisson_batch(0, 0.5, gen).numel() == 0
+    for n, q in [(-1, 0.5), (10, 0.0), (10, 1.5), (10, math.nan), (2.5, 0.1), (10, True)]:
+        with pytest.raises(InvalidParameterError):
+            poisson_batch(n, q, gen)  # type: ignore[arg-type]
+
+
+def test_poisson_batch_is_reproducible_from_the_generator_state():
+    a = poisson_batch(100_000, 0.003, torch.Generator().manual_seed(9))
+    b = poisson_batch(100_000, 0.003, torch.Generator().manual_seed(9))
+    assert torch.equal(a, b)
