@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from collections import Counter
@@ -13,8 +14,18 @@ from scipy import stats
 from torch import nn
 
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
-from trainables.dp_step import GaussianNoise, _uniform_subset, poisson_batch
-from trainables.models import build_model
+from trainables.dp_step import (
+    BookKeepingClipper,
+    GaussianNoise,
+    NormStrategy,
+    OpacusClipper,
+    _uniform_subset,
+    bk_unsupported_reason,
+    make_clipper,
+    poisson_batch,
+    supports_bk,
+)
+from trainables.models import MODEL_NAMES, build_model
 
 CUDA = torch.cuda.is_available()
 
@@ -196,3 +207,182 @@ def test_poisson_batch_is_reproducible_from_the_generator_state():
     a = poisson_batch(100_000, 0.003, torch.Generator().manual_seed(9))
     b = poisson_batch(100_000, 0.003, torch.Generator().manual_seed(9))
     assert torch.equal(a, b)
+
+
+# -- C. Book-keeping clipping for Linear, Conv1d/2d, GroupNorm, LayerNorm ---------------------
+# Every path is checked against the slow reference: one forward/backward per example, clip,
+# sum. Tolerance: ‖ours − reference‖ / ‖reference‖ ≤ 1e-5 per parameter (float32; measured
+# ≤ 3e-7). Clip norms: one that clips every example and one that clips none.
+
+REL_TOL = 1e-5
+CLIPS = (0.05, 1e6)
+SHAPES = {"mlp": (12,), "linear": (12,), "cnn1d": (40,), "cnn2d": (3, 9, 11)}
+
+
+def _reference_clipped_sums(model: nn.Module, x, y) -> dict[float, list[torch.Tensor]]:
+    """Σ_i clip_C(∇ℓ_i) for each C in CLIPS, one forward/backward per example (the slow,
+    obviously correct reference; Opacus' factor C/(‖v‖ + 1e-6))."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    per_example = []
+    for i in range(len(x)):
+        loss = nn.functional.cross_entropy(model(x[i : i + 1]), y[i : i + 1], reduction="sum")
+        per_example.append(torch.autograd.grad(loss, params))
+    sums = {}
+    for clip in CLIPS:
+        total = [torch.zeros_like(p) for p in params]
+        for grads in per_example:
+            norm = float(torch.sqrt(sum(g.pow(2).sum() for g in grads)))
+            for t, g in zip(total, grads):
+                t += min(1.0, clip / (norm + 1e-6)) * g
+        sums[clip] = total
+    return sums
+
+
+def _without_bias(model: nn.Module) -> nn.Module:
+    for m in model.modules():
+        if isinstance(getattr(m, "bias", None), nn.Parameter):
+            m.bias = None
+    return model
+
+
+def _random_model(name: str, shape, bias: bool, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    model = build_model(name, shape, 5)
+    if not bias:
+        _without_bias(model)
+    with torch.no_grad():
+        for p in model.parameters():  # away from the zero/one initialisations (LinearHead, norms)
+            p.normal_(0.0, 0.3)
+    return model
+
+
+def _assert_same_sums(model: nn.Module, make_clipper_for, x, y) -> None:
+    """Both clip norms, each against the reference on a copy taken before any hook is added."""
+    references = _reference_clipped_sums(copy.deepcopy(model), x, y)
+    clipper = make_clipper_for(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    for clip, reference in references.items():
+        loss, count = clipper.clipped_sum(x, y, clip)
+        assert count == len(x)
+        assert len(params) == len(reference)
+        for p, ref in zip(params, reference):
+            rel = float((p.grad - ref).norm() / ref.norm().clamp(min=1e-12))
+            assert rel <= REL_TOL, (clip, tuple(p.shape), rel)
+
+
+def _batch(shape, n: int = 9, seed: int = 1):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(n, *shape, generator=gen), torch.randint(0, 5, (n,), generator=gen)
+
+
+@pytest.mark.parametrize("name", list(MODEL_NAMES))
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("path", ["bk-auto", "bk-ghost", "bk-materialise", "opacus"])
+def test_every_clipping_path_matches_per_example_reference(name, bias, path):
+    model = _random_model(name, SHAPES[name], bias)
+    x, y = _batch(SHAPES[name])
+    if path == "opacus":
+        _assert_same_sums(model, OpacusClipper, x, y)
+    else:
+        strategy = NormStrategy(path.removeprefix("bk-"))
+        _assert_same_sums(model, lambda m: BookKeepingClipper(m, strategy), x, y)
+
+
+@pytest.mark.parametrize("name", list(MODEL_NAMES))
+def test_auto_mode_uses_book_keeping_for_every_built_in_model(name):
+    model = build_model(name, SHAPES[name], 5)
+    assert supports_bk(model)
+    assert isinstance(make_clipper(model, "auto"), BookKeepingClipper)
+
+
+def test_book_keeping_handles_multichannel_cnn1d_and_frozen_parameters():
+    model = _random_model("cnn1d", (3, 17), bias=True)
+    model.features[0].weight.requires_grad_(False)
+    model.features[1].bias.requires_grad_(False)
+    x, y = _batch((3, 17))
+    _assert_same_sums(model, BookKeepingClipper, x, y)
+
+
+class _OddConvs(nn.Module):
+    """Strides, dilations, tuple/'same'/'valid' padding, LayerNorm and Linear on sequences."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 6, (3, 2), stride=(2, 1), padding=(1, 2), dilation=(1, 2))
+        self.c2 = nn.Conv1d(30, 4, 3, padding="same", dilation=2, bias=False)
+        self.ln = nn.LayerNorm(4)
+        self.lin = nn.Linear(4, 5)
+        self.c3 = nn.Conv2d(3, 2, 3, padding="valid", stride=2)
+        self.gn = nn.GroupNorm(1, 2, affine=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.c1(x)).flatten(1, 2)  # (N, 30, W)
+        h = self.ln(torch.tanh(self.c2(h)).transpose(1, 2))  # (N, W, 4)
+        side = torch.tanh(self.gn(self.c3(x))).flatten(1)[:, :5]  # (N, 2·4·3) → 5 logits
+        return self.lin(h).mean(1) + side
+
+
+@pytest.mark.parametrize("strategy", list(NormStrategy))
+def test_book_keeping_covers_strides_dilations_paddings_and_sequence_layers(strategy):
+    torch.manual_seed(2)
+    model = _OddConvs()
+    x = torch.randn(7, 3, 9, 7)
+    y = torch.randint(0, 5, (7,))
+    _assert_same_sums(model, lambda m: BookKeepingClipper(m, strategy), x, y)
+
+
+@pytest.mark.parametrize(
+    ("layer", "why"),
+    [
+        (nn.Conv1d(4, 4, 3, groups=2), "groups=2"),
+        (nn.Conv2d(2, 2, 3, padding=1, padding_mode="reflect"), "padding_mode='reflect'"),
+        (nn.Conv3d(1, 2, 3), "Conv3d"),
+        (nn.Embedding(10, 3), "Embedding"),
+    ],
+)
+def test_uncovered_layers_are_refused_and_auto_falls_back_to_opacus(layer, why):
+    model = nn.Sequential(layer, nn.Flatten(), nn.LazyLinear(5))
+    assert bk_unsupported_reason(layer) is not None and why in bk_unsupported_reason(layer)
+    assert not supports_bk(model)
+    with pytest.raises(RayDPHPOError, match="opacus"):
+        make_clipper(model, "bk")
+    assert isinstance(make_clipper(model, "auto"), OpacusClipper)
+
+
+def test_auto_fallback_to_opacus_still_clips_correctly():
+    model = nn.Sequential(nn.Conv1d(4, 4, 3, groups=2), nn.Flatten(), nn.Linear(4 * 6, 5))
+    x, y = _batch((4, 8))
+
+    def auto(m: nn.Module):
+        clipper = make_clipper(m, "auto")
+        assert isinstance(clipper, OpacusClipper)
+        return clipper
+
+    _assert_same_sums(model, auto, x, y)
+
+
+def test_a_layer_run_twice_is_refused_without_touching_gradients():
+    class Twice(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(5, 5)
+
+        def forward(self, x):
+            return self.lin(torch.tanh(self.lin(x)))
+
+    model = Twice()
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 7.0)
+    x, y = _batch((5,))
+    with pytest.raises(RayDPHPOError, match="once per forward"):
+        BookKeepingClipper(model).clipped_sum(x, y, 1.0)
+    assert all(bool((p.grad == 7.0).all()) for p in model.parameters())
+
+
+def test_empty_batch_gives_zero_gradients():
+    model = _random_model("cnn2d", SHAPES["cnn2d"], bias=True)
+    loss, count = BookKeepingClipper(model).clipped_sum(
+        torch.zeros(0, *SHAPES["cnn2d"]), torch.zeros(0, dtype=torch.int64), 1.0
+    )
+    assert (loss, count) == (0.0, 0)
+    assert all(bool((p.grad == 0).all()) for p in model.parameters())
