@@ -246,14 +246,14 @@ def subsampled_gaussian_rdp(q: float, sigma: float) -> np.ndarray:
     inv_2s2 = 1.0 / (2.0 * sigma**2)
     # All integer orders 2..MAX_INTEGER_ORDER at once: rows α, columns i (−inf for i > α).
     # The log-binomial matrix and the i, α − i, i² − i grids are constants, built at import.
-    log_terms = (
-        _SMALL_LOG_BINOM + _SMALL_I * log_q + _SMALL_A_MINUS_I * log_1q + _SMALL_I2_MINUS_I * inv_2s2
-    )
+    log_terms = _SMALL_LOG_BINOM + _SMALL_I * log_q  # same operation order as the formula
+    log_terms += _SMALL_A_MINUS_I * log_1q
+    log_terms += _SMALL_I2_MINUS_I * inv_2s2
     out[_SMALL_INT_INDEX] = _logsumexp_rows(log_terms) / (_SMALL_INT_ORDERS - 1)
     # The larger integer orders (320..4096) likewise, as one matrix padded with −inf.
-    log_terms = (
-        _LARGE_LOG_BINOM + _LARGE_I * log_q + _LARGE_A_MINUS_I * log_1q + _LARGE_I2_MINUS_I * inv_2s2
-    )
+    log_terms = _LARGE_LOG_BINOM + _LARGE_I * log_q
+    log_terms += _LARGE_A_MINUS_I * log_1q
+    log_terms += _LARGE_I2_MINUS_I * inv_2s2
     out[_LARGE_INT_INDEX] = _logsumexp_rows(log_terms) / (_LARGE_INT_ORDERS - 1)
     # The fractional-order series returns +inf (order excluded: no claim) when it does not
     # converge, which is routine near α = 1 for large q.
@@ -271,7 +271,9 @@ def _logsumexp_rows(x: np.ndarray) -> np.ndarray:
     m = x.max(axis=1, keepdims=True)
     at_max = x == m
     k = at_max.sum(axis=1, keepdims=True).astype(float)
-    rest = np.exp(np.where(at_max, -np.inf, x) - m).sum(axis=1, keepdims=True) / k
+    shifted = np.exp(x - m)
+    shifted[at_max] = 0.0
+    rest = shifted.sum(axis=1, keepdims=True) / k
     return (np.log1p(rest) + np.log(k) + m)[:, 0]
 
 
