@@ -88,10 +88,27 @@ def bk_unsupported_reason(module: nn.Module) -> str | None:
     return f"{type(module).__name__} (book-keeping covers Linear, Conv1d/2d, GroupNorm, LayerNorm)"
 
 
+def _bk_refusals(model: nn.Module) -> list[str]:
+    """Every reason book-keeping cannot clip ``model`` (empty if it can)."""
+    reasons = [
+        f"{name or type(model).__name__}: {why}"
+        for name, m in model.named_modules()
+        if (why := bk_unsupported_reason(m)) is not None
+    ]
+    owners: dict[int, str] = {}
+    for name, m in model.named_modules(remove_duplicate=False):
+        for p in m.parameters(recurse=False):
+            if p.requires_grad and owners.setdefault(id(p), name) != name:
+                reasons.append(f"parameter shared by {owners[id(p)]!r} and {name!r}")
+    if not any(p.requires_grad for p in model.parameters()):
+        reasons.append("no trainable parameter")
+    return reasons
+
+
 def supports_bk(model: nn.Module) -> bool:
-    """True iff every trainable parameter belongs to a layer :class:`BookKeepingClipper` covers."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    return bool(params) and all(bk_unsupported_reason(m) is None for m in model.modules())
+    """True iff every trainable parameter belongs to exactly one layer that
+    :class:`BookKeepingClipper` covers."""
+    return not _bk_refusals(model)
 
 
 def _conv_unfold(conv: nn.Conv1d | nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
@@ -294,16 +311,11 @@ class BookKeepingClipper:
     """
 
     def __init__(self, model: nn.Module, strategy: NormStrategy = NormStrategy.AUTO) -> None:
-        reasons = [
-            f"{name or type(model).__name__}: {why}"
-            for name, m in model.named_modules()
-            if (why := bk_unsupported_reason(m)) is not None
-        ]
-        if reasons or not any(p.requires_grad for p in model.parameters()):
+        reasons = _bk_refusals(model)
+        if reasons:
             raise RayDPHPOError(
-                "book-keeping clipping cannot handle this model ("
-                + ("; ".join(reasons) or "no trainable parameter")
-                + "); use grad_sample_mode='opacus' or 'auto'"
+                f"book-keeping clipping cannot handle this model ({'; '.join(reasons)}); "
+                "use grad_sample_mode='opacus' or 'auto'"
             )
         self.model, self.strategy = model, NormStrategy(strategy)
         self.layers = [

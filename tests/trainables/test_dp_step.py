@@ -331,6 +331,39 @@ def test_book_keeping_covers_strides_dilations_paddings_and_sequence_layers(stra
     _assert_same_sums(model, lambda m: BookKeepingClipper(m, strategy), x, y)
 
 
+class _EvenSame(nn.Module):
+    """'same' padding with even kernels: torch pads one more on the right than on the left."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv1d(2, 3, 4, padding="same")
+        self.c2 = nn.Conv2d(3, 2, (2, 3), padding="same", dilation=(3, 1))
+        self.lin = nn.Linear(2 * 9, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.c1(x)).unsqueeze(2)  # (N, 3, 1, 9)
+        return self.lin(torch.tanh(self.c2(h)).flatten(1))
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")
+@pytest.mark.parametrize("strategy", list(NormStrategy))
+def test_book_keeping_pads_same_convolutions_with_even_kernels_like_torch(strategy):
+    torch.manual_seed(3)
+    model = _EvenSame()
+    x, y = torch.randn(6, 2, 9), torch.randint(0, 5, (6,))
+    _assert_same_sums(model, lambda m: BookKeepingClipper(m, strategy), x, y)
+
+
+def test_tied_weights_are_refused_and_auto_falls_back_to_opacus():
+    first, second = nn.Linear(4, 4), nn.Linear(4, 4)
+    second.weight = first.weight  # one parameter, two layers: per-layer norms would be wrong
+    model = nn.Sequential(first, nn.Tanh(), second)
+    assert not supports_bk(model)
+    with pytest.raises(RayDPHPOError, match="shared"):
+        BookKeepingClipper(model)
+    assert isinstance(make_clipper(model, "auto"), OpacusClipper)
+
+
 @pytest.mark.parametrize(
     ("layer", "why"),
     [
