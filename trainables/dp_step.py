@@ -41,6 +41,7 @@ from typing import cast
 
 import torch
 from torch import nn
+from torch.nn.grad import conv1d_weight, conv2d_weight
 
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 
@@ -111,6 +112,21 @@ def supports_bk(model: nn.Module) -> bool:
     return not _bk_refusals(model)
 
 
+def _conv_pad(conv: nn.Conv1d | nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+    """``x`` (N, C, L), (N, C, 1, L) for a Conv1d or (N, C, H, W) zero-padded as ``conv`` pads
+    it (integer/tuple padding, 'valid', or 'same' with torch's split: left = total // 2)."""
+    dims = len(conv.kernel_size)
+    if isinstance(conv.padding, str):
+        pads = [0] * dims
+        if conv.padding == "same":
+            pads = [d * (k - 1) for d, k in zip(conv.dilation, conv.kernel_size)]
+        lr = [(p // 2, p - p // 2) for p in pads]
+    else:
+        lr = [(p, p) for p in conv.padding]
+    flat = [v for pair in reversed(lr) for v in pair]  # F.pad: last dimension first
+    return nn.functional.pad(x, flat) if any(flat) else x
+
+
 def _conv_unfold(conv: nn.Conv1d | nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
     """The im2col matrix of ``conv``'s input: (N, C_in·∏k, T), T = number of output positions,
     column t holding the input patch that output position t sees (zero padding included)."""
@@ -119,18 +135,9 @@ def _conv_unfold(conv: nn.Conv1d | nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
         kernel, stride, dilation = (1, *conv.kernel_size), (1, *conv.stride), (1, *conv.dilation)
     else:
         kernel, stride, dilation = conv.kernel_size, conv.stride, conv.dilation
-    dims = len(conv.kernel_size)
-    if isinstance(conv.padding, str):  # 'valid' or 'same' (stride 1, torch splits left ≤ right)
-        pads = [0] * dims
-        if conv.padding == "same":
-            pads = [d * (k - 1) for d, k in zip(conv.dilation, conv.kernel_size)]
-        lr = [(p // 2, p - p // 2) for p in pads]
-    else:
-        lr = [(p, p) for p in conv.padding]
-    flat = [v for pair in reversed(lr) for v in pair]  # F.pad: last dimension first
-    if any(flat):
-        x = nn.functional.pad(x, flat)
-    return nn.functional.unfold(x, kernel_size=kernel, stride=stride, dilation=dilation)
+    return nn.functional.unfold(
+        _conv_pad(conv, x), kernel_size=kernel, stride=stride, dilation=dilation
+    )
 
 
 class _LayerGrad:
@@ -168,10 +175,50 @@ def _matrix_layer_grad(
     p = g.shape[-1]
     if t == 1:
         return _OuterProductGrad(weight, bias, a[:, 0], g[:, 0])
-    ghost = t * (p + d) < p * d if strategy is NormStrategy.AUTO else strategy is NormStrategy.GHOST
-    if ghost:
+    if _use_ghost(t, p, d, strategy):
         return _GhostGrad(weight, bias, a, g)
-    return _MaterialisedGrad(weight, bias, a, g)
+    return _MaterialisedGrad(
+        weight,
+        bias,
+        torch.bmm(g.transpose(1, 2), a) if weight.requires_grad else None,
+        g.sum(1) if bias is not None and bias.requires_grad else None,
+    )
+
+
+def _use_ghost(t: int, p: int, d: int, strategy: NormStrategy) -> bool:
+    """Ghost norm ~N·T²·(p + d) operations, materialised per-example gradient ~N·T·p·d."""
+    if strategy is NormStrategy.AUTO:
+        return t * (p + d) < p * d
+    return strategy is NormStrategy.GHOST
+
+
+def _conv_per_example_weight_grad(
+    conv: nn.Conv1d | nn.Conv2d, x: torch.Tensor, g: torch.Tensor
+) -> torch.Tensor:
+    """Per-example weight gradients of a convolution (groups = 1), (N, C_out, C_in·∏k).
+
+    G_i = Σ_t g_{i,t} a_{i,t}ᵀ is the weight gradient of example i alone. Stacking the batch
+    along channels, x → (1, N·C_in, …) and g → (1, N·C_out, …), turns the N per-example
+    convolutions into one convolution with groups = N, whose weight gradient (N·C_out, C_in,
+    k…) is every G_i at once: one call to the convolution backward kernel instead of an
+    unfolded input (∏k times the input, slow to build on CPU). Padding is applied first
+    (:func:`_conv_pad`) so 'same' with asymmetric padding is exact.
+    """
+    n, c = x.shape[:2]
+    o = g.shape[1]
+    x = _conv_pad(conv, x)
+    size = (n * o, c, *conv.kernel_size)
+    backward_weight = conv1d_weight if isinstance(conv, nn.Conv1d) else conv2d_weight
+    per_example = backward_weight(
+        x.reshape(1, n * c, *x.shape[2:]),
+        size,
+        g.reshape(1, n * o, *g.shape[2:]),
+        stride=conv.stride,
+        padding=0,
+        dilation=conv.dilation,
+        groups=n,
+    )
+    return per_example.reshape(n, o, -1)
 
 
 class _OuterProductGrad(_LayerGrad):
@@ -226,14 +273,14 @@ class _GhostGrad(_LayerGrad):
 
 
 class _MaterialisedGrad(_LayerGrad):
-    """Per-example weight gradients G_i = Σ_t g_t a_tᵀ (N × p × d, one batched matmul), their
-    norms, and Σ c_i G_i from them (cheaper than the ghost norm when T·(p + d) ≥ p·d)."""
+    """Per-example weight gradients G_i = Σ_t g_t a_tᵀ (N × p × d), their norms, and Σ c_i G_i
+    from them (cheaper than the ghost norm when T·(p + d) ≥ p·d). ``per_example`` and
+    ``bias_per_example`` are None for frozen parameters."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, a: torch.Tensor,
-                 g: torch.Tensor) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None,
+                 per_example: torch.Tensor | None, bias_per_example: torch.Tensor | None) -> None:
         self.weight, self.bias = weight, bias
-        self.per_example = torch.bmm(g.transpose(1, 2), a) if weight.requires_grad else None
-        self.bias_per_example = g.sum(1) if bias is not None and bias.requires_grad else None
+        self.per_example, self.bias_per_example = per_example, bias_per_example
 
     def sq_norms(self) -> torch.Tensor:
         parts = [t.flatten(1).pow(2).sum(1) for t in (self.per_example, self.bias_per_example)
@@ -290,9 +337,19 @@ def _layer_grad(
         g_t = g.reshape(n, -1, g.shape[-1])
         return _matrix_layer_grad(module.weight, module.bias, a, g_t, strategy)
     if isinstance(module, _CONV_TYPES):
-        a = _conv_unfold(module, x).transpose(1, 2)  # (N, T, C_in·∏k)
-        g_t = g.reshape(n, g.shape[1], -1).transpose(1, 2)  # (N, T, C_out)
-        return _matrix_layer_grad(module.weight, module.bias, a, g_t, strategy)
+        conv = cast("nn.Conv1d | nn.Conv2d", module)
+        weight, bias = conv.weight, conv.bias
+        g_t = g.reshape(n, g.shape[1], -1)  # (N, C_out, T)
+        t, p, d = g_t.shape[2], g_t.shape[1], weight[0].numel()
+        if _use_ghost(t, p, d, strategy):
+            a = _conv_unfold(conv, x).transpose(1, 2)  # (N, T, C_in·∏k)
+            return _GhostGrad(weight, bias, a, g_t.transpose(1, 2))
+        return _MaterialisedGrad(
+            weight,
+            bias,
+            _conv_per_example_weight_grad(conv, x, g) if weight.requires_grad else None,
+            g_t.sum(2) if bias is not None and bias.requires_grad else None,
+        )
     if isinstance(module, _NORM_TYPES):
         return _AffineNormGrad(module, x, g)
     raise RayDPHPOError(f"book-keeping clipping does not cover {type(module).__name__}")
