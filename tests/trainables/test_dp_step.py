@@ -212,7 +212,7 @@ def test_poisson_batch_is_reproducible_from_the_generator_state():
 # -- C. Book-keeping clipping for Linear, Conv1d/2d, GroupNorm, LayerNorm ---------------------
 # Every path is checked against the slow reference: one forward/backward per example, clip,
 # sum. Tolerance: ‖ours − reference‖ / ‖reference‖ ≤ 1e-5 per parameter (float32; measured
-# ≤ 1.1e-6 over every model and path). Clip norms: one that clips every example and one that clips none.
+# ≤ 1.1e-6 over every model and path). Clip norms: one that clips every example, one none.
 
 REL_TOL = 1e-5
 CLIPS = (0.05, 1e6)
