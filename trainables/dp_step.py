@@ -34,6 +34,7 @@ O(batch) rather than O(n).
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from dataclasses import dataclass, field
 from enum import Enum
@@ -489,10 +490,11 @@ def poisson_batch(n: int, q: float, generator: torch.Generator) -> torch.Tensor:
     size distribution and the per-index inclusion frequencies. All draws use ``generator``
     and happen on its device, where the indices are returned.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
         raise InvalidParameterError(f"n must be an int >= 0, got {n!r}")
-    if isinstance(q, bool) or not (isinstance(q, (int, float)) and 0.0 < q <= 1.0):
+    if isinstance(q, bool) or not (isinstance(q, numbers.Real) and 0.0 < q <= 1.0):
         raise InvalidParameterError(f"sample rate q must be in (0, 1], got {q!r}")
+    n, q = int(n), float(q)
     device = torch.device(generator.device)
     if q == 1.0 or n == 0:
         return torch.arange(n, dtype=torch.int64, device=device)

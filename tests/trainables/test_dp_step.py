@@ -197,6 +197,7 @@ def test_uniform_subset_of_more_than_half_uses_a_permutation_and_stays_uniform()
 def test_poisson_batch_edge_cases_and_refusals():
     gen = torch.Generator().manual_seed(0)
     assert torch.equal(poisson_batch(7, 1.0, gen), torch.arange(7))
+    assert poisson_batch(np.int64(5000), np.float64(0.01), gen).dtype == torch.int64  # numpy ok
     assert poisson_batch(0, 0.5, gen).numel() == 0
     for n, q in [(-1, 0.5), (10, 0.0), (10, 1.5), (10, math.nan), (2.5, 0.1), (10, True)]:
         with pytest.raises(InvalidParameterError):
