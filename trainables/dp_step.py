@@ -128,17 +128,26 @@ def _conv_pad(conv: nn.Conv1d | nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
     return nn.functional.pad(x, flat) if any(flat) else x
 
 
-def _conv_unfold(conv: nn.Conv1d | nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
-    """The im2col matrix of ``conv``'s input: (N, C_in·∏k, T), T = number of output positions,
-    column t holding the input patch that output position t sees (zero padding included)."""
+def _conv_patches(conv: nn.Conv1d | nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+    """The unfolded input of ``conv``: (N, T, C_in·∏k), row t the input patch (zero padding
+    included) that output position t sees, flattened in the weight's (C_in, k…) order.
+
+    Built from strided views of the padded input (``Tensor.unfold`` per spatial dimension,
+    then every d-th element for dilation d) and one copy into this layout; on CPU this is
+    several times faster than ``nn.functional.unfold`` (im2col) for these shapes.
+    """
     if isinstance(conv, nn.Conv1d):
         x = x.unsqueeze(-2)  # (N, C, 1, L)
         kernel, stride, dilation = (1, *conv.kernel_size), (1, *conv.stride), (1, *conv.dilation)
     else:
         kernel, stride, dilation = conv.kernel_size, conv.stride, conv.dilation
-    return nn.functional.unfold(
-        _conv_pad(conv, x), kernel_size=kernel, stride=stride, dilation=dilation
-    )
+    view = _conv_pad(conv, x)
+    for dim in (2, 3):
+        span = (kernel[dim - 2] - 1) * dilation[dim - 2] + 1
+        view = view.unfold(dim, span, stride[dim - 2])  # appends a window dimension
+    view = view[..., :: dilation[0], :: dilation[1]]  # (N, C, H', W', kh, kw)
+    n, _, h, w = view.shape[:4]
+    return view.permute(0, 2, 3, 1, 4, 5).reshape(n, h * w, -1)
 
 
 class _LayerGrad:
@@ -343,7 +352,7 @@ def _layer_grad(
         g_t = g.reshape(n, g.shape[1], -1)  # (N, C_out, T)
         t, p, d = g_t.shape[2], g_t.shape[1], weight[0].numel()
         if _use_ghost(t, p, d, strategy):
-            a = _conv_unfold(conv, x).transpose(1, 2)  # (N, T, C_in·∏k)
+            a = _conv_patches(conv, x)  # (N, T, C_in·∏k)
             return _GhostGrad(weight, bias, a, g_t.transpose(1, 2))
         return _MaterialisedGrad(
             weight,
