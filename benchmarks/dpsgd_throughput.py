@@ -1,87 +1,185 @@
-"""Throughput of DP-SGD vs non-private SGD (same model, same batch) on MNIST-1D.
+"""Cost of a DP-SGD step relative to a non-private step (same model, same expected batch).
 
-Prints samples/second for: non-private SGD, DP-SGD with the default clipper (book-keeping
-for Linear-only models, Opacus per-example gradients otherwise) and DP-SGD with Opacus'
-``GradSampleModule`` (hooks), plus the slowdown ratio DP/non-private. One DP step = Poisson
-batch of expected size B (fixed size B here, to time equal work), per-example clipping,
-Gaussian noise, optimiser update. Uses the GPU when one is available.
+Variants, per (torch threads, batch size B, model):
 
-Usage: ``python benchmarks/dpsgd_throughput.py [--batch 128] [--steps 200] [--threads N]``
+* ``non-private`` — a batch of exactly B records (next B of a shuffled order), forward,
+  backward, SGD update;
+* ``DP book-keeping`` — ``make_clipper(model, "auto")`` (book-keeping for every built-in
+  model): Poisson batch of expected size B from ``poisson_batch`` (q = B/n), per-example
+  clipping, Gaussian noise, SGD update;
+* ``DP Opacus hooks`` — the same with ``OpacusClipper`` (per-example gradients from
+  ``opacus.GradSampleModule``), for reference.
+
+Timing is interleaved: each round runs a block of steps of every variant in turn (the order
+rotates from round to round), so a change in machine load hits all variants alike; the
+DP/non-private ratio is taken within each round. Reported: the median per-step time and the
+median ratio with their ranges (min–max) over rounds. Data are random tensors of the right
+shape (speed does not depend on the values): MNIST-1D-shaped (40,) for ``mlp``/``cnn1d``,
+MNIST-shaped (1, 28, 28) for ``cnn2d``; n = 60 000 records.
+
+A second table times Poisson sampling alone, interleaved: ``poisson_batch`` (O(B)) against one
+uniform per record (``torch.rand(n) < q``, O(n)).
+
+Results (CPU, torch 2.13, 2 cores shared with other jobs, load average 2–4; two runs of
+7 rounds × 3 steps; DP book-keeping / non-private, median ratio run 1 / run 2):
+
+    threads  B    mlp          cnn1d        cnn2d        (Opacus hooks, for reference)
+    1        128  1.73 / 1.60  2.04 / 2.00  1.36 / 1.22  cnn1d 2.75 / 3.17, cnn2d 1.94 / 1.88
+    1        256  1.55 / 1.30  1.75 / 1.86  1.27 / 1.31  cnn1d 2.81 / 3.03, cnn2d 1.98 / 1.99
+    2        128  1.75 / 1.77  2.27 / 2.11  1.36 / 1.51  cnn1d 3.35 / 3.21, cnn2d 1.96 / 2.05
+    2        256  1.44 / 1.46  2.05 / 1.90  1.56 / 1.33  cnn1d 3.27 / 3.01, cnn2d 2.12 / 1.91
+
+Per-round ranges are in the script's output (typically ±0.3 around the median; single rounds
+hit by a burst of load reach 2–3× more). Opacus hooks on the MLP cost 10–40× (time spent in
+``fill_``/``mul`` inside Opacus' hooks). Poisson sampling at n = 60 000: ``poisson_batch``
+93–262 µs, one uniform per record 385–670 µs.
+
+Usage: ``python benchmarks/dpsgd_throughput.py [--models mlp cnn1d cnn2d] [--batches 128 256]
+[--threads 1 2] [--rounds 7] [--block 5] [--no-opacus]``. Uses the GPU when one is available.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from trainables.data import load_mnist1d
-from trainables.dp_step import GaussianNoise, make_clipper
+from trainables.dp_step import GaussianNoise, OpacusClipper, make_clipper, poisson_batch
 from trainables.models import build_model
 
+SHAPES = {"mlp": (40,), "cnn1d": (40,), "cnn2d": (1, 28, 28), "linear": (40,)}
+NONPRIVATE = "non-private"
 
-def _time(step, steps: int, device: torch.device) -> float:
-    for _ in range(max(5, steps // 10)):
-        step()
+
+def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(steps):
-        step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - t
 
 
-def bench(model_name: str, mode: str | None, batch: int, steps: int, device: torch.device) -> float:
-    data = load_mnist1d(4000, seed=0)
-    x = torch.as_tensor(data.features[:batch].copy(), device=device)
-    y = torch.as_tensor(data.labels[:batch].copy(), device=device)
+def _variants(
+    name: str, batch: int, n: int, device: torch.device, opacus: bool
+) -> dict[str, Callable[[], None]]:
+    shape = SHAPES[name]
+    gen = torch.Generator().manual_seed(0)
+    x_all = torch.randn(n, *shape, generator=gen).to(device)
+    y_all = torch.randint(0, 10, (n,), generator=gen).to(device)
     torch.manual_seed(0)
-    model = build_model(model_name, data.feature_shape, data.num_classes).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    params = list(model.parameters())
-    if mode is None:
+    template = build_model(name, shape, 10).to(device)
+    q = batch / n
 
-        def step() -> None:
-            opt.zero_grad(set_to_none=True)
-            nn.functional.cross_entropy(model(x), y).backward()
-            opt.step()
+    def fresh() -> tuple[nn.Module, torch.optim.Optimizer]:
+        model = build_model(name, shape, 10).to(device)
+        model.load_state_dict(template.state_dict())
+        return model, torch.optim.SGD(model.parameters(), lr=0.01)
 
-    else:
+    model0, opt0 = fresh()
+    order = torch.randperm(n, generator=gen).to(device)
+    cursor = [0]
+
+    def nonprivate() -> None:
+        start = cursor[0] % (n - batch)
+        cursor[0] += batch
+        idx = order[start : start + batch]
+        opt0.zero_grad(set_to_none=True)
+        nn.functional.cross_entropy(model0(x_all[idx]), y_all[idx]).backward()
+        opt0.step()
+
+    out: dict[str, Callable[[], None]] = {NONPRIVATE: nonprivate}
+    kinds = [("DP book-keeping", "auto")] + ([("DP Opacus hooks", "opacus")] if opacus else [])
+    for label, mode in kinds:
+        model, opt = fresh()
         clipper = make_clipper(model, mode)
-        noise = GaussianNoise(1.0, 1.0, batch / 4000, 4000, torch.Generator().manual_seed(0))
+        if mode == "opacus":
+            assert isinstance(clipper, OpacusClipper)
+        params = [p for p in model.parameters() if p.requires_grad]
+        noise = GaussianNoise(1.0, 1.0, q * n, torch.Generator(device=device).manual_seed(1))
+        sampler = torch.Generator(device=device).manual_seed(2)
 
-        def step() -> None:
-            clipper.clipped_sum(x, y, 1.0)
+        def dp_step(clipper=clipper, params=params, noise=noise, opt=opt, sampler=sampler) -> None:
+            idx = poisson_batch(n, q, sampler)
+            clipper.clipped_sum(x_all[idx], y_all[idx], 1.0)
             noise.privatise(params)
             opt.step()
 
-    return batch * steps / _time(step, steps, device)
+        out[label] = dp_step
+    return out
+
+
+def _interleaved(
+    variants: dict[str, Callable[[], None]], rounds: int, block: int, device: torch.device
+) -> dict[str, list[float]]:
+    """Per-step seconds of each variant in each round, variants rotated round by round."""
+    for fn in variants.values():  # warm-up: allocator, Opacus hooks, thread pools
+        for _ in range(2):
+            fn()
+    labels = list(variants)
+    times: dict[str, list[float]] = {k: [0.0] * rounds for k in labels}
+    for r in range(rounds):
+        for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
+            fn = variants[label]
+            _sync(device)
+            t = time.perf_counter()
+            for _ in range(block):
+                fn()
+            _sync(device)
+            times[label][r] = (time.perf_counter() - t) / block
+    return times
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}–{max(values):{fmt}})"
+
+
+def _sampling_table(n: int, batches: list[int], rounds: int) -> None:
+    print(f"\nPoisson sampling alone, n={n}, µs per batch, median (range) over {rounds} rounds")
+    gen = torch.Generator().manual_seed(0)
+    for batch in batches:
+        q = batch / n
+        variants = {
+            "poisson_batch": lambda q=q: poisson_batch(n, q, gen),
+            "rand(n) < q": lambda q=q: torch.nonzero(torch.rand(n, generator=gen) < q).flatten(),
+        }
+        times = _interleaved(variants, rounds, 200, torch.device("cpu"))
+        cells = "   ".join(
+            f"{k}: {_spread([t * 1e6 for t in v], '.0f')}" for k, v in times.items()
+        )
+        print(f"  B={batch:<4} {cells}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--batch", type=int, default=128)
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--models", nargs="+", default=["mlp", "cnn1d", "cnn2d"])
+    parser.add_argument("--batches", type=int, nargs="+", default=[128, 256])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--block", type=int, default=5, help="steps per variant per round")
+    parser.add_argument("--n", type=int, default=60_000, help="records to sample from")
+    parser.add_argument("--no-opacus", action="store_true")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    print(f"device={device} torch_threads={torch.get_num_threads()} batch={args.batch}")
-    print(f"{'model':8} {'variant':22} {'samples/s':>12} {'DP/non-private time':>20}")
-    for name in ("mlp", "cnn1d"):
-        base = bench(name, None, args.batch, args.steps, device)
-        print(f"{name:8} {'non-private SGD':22} {base:12.0f} {1.0:20.2f}")
-        variants = [("auto", "DP-SGD default")]
-        variants.append(("opacus", "DP-SGD Opacus hooks"))
-        for mode, label in variants:
-            sps = bench(name, mode, args.batch, args.steps, device)
-            used = "bk" if mode == "auto" and name == "mlp" else mode
-            print(f"{name:8} {label + f' ({used})':22} {sps:12.0f} {base / sps:20.2f}")
+    print(
+        f"device={device} torch={torch.__version__} n={args.n} rounds={args.rounds} "
+        f"block={args.block} steps; per-step ms and DP/non-private ratio: median (min–max)"
+    )
+    print(f"{'thr':>3} {'B':>4} {'model':6} {'variant':16} {'ms/step':>24} {'ratio':>20}")
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        for batch in args.batches:
+            for name in args.models:
+                variants = _variants(name, batch, args.n, device, not args.no_opacus)
+                times = _interleaved(variants, args.rounds, args.block, device)
+                base = times[NONPRIVATE]
+                for label, ts in times.items():
+                    ratios = [t / b for t, b in zip(ts, base)]
+                    ms = _spread([t * 1e3 for t in ts], ".2f")
+                    ratio = "" if label == NONPRIVATE else _spread(ratios, ".2f")
+                    print(f"{threads:>3} {batch:>4} {name:6} {label:16} {ms:>24} {ratio:>20}")
+    torch.set_num_threads(min(args.threads))
+    _sampling_table(args.n, args.batches, args.rounds)
 
 
 if __name__ == "__main__":
