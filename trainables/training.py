@@ -48,7 +48,7 @@ from raydp_hpo.trial_privacy import (
     trial_mechanism,
 )
 from trainables.data import Dataset, DataSplits, select_view, view_kind
-from trainables.dp_step import GaussianNoise, make_clipper
+from trainables.dp_step import GaussianNoise, make_clipper, poisson_batch
 from trainables.models import build_model
 from trainables.privacy_gate import RaydpSettings, admit, resolve_ledger
 
@@ -284,7 +284,7 @@ class _Runner:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.x = torch.as_tensor(np.array(train.features), device=device)
         self.y = torch.as_tensor(np.array(train.labels), device=device)
-        self.sampler = torch.Generator().manual_seed(_seed(seed, index, 1))
+        self.sampler = torch.Generator(device=device).manual_seed(_seed(seed, index, 1))
         self.max_grad_norm = float(config.get("max_grad_norm", 1.0))
         if not self.max_grad_norm > 0:
             raise InvalidParameterError(f"max_grad_norm must be > 0, got {self.max_grad_norm}")
@@ -297,9 +297,8 @@ class _Runner:
         self.noise = GaussianNoise(
             privacy.noise_multiplier,
             self.max_grad_norm,
-            1.0,
-            normaliser,  # type: ignore[arg-type]  # divides by 1.0 · normaliser
-            torch.Generator().manual_seed(_seed(seed, index, 2)),
+            normaliser,
+            torch.Generator(device=device).manual_seed(_seed(seed, index, 2)),
         )
         lr = float(config.get("lr", 0.1))
         if not lr > 0:
@@ -331,8 +330,8 @@ class _Runner:
     def _batch(self) -> torch.Tensor:
         if self.privacy.optimizer is Optimizer.GD:
             return torch.arange(self.n)
-        mask = torch.rand(self.n, generator=self.sampler) < self.privacy.sample_rate
-        return torch.nonzero(mask).flatten()
+        # Poisson sampling in O(batch): Binomial(n, q) size, then a uniform subset of it
+        return poisson_batch(self.n, self.privacy.sample_rate, self.sampler)
 
     def _gradient(self) -> tuple[float, int]:
         """Draw a fresh Poisson batch and set ``p.grad`` to the (privatised) gradient."""
