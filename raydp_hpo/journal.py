@@ -467,6 +467,16 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def _write_new_file(path: Path, data: bytes) -> None:
+    """Create ``path`` (it must not exist), write ``data`` and fsync it before closing."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _read_all(fd: int) -> bytes:
     size = os.fstat(fd).st_size
     chunks: list[bytes] = []
@@ -609,12 +619,7 @@ class Journal:
     def _create(path: Path, header: dict[str, Any]) -> bool:
         line, _ = _v2_line({"kind": "header", "version": JOURNAL_VERSION, **header}, None)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{time.monotonic_ns()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            _write_all(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_new_file(tmp, line)
         try:
             os.link(tmp, path)  # fails if the name exists: never replaces a journal
             return True
@@ -629,13 +634,7 @@ class Journal:
         assert self._fd is not None
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         side = self.path.with_name(f"{self.path.name}.torn-{stamp}-{time.time_ns() % 10**9:09d}")
-        tail = os.pread(self._fd, torn.length, torn.offset)
-        fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            _write_all(fd, tail)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_new_file(side, os.pread(self._fd, torn.length, torn.offset))
         _fsync_dir(side.parent)
         os.ftruncate(self._fd, torn.offset)  # only after the side file holds the bytes
         os.fsync(self._fd)
