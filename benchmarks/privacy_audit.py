@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         f"({_dt.date.today().isoformat()}, Python {platform.python_version()})",
         "",
         "Lower bound: Clopper–Pearson at 95 % overall (α/2 per direction, α/4 per limit), "
-        "event chosen on separate selection runs. Claim: min(RDP, PLD) ε of the plan at the "
+        "event chosen on separate selection runs. Claim: min(RDP, PLD, privacy profile) ε of the plan at the "
         "budget's δ = 1e-5 (grid search: its whole grid's composition).",
         "",
         body,

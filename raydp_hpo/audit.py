@@ -41,14 +41,15 @@ released, or a threshold on the released model — is chosen on a separate set o
 black-box audit (Jagielski, Ullman & Oprea 2020, "Auditing Differentially Private Machine
 Learning: How Private is Private SGD?", Sec. 3; Clopper & Pearson 1934).
 
-**Claim**: ε of the plan's mechanism at the budget's δ, the minimum of the RDP and the PLD
-accountant (each is an upper bound; grid search, which charges trial by trial, is claimed as
-the composition of its whole grid).
+**Claim**: ε of the plan's mechanism at the budget's δ, the minimum of the RDP, PLD and
+privacy-profile accountants — the smallest figure a certificate can print (each is an upper
+bound; grid search, which charges trial by trial, is claimed as the composition of its whole
+grid).
 
 **Power and limits.** A black-box bound from N runs per dataset cannot exceed about
 ln(N / ln(4/α)) (all runs in the event on one side, none on the other), and one canary with
 an event on one released scalar sees only part of a plan's worst case, so the bounds sit well
-below the claims (2000 runs: 0.25–2.1 against 2.65–7.0, ``benchmarks/results/privacy_audit.md``).
+below the claims (2000 runs: 0.28–1.8 against 2.65–6.6, ``benchmarks/results/privacy_audit.md``).
 The audit therefore catches gross violations — a mechanism several times weaker than declared
 (``tests/raydp_hpo/test_audit.py`` audits σ = 0.1 runs against the σ = 2 claim), a canary
 that moves every partition, a secret fixed by public inputs — not a claim that is a few per
