@@ -302,3 +302,12 @@ def test_ray_clients_match_in_process_run(
     assert np.allclose(remote.client_lr, local.client_lr, rtol=1e-5)
     for k in local.state:
         assert torch.allclose(remote.state[k], local.state[k], atol=1e-5)
+
+
+def test_main_runs_and_refuses_bad_values(capsys: pytest.CaptureFixture[str]) -> None:
+    from trainables.federated import main
+
+    assert main(["--rounds", "1", "--hidden", "8", "--batch-size", "50"]) == 0
+    assert "round    1  test accuracy" in capsys.readouterr().out
+    assert main(["--lr", "-1"]) == 2
+    assert "lr must be finite and > 0" in capsys.readouterr().err
