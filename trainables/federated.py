@@ -20,7 +20,8 @@ rescales η):
 Defaults α_min = 0.9, α_max = 1.1, tol = 0.1 (the paper's non-DP value). Minibatches follow
 the paper: each local epoch permutes the client's shard and cuts it into batches of size |B|
 (the last, shorter batch is dropped), so ADADP runs ⌊N_k/|B|⌋/2 steps per epoch — the same
-number of gradient evaluations as SGD's ⌊N_k/|B|⌋ steps. Each client keeps its own η (and,
+number of gradient evaluations as SGD's ⌊N_k/|B|⌋ steps (a shard with fewer than 2|B| records
+therefore makes no ADADP step; a shard smaller than |B| is one batch for SGD/Adam). Each client keeps its own η (and,
 for Adam, its moment estimates) from round to round; only the model is replaced by the
 server's average at the start of a round.
 
@@ -38,7 +39,10 @@ seeds are ordinary, explicit reproducibility seeds.
 Two drivers share one server loop: :func:`run_federated` (in-process, no Ray) and
 :func:`run_federated_ray` (one Ray actor per client, each holding only its own shard).
 Both checkpoint after every round (atomic write: temporary file, then ``os.replace``) when
-given ``checkpoint_dir`` and resume from the last checkpoint found there.
+given ``checkpoint_dir`` and resume from the last checkpoint found there (the checkpoint holds
+the global model, every client's η / optimiser state / minibatch generator and the history, so
+a resumed run reproduces the uninterrupted one; it must have the same settings and seed except
+``rounds``, which may grow).
 """
 
 from __future__ import annotations

@@ -311,3 +311,18 @@ def test_main_runs_and_refuses_bad_values(capsys: pytest.CaptureFixture[str]) ->
     assert "round    1  test accuracy" in capsys.readouterr().out
     assert main(["--lr", "-1"]) == 2
     assert "lr must be finite and > 0" in capsys.readouterr().err
+
+
+def test_server_averages_weighted_by_shard_size(digits: DataSplits) -> None:
+    """Full-batch SGD (|B| > N_k) makes each client's update independent of its minibatch
+    order, so one round with clients of 20 and 60 records must equal the (20, 60)-weighted
+    average of the two single-client runs from the same initial model (same seed)."""
+    a, b = digits.train.subset(np.arange(20)), digits.train.subset(np.arange(20, 80))
+    settings = FedSettings(optimizer=ClientOptimizer.SGD, lr=0.5, rounds=1, batch_size=100,
+                           model_kwargs=SMALL)
+    both = run_federated([a, b], digits.test, settings, seed=3).state
+    alone = [run_federated([d], digits.test, settings, seed=3).state for d in (a, b)]
+    weighted, plain = fed_avg(alone, [20, 60]), fed_avg(alone, [1, 1])
+    assert any(not torch.allclose(weighted[k], plain[k], atol=1e-4) for k in weighted)
+    for k in both:
+        assert torch.allclose(both[k], weighted[k], atol=1e-6)
