@@ -332,6 +332,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_federated(args: argparse.Namespace) -> int:
+    from trainables.federated import main as federated_main
+
+    rest = list(args.args)
+    return int(federated_main(rest[1:] if rest[:1] == ["--"] else rest))
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from raydp_hpo.report import write_report
 
@@ -440,6 +447,13 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="seconds between progress lines")
     run.set_defaults(func=_cmd_run)
 
+    fed = sub.add_parser(
+        "federated", add_help=False,
+        help="federated averaging with adaptive (ADADP) client learning rates on Ray; not DP "
+             "(raydp-hpo federated --help for its options)")
+    fed.add_argument("args", nargs=argparse.REMAINDER)
+    fed.set_defaults(func=_cmd_federated)
+
     rep = sub.add_parser("report", help="certificate, plots and report.md of a run dir")
     rep.add_argument("run_dir", help="<storage_path>/<experiment>")
     rep.add_argument("--out", default=None, help="output dir (default RUN_DIR/report)")
@@ -463,6 +477,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["federated"]:  # its own options (python -m trainables.federated)
+        argv = ["federated", "--", *argv[1:]]
     parser = _build_parser()
     args = parser.parse_args(argv)
     try:

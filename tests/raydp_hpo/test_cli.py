@@ -147,3 +147,9 @@ def test_account_mechanism_wrong_combinations_exit_2(capsys) -> None:
     for argv, needle in cases:
         assert main(["account", *argv]) == EXIT_BAD_INPUT, argv
         assert needle in capsys.readouterr().err, argv
+
+
+def test_federated_subcommand_runs_the_federated_trainer(capsys) -> None:
+    """`raydp-hpo federated ...` passes its options to trainables.federated.main."""
+    assert main(["federated", "--dataset", "digits", "--rounds", "1", "--clients", "2"]) == 0
+    assert "round    1" in capsys.readouterr().out
