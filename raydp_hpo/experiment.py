@@ -210,15 +210,19 @@ class DataSpec:
     declared_train_size: int | None = None
     declared_validation_size: int | None = None
 
+    def _public_total(self) -> int | None:
+        """Records of a built-in source before the split (public: ``size`` for MNIST-1D,
+        1797 for digits); ``None`` for Parquet."""
+        if self.source == "mnist1d":
+            return self.size or 5000
+        return _BUILTIN_SIZES.get(self.source)
+
     def public_sizes(self) -> tuple[int | None, int | None]:
         """Declared public (training, validation) sizes. Built-in sources have a public total
-        N (``size``, or 1797 for digits): ``round(N·(1 − f_val − f_test))`` and
-        ``round(N·f_val)`` unless declared. Parquet: only what is declared (``None``: the
-        realised sizes, listed in the certificate as treated as public)."""
-        if self.source == "mnist1d":
-            total: int | None = self.size or 5000
-        else:
-            total = _BUILTIN_SIZES.get(self.source)
+        N: ``round(N·(1 − f_val − f_test))`` and ``round(N·f_val)`` unless declared. Parquet:
+        only what is declared (``None``: the realised sizes, listed in the certificate as
+        treated as public)."""
+        total = self._public_total()
         train, val = self.declared_train_size, self.declared_validation_size
         if total is not None:
             if train is None:
@@ -229,9 +233,7 @@ class DataSpec:
 
     def public_test_size(self) -> int | None:
         """Declared public test size: ``round(N·f_test)`` for built-in sources, else ``None``."""
-        if self.source == "mnist1d":
-            return max(1, round((self.size or 5000) * self.test_fraction))
-        total = _BUILTIN_SIZES.get(self.source)
+        total = self._public_total()
         return None if total is None else max(1, round(total * self.test_fraction))
 
     def fingerprint(self) -> str:
