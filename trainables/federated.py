@@ -584,9 +584,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--ray", action="store_true", help="clients as Ray actors (ray.init())")
     p.add_argument("--num-cpus", type=float, default=1.0, help="CPUs per client actor (--ray)")
     a = p.parse_args(argv)
-    from trainables.data import split
-
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small models: one thread is fastest and shares the machine
+    try:
+        return _run_main(a)
+    finally:
+        torch.set_num_threads(threads)  # a caller in the same process keeps its setting
+
+
+def _run_main(a: argparse.Namespace) -> int:
+    from trainables.data import split
 
     try:
         settings = FedSettings(
@@ -607,11 +614,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if a.ray:
             import ray
 
-            ray.init()
+            started = not ray.is_initialized()
+            if started:  # attach to RAY_ADDRESS (a cluster, a job) or start a local Ray
+                ray.init(address=os.environ.get("RAY_ADDRESS") or "local", log_to_driver=False)
             try:
                 run_federated_ray(shards, data.test, settings, num_cpus=a.num_cpus, **kwargs)
             finally:
-                ray.shutdown()
+                if started:
+                    ray.shutdown()
         else:
             run_federated(shards, data.test, settings, **kwargs)
     except RayDPHPOError as exc:

@@ -150,6 +150,12 @@ def test_account_mechanism_wrong_combinations_exit_2(capsys) -> None:
 
 
 def test_federated_subcommand_runs_the_federated_trainer(capsys) -> None:
-    """`raydp-hpo federated ...` passes its options to trainables.federated.main."""
+    """`raydp-hpo federated ...` passes its options to trainables.federated.main, and leaves
+    the process's torch thread count as it found it (a later bit-exact reproducibility test
+    in the same process failed when it stayed at 1)."""
+    import torch
+
+    threads = torch.get_num_threads()
     assert main(["federated", "--dataset", "digits", "--rounds", "1", "--clients", "2"]) == 0
     assert "round    1" in capsys.readouterr().out
+    assert torch.get_num_threads() == threads
