@@ -99,15 +99,11 @@ class RaydpSettings:
             )
         if self.nonprivate and self.charge:
             raise InvalidParameterError("a nonprivate run cannot charge the ledger")
-        for name in ("dataset_size", "validation_size"):
-            value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
-            ):
-                raise InvalidParameterError(
-                    f"raydp.{name} must be a positive integer (a declared public size), "
-                    f"got {value!r}"
-                )
+        from raydp_hpo._validation import positive_int
+
+        for name in ("dataset_size", "validation_size"):  # declared public sizes
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, positive_int(f"raydp.{name}", getattr(self, name)))
         if self.trial_index is not None and (
             isinstance(self.trial_index, bool)
             or not isinstance(self.trial_index, int)

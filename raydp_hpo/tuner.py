@@ -301,24 +301,17 @@ class DPTuner:
         ):
             raise InvalidParameterError(f"secret_seed must be an int or None, got {secret_seed!r}")
         self._secret_seed = secret_seed
-        for name, value in (("dataset_size", dataset_size), ("validation_size", validation_size)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < 1):
-                raise InvalidParameterError(
-                    f"{name} must be a positive integer (a declared public size) or None, got "
-                    f"{name}={value!r}"
-                )
-        if test_size is not None and (isinstance(test_size, bool) or not isinstance(test_size, int)
-                                      or test_size < 1):
-            raise InvalidParameterError(
-                f"test_size must be a positive integer (a declared public size) or None, got "
-                f"test_size={test_size!r}"
-            )
+        from raydp_hpo._validation import positive_float, positive_int
+
+        # declared public sizes (None: the realised ones, listed as treated as public)
+        dataset_size, validation_size, test_size = (
+            None if v is None else positive_int(name, v)
+            for name, v in (("dataset_size", dataset_size), ("validation_size", validation_size),
+                            ("test_size", test_size))
+        )
         self._test_epsilon: float | None = None
         self._search_budget = budget
         if test_accuracy_epsilon is not None:
-            from raydp_hpo._validation import positive_float
-
             eps_t = positive_float("test_accuracy_epsilon", test_accuracy_epsilon)
             if eps_t >= budget.epsilon:
                 raise InvalidParameterError(

@@ -42,7 +42,7 @@ import numpy as np
 from ray.tune.search import Searcher
 from ray.tune.search.sample import Categorical, Domain, Function
 
-from raydp_hpo._validation import positive_float
+from raydp_hpo._validation import positive_float, positive_int
 from raydp_hpo.accounting import Accountant, epsilon, smallest_noise_multiplier
 from raydp_hpo.budget import PrivacyBudget
 from raydp_hpo.errors import BudgetTooSmallError, InvalidParameterError, SearchSpaceError
@@ -348,13 +348,8 @@ class DPSearcher(Searcher, abc.ABC):
             )
         if not isinstance(experiment, str) or not experiment:
             raise InvalidParameterError(f"experiment must be a non-empty string, got {experiment=!r}")
-        if validation_size is not None and (
-            isinstance(validation_size, bool) or not isinstance(validation_size, int)
-            or validation_size < 1
-        ):
-            raise InvalidParameterError(
-                f"validation_size must be an integer >= 1 or None, got {validation_size=!r}"
-            )
+        if validation_size is not None:
+            validation_size = positive_int("validation_size", validation_size)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
             raise InvalidParameterError(f"seed must be an int or None, got {seed=!r}")
         super().__init__(metric=metric, mode=mode)
