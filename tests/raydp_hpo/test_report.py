@@ -70,6 +70,10 @@ def test_report_writes_markdown_and_pngs(tmp_path: Path, capsys: pytest.CaptureF
     md = files.markdown.read_text()
     assert "Privacy certificate" in md and "PRIVATE ARTEFACT" in md
     assert "| lr | `0.5` |" in md and "exp/plan" in md
+    # the noiseless test accuracy is not listed as part of the covered release
+    public_part = md.split("## Public release (covered by the certificate)")[1].split("## ")[0]
+    assert "test accuracy" not in public_part
+    assert "## Evaluation (NOT covered by the certificate)" in md
     assert main(["report", str(run), "--out", str(tmp_path / "out")]) == EXIT_OK
     assert (tmp_path / "out" / "report.md").exists()
     assert main(["report", str(tmp_path / "nope")]) == EXIT_BAD_INPUT
