@@ -46,7 +46,15 @@ from raydp_hpo.prv import prv_epsilon
 from raydp_hpo.pure import pure_epsilon
 from raydp_hpo.rdp import RdpProfile, rdp_profile
 
-__all__ = ["Accountant", "epsilon", "delta", "calibrate_noise", "epsilons", "smallest_noise_multiplier"]
+__all__ = [
+    "Accountant",
+    "epsilon",
+    "epsilon_or_inf",
+    "delta",
+    "calibrate_noise",
+    "epsilons",
+    "smallest_noise_multiplier",
+]
 
 
 def _as_list(mechanisms: Mechanism | Iterable[Mechanism]) -> list[Mechanism]:
@@ -107,6 +115,20 @@ def epsilon(
     if pure is not None:
         candidates.append(pure)
     return float(min(candidates))
+
+
+def epsilon_or_inf(
+    mechanisms: Mechanism | Iterable[Mechanism], delta: float, accountant: Accountant
+) -> float:
+    """:func:`epsilon`, or ``inf`` (no figure, no claim) where ``accountant`` cannot bound the
+    mechanisms (:class:`~raydp_hpo.errors.UnsupportedMechanismError`): for reports that show
+    several accountants side by side and take the smallest valid one."""
+    from raydp_hpo.errors import UnsupportedMechanismError
+
+    try:
+        return epsilon(mechanisms, delta, accountant)
+    except UnsupportedMechanismError:
+        return math.inf
 
 
 def epsilons(mechanisms: Mechanism | Iterable[Mechanism], delta: float) -> dict[Accountant, float]:

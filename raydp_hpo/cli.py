@@ -113,8 +113,7 @@ def _cmd_account(args: argparse.Namespace) -> int:
     if missing:
         raise RayDPHPOError(f"DP-SGD accounting needs {', '.join(missing)} (or use --mechanism "
                             "laplace|gaussian to calibrate a one-shot release)")
-    from raydp_hpo.accounting import Accountant, epsilon
-    from raydp_hpo.errors import UnsupportedMechanismError
+    from raydp_hpo.accounting import Accountant, epsilon, epsilon_or_inf
     from raydp_hpo.mechanisms import (
         Gaussian,
         Mechanism,
@@ -139,21 +138,15 @@ def _cmd_account(args: argparse.Namespace) -> int:
         raise RayDPHPOError("--mean/--shape/--distribution price a search: add "
                             "--search random_stopping")
 
-    def bound(accountant: Accountant) -> float:
-        # Bounded memory for every valid input (raydp_hpo.pld.discretisation_interval); no
-        # figure at all (inf, no claim) where the accountant cannot bound the mechanism.
-        try:
-            return epsilon(mech, args.delta, accountant)
-        except UnsupportedMechanismError:
-            return math.inf
-
+    # PLD in bounded memory for every valid input (raydp_hpo.pld.discretisation_interval);
+    # inf (no claim) where an accountant cannot bound the mechanism
     rows = {
         "rdp": epsilon(mech, args.delta, Accountant.RDP),
         "rdp_classic": classic_rdp_to_epsilon(rdp_profile(mech).values, args.delta),
-        "pld": bound(Accountant.PLD),
+        "pld": epsilon_or_inf(mech, args.delta, Accountant.PLD),
     }
     if isinstance(mech, RandomStopping):
-        rows["profile"] = bound(Accountant.PROFILE)
+        rows["profile"] = epsilon_or_inf(mech, args.delta, Accountant.PROFILE)
     rows["best"] = min(rows.values())  # every row is a valid upper bound
     if args.json:
         print(json.dumps({"mechanism": repr(mech), "delta": args.delta, "epsilon": rows}))

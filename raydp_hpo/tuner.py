@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raydp_hpo.accounting import Accountant, epsilon
+from raydp_hpo.accounting import Accountant, epsilon, epsilon_or_inf
 from raydp_hpo.budget import PrivacyBudget
 from raydp_hpo.errors import BudgetExhaustedError, InvalidParameterError, RayDPHPOError
 from raydp_hpo.ledger import Adaptivity
@@ -629,7 +629,8 @@ class DPTuner:
         delta = self._budget.delta
         eps_rdp = epsilon(mechs, delta, Accountant.RDP) if mechs else 0.0
         eps_pld = epsilon(mechs, delta, Accountant.PLD) if mechs else 0.0
-        eps_profile = _profile_epsilon(mechs, delta)
+        # random stopping by privacy profiles; inf where that accountant has no figure
+        eps_profile = epsilon_or_inf(mechs, delta, Accountant.PROFILE) if mechs else 0.0
         settings = ledger.settings()
         certificate = PrivacyCertificate(
             algorithm=plan.algorithm,
@@ -808,19 +809,6 @@ class _FirstChargeRule:
         return own and admits_as_first_charge(
             self.budget, mechanism, adaptivity=self.adaptivity, accountant=accountant
         )
-
-
-def _profile_epsilon(mechs: list[Mechanism], delta: float) -> float:
-    """ε of the charges with random stopping accounted by privacy profiles (``inf``: no figure,
-    e.g. a charge the profile accountant cannot bound; the RDP/PLD figures stand)."""
-    from raydp_hpo.errors import UnsupportedMechanismError
-
-    if not mechs:
-        return 0.0
-    try:
-        return epsilon(mechs, delta, Accountant.PROFILE)
-    except UnsupportedMechanismError:
-        return math.inf
 
 
 def _root_cause(err: BaseException) -> BaseException:
