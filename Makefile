@@ -26,6 +26,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules raydp_hpo search_algs trainables
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
