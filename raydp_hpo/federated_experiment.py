@@ -39,10 +39,21 @@ Schema (``?`` = optional)::
     ray?: true                       # clients as Ray actors (RAY_ADDRESS or a local Ray)
     cpus_per_client?: 1
     storage_path?: ./raydp_results
+    privacy?:                        # client-level DP (omit: not private)
+      clip_norm: 1.0                 # C: each client's model update is clipped to ℓ₂ norm C
+      noise_multiplier: 1.0          # σ: N(0, σ²C²) on the sum of the clipped updates
+      budget: {epsilon: 8.0, delta: 1.0e-5}   # the client-level ledger's budget
+      journal?: path                 # default <run dir>/client_ledger.journal
 
-**Not differentially private.** Nothing here touches a privacy ledger and the file has no
-budget: the clients' updates are averaged in the clear. The seeds are ordinary reproducibility
-seeds, not secrets.
+Without ``privacy`` the run is **not differentially private**: nothing touches a ledger, the
+clients' updates are averaged in the clear and the seeds are ordinary reproducibility seeds.
+With it, the run is client-level DP (:class:`trainables.federated.ClientDP`; privacy unit:
+one client's whole data, add/remove one client, the number of clients treated as public):
+``Gaussian(σ, rounds)`` is charged to a client-level ledger journaled in the run dir before
+any round runs (refused: nothing runs), the DP noise comes from OS entropy, and
+``result.json`` holds only what the guarantee covers (the per-round test accuracy of the
+released global models, on the server's held-out split) plus the privacy figures — not the
+clients' learning rates, step counts or shard sizes.
 """
 
 from __future__ import annotations
@@ -54,8 +65,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from raydp_hpo.budget import PrivacyBudget
 from raydp_hpo.errors import ConfigError, RayDPHPOError
 from raydp_hpo.experiment import (
+    _budget,
     _check_keys,
     _int,
     _mapping,
@@ -78,7 +91,8 @@ __all__ = [
 
 RESULT_FILE = "result.json"
 _TOP_KEYS = ("kind", "experiment", "seed", "data", "clients", "model", "training", "ray",
-             "cpus_per_client", "storage_path")
+             "cpus_per_client", "storage_path", "privacy")
+_PRIVACY_KEYS = ("clip_norm", "noise_multiplier", "budget", "journal")
 _DATA_KEYS = ("source", "size", "generator_seed", "test_fraction", "split_seed")
 _CLIENT_KEYS = ("count", "random_fraction", "partition_seed")
 _MODEL_KEYS = ("name", "kwargs")
@@ -120,6 +134,16 @@ class FedTrainingSpec:
 
 
 @dataclass(frozen=True)
+class FedPrivacySpec:
+    """Client-level DP: clip norm C, noise multiplier σ, the client-level ledger's budget."""
+
+    clip_norm: float
+    noise_multiplier: float
+    budget: PrivacyBudget
+    journal: str | None = None
+
+
+@dataclass(frozen=True)
 class FederatedSpec:
     experiment: str
     data: FedDataSpec
@@ -131,21 +155,34 @@ class FederatedSpec:
     ray: bool = True
     cpus_per_client: float = 1.0
     storage_path: str = "raydp_results"
+    privacy: FedPrivacySpec | None = None
 
     @property
     def run_dir(self) -> Path:
         return run_dir_of(self.storage_path, self.experiment)
 
+    @property
+    def charge_id(self) -> str:
+        return f"{self.experiment}/federated"
+
+    @property
+    def journal(self) -> Path:
+        if self.privacy is not None and self.privacy.journal is not None:
+            return Path(self.privacy.journal)
+        return self.run_dir / "client_ledger.journal"
+
     def settings(self) -> Any:
         """The run's :class:`trainables.federated.FedSettings`."""
-        from trainables.federated import ClientOptimizer, FedSettings
+        from trainables.federated import ClientDP, ClientOptimizer, FedSettings
 
         t = self.training
+        dp = None if self.privacy is None else ClientDP(self.privacy.clip_norm,
+                                                        self.privacy.noise_multiplier)
         return FedSettings(
             optimizer=ClientOptimizer(t.optimizer), lr=t.lr, rounds=t.rounds,
             local_epochs=t.local_epochs, batch_size=t.batch_size, tol=t.tol,
             alpha_min=t.alpha_min, alpha_max=t.alpha_max, model=self.model_name,
-            model_kwargs=dict(self.model_kwargs),
+            model_kwargs=dict(self.model_kwargs), client_dp=dp,
         )
 
 
@@ -227,6 +264,18 @@ def parse_federated(raw: Any) -> FederatedSpec:
     if not training.alpha_max > 1.0:
         raise ConfigError(f"training.alpha_max must be > 1, got {training.alpha_max!r}")
 
+    privacy = None
+    if "privacy" in top:
+        pr = _mapping("privacy", top["privacy"])
+        _check_keys("privacy", pr, _PRIVACY_KEYS,
+                    required=("clip_norm", "noise_multiplier", "budget"))
+        privacy = FedPrivacySpec(
+            clip_norm=_positive("privacy.clip_norm", pr["clip_norm"]),
+            noise_multiplier=_positive("privacy.noise_multiplier", pr["noise_multiplier"]),
+            budget=_budget("privacy.budget", pr["budget"]),
+            journal=None if pr.get("journal") is None else _str("privacy.journal",
+                                                                  pr["journal"]),
+        )
     ray = top.get("ray", True)
     if not isinstance(ray, bool):
         raise ConfigError(f"ray must be true or false, got {ray!r}")
@@ -236,6 +285,7 @@ def parse_federated(raw: Any) -> FederatedSpec:
         seed=_int("seed", top.get("seed", 0), minimum=0), ray=ray,
         cpus_per_client=_positive("cpus_per_client", top.get("cpus_per_client", 1.0)),
         storage_path=_str("storage_path", top.get("storage_path", "raydp_results")),
+        privacy=privacy,
     )
     if clients.count > _NUM_CLASSES:
         raise ConfigError(
@@ -281,7 +331,7 @@ def run_federated_experiment(
     import numpy as np
 
     from trainables.data import load_digits, load_mnist1d, split
-    from trainables.federated import pathological_split, run_federated, run_federated_ray
+    from trainables.federated import pathological_split
 
     raw = (load_digits() if spec.data.source == "digits"
            else load_mnist1d(spec.data.size, seed=spec.data.generator_seed))
@@ -300,32 +350,92 @@ def run_federated_experiment(
     kwargs: dict[str, Any] = {"seed": spec.seed, "checkpoint_dir": run_dir / "checkpoints",
                               "on_round": report}
     settings = spec.settings()
-    if spec.ray:
-        import ray
-
-        started = not ray.is_initialized()
-        if started:  # attach to RAY_ADDRESS (a cluster, a job) or start a local Ray
-            ray.init(address=os.environ.get("RAY_ADDRESS") or "local", log_to_driver=False)
-        try:
-            result = run_federated_ray(shards, data.test, settings,
-                                       num_cpus=spec.cpus_per_client, **kwargs)
-        finally:
-            if started:
-                ray.shutdown()
-    else:
-        result = run_federated(shards, data.test, settings, **kwargs)
-    payload = {
-        "experiment": spec.experiment,
-        "spec": asdict(spec),
-        "private": False,
-        "client_sizes": [len(s) for s in shards],
-        "accuracy": result.accuracy,
-        "client_lr": result.client_lr,
-        "accepted": result.accepted,
-        "rejected": result.rejected,
-    }
+    ledger = None
+    if spec.privacy is not None:
+        ledger = _client_ledger(spec)
+        kwargs.update(ledger=ledger, charge_id=spec.charge_id)
+    try:
+        result = _run(spec, shards, data.test, settings, kwargs)
+        payload: dict[str, Any] = {
+            "experiment": spec.experiment,
+            "spec": asdict(spec),
+            "private": spec.privacy is not None,
+            "accuracy": result.accuracy,
+        }
+        if ledger is None:
+            payload.update(client_sizes=[len(s) for s in shards], client_lr=result.client_lr,
+                           accepted=result.accepted, rejected=result.rejected)
+        else:
+            payload["privacy"] = _privacy_figures(spec, settings, ledger)
+    finally:
+        if ledger is not None:
+            ledger.close()
     tmp = run_dir / (RESULT_FILE + ".tmp")
     tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     os.replace(tmp, run_dir / RESULT_FILE)
     out(f"final test accuracy {result.accuracy[-1]:.4f}; wrote {run_dir / RESULT_FILE}")
     return payload
+
+
+def _run(spec: FederatedSpec, shards: list[Any], test: Any, settings: Any,
+         kwargs: dict[str, Any]) -> Any:
+    from trainables.federated import run_federated, run_federated_ray
+
+    if not spec.ray:
+        return run_federated(shards, test, settings, **kwargs)
+    import ray
+
+    started = not ray.is_initialized()
+    if started:  # attach to RAY_ADDRESS (a cluster, a job) or start a local Ray
+        ray.init(address=os.environ.get("RAY_ADDRESS") or "local", log_to_driver=False)
+    try:
+        return run_federated_ray(shards, test, settings, num_cpus=spec.cpus_per_client,
+                                 **kwargs)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _client_ledger(spec: FederatedSpec) -> Any:
+    """The client-level ledger: its journal (created with ``privacy.budget``, or reopened —
+    a reopened journal must have that budget)."""
+    from raydp_hpo.ledger import PrivacyLedger
+
+    if spec.privacy is None:
+        raise ConfigError("a client ledger needs the privacy block")
+    journal = spec.journal
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    if journal.exists():
+        ledger = PrivacyLedger.open(journal)
+        if ledger.budget != spec.privacy.budget:
+            ledger.close()
+            raise ConfigError(
+                f"privacy.budget {spec.privacy.budget} differs from the budget "
+                f"{ledger.budget} of the existing client ledger {str(journal)!r}; keep the "
+                "budget or name another privacy.journal"
+            )
+        return ledger
+    return PrivacyLedger(spec.privacy.budget, journal)
+
+
+def _privacy_figures(spec: FederatedSpec, settings: Any, ledger: Any) -> dict[str, Any]:
+    from raydp_hpo.accounting import Accountant, epsilon_or_inf
+    from raydp_hpo.mechanisms import mechanism_to_dict
+
+    if spec.privacy is None or settings.client_dp is None:
+        raise ConfigError("privacy figures need the privacy block")
+    mechanism = settings.client_dp.mechanism(settings.rounds)
+    delta = spec.privacy.budget.delta
+    return {
+        "unit": "one client's whole data (add/remove one client); the number of clients is "
+                "treated as public",
+        "mechanism": mechanism_to_dict(mechanism),
+        "delta": delta,
+        "epsilon_rdp": epsilon_or_inf(mechanism, delta, Accountant.RDP),
+        "epsilon_pld": epsilon_or_inf(mechanism, delta, Accountant.PLD),
+        "charge_id": spec.charge_id,
+        "ledger_spent_epsilon": ledger.spent(),
+        "journal": str(spec.journal),
+        "covers": "the global model after every round; not the clients' learning rates, step "
+                  "counts or shard sizes, and not the test split (the server's own data)",
+    }

@@ -136,3 +136,73 @@ def test_cli_runs_the_example_with_ray_clients(
     assert main(["federated", "--config", str(path)]) == EXIT_OK
     payload = json.loads((tmp_path / "out" / "fed-digits" / RESULT_FILE).read_text())
     assert len(payload["accuracy"]) == 2 and len(payload["client_lr"][0]) == 5
+
+
+PRIVACY = {"clip_norm": 1.0, "noise_multiplier": 2.0, "budget": {"epsilon": 20.0,
+                                                                 "delta": 1.0e-5}}
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ({**PRIVACY, "clip": 1.0}, "unknown key 'clip' in privacy; did you mean 'clip_norm'"),
+        ({"clip_norm": 1.0, "noise_multiplier": 2.0}, "privacy needs the key 'budget'"),
+        ({**PRIVACY, "clip_norm": 0}, "privacy.clip_norm must be > 0"),
+        ({**PRIVACY, "noise_multiplier": -1}, "privacy.noise_multiplier must be > 0"),
+        ({**PRIVACY, "budget": {"epsilon": 1.0}}, "privacy.budget needs the key 'delta'"),
+    ],
+)
+def test_bad_privacy_block_names_the_key(raw: dict[str, Any], value: Any, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_federated(_set(raw, "privacy", value))
+    assert words in str(info.value)
+
+
+def _private(raw: dict[str, Any], tmp_path: Path, **privacy: Any) -> dict[str, Any]:
+    raw = _set(raw, "storage_path", str(tmp_path / "out"))
+    raw = _set(raw, "ray", False)
+    raw = _set(raw, "model.kwargs", {"hidden": [8]})
+    raw = _set(raw, "training.batch_size", 50)
+    raw = _set(raw, "training.rounds", 2)
+    return _set(raw, "privacy", {**PRIVACY, **privacy})
+
+
+def test_private_run_charges_the_client_ledger_and_releases_only_covered_values(
+    raw: dict[str, Any], tmp_path: Path
+) -> None:
+    """With privacy: Gaussian(σ, rounds) is charged to the client-level ledger journaled in
+    the run dir before round 1; result.json holds the figures (ε under RDP ≥ PLD) and no
+    client learning rates, step counts or shard sizes; running the file again resumes and
+    replays the charge instead of paying twice."""
+    from raydp_hpo.ledger import PrivacyLedger
+    from raydp_hpo.mechanisms import Gaussian
+
+    spec = parse_federated(_private(raw, tmp_path))
+    payload = run_federated_experiment(spec, out=lambda _: None)
+    assert payload["private"] is True
+    assert not {"client_lr", "accepted", "rejected", "client_sizes"} & set(payload)
+    fig = payload["privacy"]
+    assert fig["mechanism"] == {"type": "gaussian", "noise_multiplier": 2.0, "count": 2}
+    assert fig["epsilon_pld"] <= fig["epsilon_rdp"] <= 20.0
+    assert "one client" in fig["unit"]
+    ledger = PrivacyLedger.read_only(spec.journal)
+    (charge,) = ledger.charges()
+    assert charge.mechanism == Gaussian(2.0, 2) and charge.charge_id == "fed-digits/federated"
+    ledger.close()
+    again = run_federated_experiment(spec, out=lambda _: None)
+    assert again["accuracy"] == payload["accuracy"]
+    ledger = PrivacyLedger.read_only(spec.journal)
+    assert len(ledger.charges()) == 1
+    ledger.close()
+
+
+def test_private_run_refused_by_a_small_budget_runs_nothing(
+    raw: dict[str, Any], tmp_path: Path
+) -> None:
+    from raydp_hpo.errors import BudgetExhaustedError
+
+    spec = parse_federated(_private(raw, tmp_path, budget={"epsilon": 0.5, "delta": 1e-5}))
+    with pytest.raises(BudgetExhaustedError):
+        run_federated_experiment(spec, out=lambda _: None)
+    assert not (spec.run_dir / RESULT_FILE).exists()
+    assert not (spec.run_dir / "checkpoints").exists()
