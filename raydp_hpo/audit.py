@@ -259,8 +259,8 @@ def run_cheap_trial(
         # public size, clipped to [0, 1] (post-processing); what ran is built from the noise
         # actually drawn, independently of the declaration
         if release.noise is ScoreNoise.LAPLACE:
-            noisy_count = float(np.mean(correct)) + rng.laplace(0.0, 1.0 / settings.score_epsilon)
-            score_ran: Mechanism = Laplace(settings.score_epsilon, count=1)
+            noisy_count = float(np.mean(correct)) + rng.laplace(0.0, 1.0 / release.epsilon)
+            score_ran: Mechanism = Laplace(release.epsilon, count=1)
         else:
             delta_s = math.nan if release.delta is None else release.delta
             sigma_s = calibrate_analytic_gaussian(release.epsilon, delta_s)

@@ -108,7 +108,7 @@ class RaydpSettings:
         noise = coerce_enum(ScoreNoise, self.score_noise, "raydp.score_noise").value
         object.__setattr__(self, "score_noise", noise)
         if self.score_epsilon is not None:  # validates noise and δ_s together
-            ScoreRelease(self.score_epsilon, noise, self.score_delta)
+            ScoreRelease(self.score_epsilon, ScoreNoise(noise), self.score_delta)
         elif noise != ScoreNoise.LAPLACE.value or self.score_delta is not None:
             raise InvalidParameterError(
                 f"raydp.score_noise={noise!r} / score_delta={self.score_delta!r} need "
@@ -156,9 +156,9 @@ class RaydpSettings:
         or ``None`` when it releases no noisy score (``score_epsilon`` unset)."""
         if self.score_epsilon is None:
             return None
-        from raydp_hpo.trial_privacy import ScoreRelease
+        from raydp_hpo.trial_privacy import ScoreNoise, ScoreRelease
 
-        return ScoreRelease(self.score_epsilon, self.score_noise, self.score_delta)
+        return ScoreRelease(self.score_epsilon, ScoreNoise(self.score_noise), self.score_delta)
 
     @property
     def needs_ledger(self) -> bool:

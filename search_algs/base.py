@@ -42,7 +42,7 @@ import numpy as np
 from ray.tune.search import Searcher
 from ray.tune.search.sample import Categorical, Domain, Function
 
-from raydp_hpo._validation import positive_float, positive_int
+from raydp_hpo._validation import coerce_enum, positive_float, positive_int
 from raydp_hpo.accounting import Accountant, epsilon, smallest_noise_multiplier
 from raydp_hpo.budget import PrivacyBudget
 from raydp_hpo.errors import BudgetTooSmallError, InvalidParameterError, SearchSpaceError
@@ -345,10 +345,11 @@ class DPSearcher(Searcher, abc.ABC):
         score_delta: float | None = None,
     ) -> None:
         score: ScoreRelease | None = None
+        noise = coerce_enum(ScoreNoise, score_noise, "score_noise")
         if score_epsilon is not None:
             score_epsilon = positive_float("score_epsilon", score_epsilon)
-            score = ScoreRelease(score_epsilon, score_noise, score_delta)
-        elif ScoreRelease(1.0, score_noise, score_delta).noise is not ScoreNoise.LAPLACE:
+            score = ScoreRelease(score_epsilon, noise, score_delta)
+        elif ScoreRelease(1.0, noise, score_delta).noise is not ScoreNoise.LAPLACE:
             raise InvalidParameterError(
                 f"score_noise={score_noise!r} needs score_epsilon: with score_epsilon=None the "
                 "validation split is declared public and no score noise is added"
