@@ -121,7 +121,8 @@ def test_runs_briefly_writes_result_and_resumes(raw: dict[str, Any], tmp_path: P
     assert len(more["accuracy"]) == 3 and more["accuracy"][:2] == first["accuracy"]
 
 
-@pytest.mark.ray
+@pytest.mark.slow  # ~3 min on the loaded 2-core machine (5 actors); the Ray client path is
+@pytest.mark.ray   # also covered by tests/trainables/test_federated.py
 def test_cli_runs_the_example_with_ray_clients(
     ray_session: None, raw: dict[str, Any], tmp_path: Path
 ) -> None:
