@@ -51,6 +51,8 @@ _EXPORTS: dict[str, str] = {
     "Optimizer": "raydp_hpo.trial_privacy",
     "DPSGDPrivacy": "raydp_hpo.trial_privacy",
     "privacy_from_config": "raydp_hpo.trial_privacy",
+    "ScoreNoise": "raydp_hpo.trial_privacy",
+    "ScoreRelease": "raydp_hpo.trial_privacy",
     "RaydpSettings": "raydp_hpo.trial_settings",
     # ledger
     "Adaptivity": "raydp_hpo.ledger",

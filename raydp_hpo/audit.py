@@ -25,7 +25,8 @@ a post-processing (mean of the releases, rescaled by 1/q). Non-private SVT parti
 ``lr · m ≥ v``, so the hyperparameter ``lr`` matters and candidate ``lr = 1`` moves from
 accuracy 0 to accuracy 1 on a partition when the canary enters it: the largest change Ding et
 al.'s Lemma 2 allows (1/k of the partition average). A trial whose score feeds a selection
-(``score_epsilon`` set) reports ``(correct + Laplace(1/ε_s)) / n_val`` — a count of sensitivity 1
+(``score_epsilon`` set) reports ``(correct + Laplace(1/ε_s)) / n_val`` (or ``+ N(0, σ_s²)``,
+σ_s analytic-Gaussian calibrated to (ε_s, δ_s), for ``score_noise="gaussian"``) — a count of sensitivity 1
 under one validation record, divided by the public validation size. Every trial counts its
 releases and raises :class:`AuditError` unless what ran equals the declared
 ``trial_mechanism(privacy.mechanism(), ε_s)`` and is covered by its block's ``base``.
@@ -78,6 +79,7 @@ from scipy.stats import beta
 
 from raydp_hpo.accounting import Accountant, epsilon
 from raydp_hpo.budget import PrivacyBudget
+from raydp_hpo.calibration import calibrate_analytic_gaussian
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 from raydp_hpo.mechanisms import (
     Composition,
@@ -87,7 +89,7 @@ from raydp_hpo.mechanisms import (
     SubsampledGaussian,
     mechanism_from_dict,
 )
-from raydp_hpo.trial_privacy import Optimizer, trial_mechanism
+from raydp_hpo.trial_privacy import Optimizer, ScoreNoise, trial_mechanism
 from raydp_hpo.trial_settings import RAYDP_KEY, RaydpSettings
 
 __all__ = [
@@ -249,15 +251,25 @@ def run_cheap_trial(
             if part != declared_training:
                 raise AuditError(f"trial ran {part} but declared {declared_training}")
         ran = ran_parts[0]
-        declared = trial_mechanism(declared_training, settings.score_epsilon)
+        declared = trial_mechanism(declared_training, settings.score_release)
     correct = [float(np.count_nonzero(lr * m >= v)) for m in models]
-    if settings.score_epsilon is not None:
-        # count of correct predictions (sensitivity 1) + Laplace(1/ε_s), over the public size,
-        # clipped to [0, 1] (post-processing)
-        noisy_count = float(np.mean(correct)) + rng.laplace(0.0, 1.0 / settings.score_epsilon)
+    release = settings.score_release
+    if release is not None:
+        # count of correct predictions (sensitivity 1) + Laplace(1/ε_s) or N(0, σ_s²), over the
+        # public size, clipped to [0, 1] (post-processing); what ran is built from the noise
+        # actually drawn, independently of the declaration
+        if release.noise is ScoreNoise.LAPLACE:
+            noisy_count = float(np.mean(correct)) + rng.laplace(0.0, 1.0 / release.epsilon)
+            score_ran: Mechanism = Laplace(release.epsilon, count=1)
+        else:
+            delta_s = math.nan if release.delta is None else release.delta
+            sigma_s = calibrate_analytic_gaussian(release.epsilon, delta_s)
+            noisy_count = float(np.mean(correct)) + rng.normal(0.0, sigma_s)
+            score_ran = Gaussian(sigma_s, count=1)
         score = min(1.0, max(0.0, noisy_count / n_val))
-        assert ran is not None
-        ran = Composition((ran, Laplace(settings.score_epsilon, count=1)))
+        if ran is None:
+            raise AuditError(f"a non-private trial reports a noisy score: {settings}")
+        ran = Composition((ran, score_ran))
     else:
         score = float(np.mean(correct)) / n_val
     if declared is not None and ran != declared:

@@ -326,10 +326,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_federated(args: argparse.Namespace) -> int:
+    """``federated --config FILE.yaml`` runs a federated experiment file
+    (:mod:`raydp_hpo.federated_experiment`); other options go to trainables.federated."""
+    rest = list(args.args)
+    rest = rest[1:] if rest[:1] == ["--"] else rest
+    if any(a == "--config" or a.startswith("--config=") for a in rest):
+        cfg = argparse.ArgumentParser(prog="raydp-hpo federated")
+        cfg.add_argument("--config", required=True, help="federated experiment YAML file")
+        cfg.add_argument("--dry-run", action="store_true",
+                         help="only validate the file, run nothing")
+        opts = cfg.parse_args(rest)
+        from raydp_hpo.federated_experiment import load_federated, run_federated_experiment
+
+        spec = load_federated(opts.config)  # ConfigError -> EXIT_BAD_INPUT in main()
+        if opts.dry_run:
+            print(f"{opts.config}: valid federated experiment {spec.experiment!r} "
+                  f"({spec.clients.count} clients, {spec.training.rounds} rounds)")
+            return EXIT_OK
+        run_federated_experiment(spec)
+        return EXIT_OK
     from trainables.federated import main as federated_main
 
-    rest = list(args.args)
-    return int(federated_main(rest[1:] if rest[:1] == ["--"] else rest))
+    return int(federated_main(rest))
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -443,7 +461,7 @@ def _build_parser() -> argparse.ArgumentParser:
     fed = sub.add_parser(
         "federated", add_help=False,
         help="federated averaging with adaptive (ADADP) client learning rates on Ray; not DP "
-             "(raydp-hpo federated --help for its options)")
+             "(raydp-hpo federated --help for its options, or --config FILE.yaml)")
     fed.add_argument("args", nargs=argparse.REMAINDER)
     fed.set_defaults(func=_cmd_federated)
 

@@ -27,6 +27,8 @@ error that names the key and suggests the closest valid one. Schema (``?`` = opt
     search:
       algorithm: random_stopping     # a search_algs.SearchAlgorithm value
       settings?: {distribution: geometric, mean: 3}   # -> DPTuner(search_kwargs=...)
+      # settings also take the selection score's noise: score_epsilon: 0.1 (default),
+      # score_noise: gaussian + score_delta: 1.0e-6 (default score_noise: laplace)
       metric?: val_accuracy
       mode?: max
       max_concurrent_trials?: 2

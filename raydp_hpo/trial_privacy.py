@@ -27,17 +27,37 @@ validation set, so the training part of the mechanism covers it. The trial decla
 ``score_epsilon`` (default :data:`DEFAULT_SCORE_EPSILON`). ``score_epsilon=None`` is for
 scores that no selection reads (final runs), that a searcher privatises itself (SVT's
 AboveThreshold noise), or when the user declares the validation split public.
+
+**Gaussian score** (:class:`ScoreNoise` ``GAUSSIAN``, a :class:`ScoreRelease` with a stated
+δ_s): the count plus N(0, σ_s²) with σ_s = ``calibrate_analytic_gaussian(ε_s, δ_s)`` — the
+smallest σ for which the one release is (ε_s, δ_s)-DP at ℓ₂ sensitivity 1 (Balle & Wang 2018,
+ICML, Thm. 8). The trial declares ``Gaussian(σ_s)`` (sensitivity 1, noise multiplier σ_s),
+not an (ε_s, δ_s) pair: δ_s only picks σ_s, and the accountants compose the Gaussian score
+with DP-SGD through its exact RDP α/(2σ_s²) (Mironov 2017, Prop. 7) or its PLD, which is much
+tighter over many scored trials than Laplace's RDP (Mironov 2017, Prop. 6; at equal per-release
+ε_s the Laplace RDP is ≈ αε_s²/2 for small ε_s and grows linearly in α, while the Gaussian's
+is α/(2σ_s²) with σ_s of order √(2 ln(1.25/δ_s))/ε_s). The budget's δ covers the whole plan;
+no separate δ_s is spent.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from raydp_hpo._validation import positive_float, positive_int, unit_interval_float
+import numpy as np
+
+from raydp_hpo._validation import (
+    coerce_enum,
+    open_unit_float,
+    positive_float,
+    positive_int,
+    unit_interval_float,
+)
+from raydp_hpo.calibration import calibrate_analytic_gaussian, calibrate_laplace
 from raydp_hpo.errors import InvalidParameterError
 from raydp_hpo.mechanisms import Composition, Gaussian, Laplace, Mechanism, SubsampledGaussian
 
@@ -47,6 +67,8 @@ __all__ = [
     "privacy_from_config",
     "trial_mechanism",
     "score_noise_scale",
+    "ScoreNoise",
+    "ScoreRelease",
     "DEFAULT_SCORE_EPSILON",
 ]
 
@@ -54,19 +76,95 @@ __all__ = [
 DEFAULT_SCORE_EPSILON = 0.1
 
 
-def trial_mechanism(training: Mechanism, score_epsilon: float | None) -> Mechanism:
+class ScoreNoise(Enum):
+    """Noise on a trial's released validation count (sensitivity 1)."""
+
+    LAPLACE = "laplace"  #: Laplace(1/ε_s): pure ε_s-DP (Dwork et al. 2006)
+    GAUSSIAN = "gaussian"  #: N(0, σ_s²), σ_s analytic-Gaussian calibrated to (ε_s, δ_s)
+
+
+@dataclass(frozen=True)
+class ScoreRelease:
+    """How a trial privatises the validation score a selection reads (module docstring).
+
+    ``epsilon``: ε_s of the one release; ``noise``: :class:`ScoreNoise`; ``delta``: δ_s, the
+    δ at which a Gaussian score alone is (ε_s, δ_s)-DP — required for ``GAUSSIAN``, refused
+    for ``LAPLACE`` (pure DP has no δ). ``scale`` (derived): the Laplace scale 1/ε_s or the
+    Gaussian σ_s = ``calibrate_analytic_gaussian(ε_s, δ_s)``, both at sensitivity 1.
+
+    >>> ScoreRelease(0.1).mechanism()
+    Laplace(epsilon=0.1, count=1)
+    >>> round(ScoreRelease(1.0, ScoreNoise.GAUSSIAN, 1e-5).scale, 3)
+    3.731
+    """
+
+    epsilon: float
+    noise: ScoreNoise = ScoreNoise.LAPLACE
+    delta: float | None = None
+    scale: float = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        eps = positive_float("score_epsilon", self.epsilon)
+        noise = coerce_enum(ScoreNoise, self.noise, "score_noise")
+        if noise is ScoreNoise.LAPLACE:
+            if self.delta is not None:
+                raise InvalidParameterError(
+                    f"score_delta={self.delta!r} only applies to score_noise='gaussian'; the "
+                    "Laplace score is pure DP: drop score_delta or use score_noise='gaussian'"
+                )
+            scale = calibrate_laplace(eps)
+        else:
+            if self.delta is None:
+                raise InvalidParameterError(
+                    "score_noise='gaussian' needs score_delta, the δ_s in (0, 1) at which one "
+                    "score release is (score_epsilon, score_delta)-DP (e.g. 1e-6)"
+                )
+            delta = open_unit_float("score_delta", self.delta)
+            object.__setattr__(self, "delta", delta)
+            scale = calibrate_analytic_gaussian(eps, delta)
+        object.__setattr__(self, "epsilon", eps)
+        object.__setattr__(self, "noise", noise)
+        object.__setattr__(self, "scale", scale)
+
+    def mechanism(self, count: int = 1) -> Mechanism:
+        """``count`` score releases: ``Laplace(ε_s, count)`` or ``Gaussian(σ_s, count)``
+        (sensitivity 1, so the noise multiplier is σ_s itself)."""
+        if self.noise is ScoreNoise.LAPLACE:
+            return Laplace(self.epsilon, count=count)
+        return Gaussian(self.scale, count)
+
+    def draw(self, rng: np.random.Generator) -> float:
+        """One noise draw for the count: Laplace(0, 1/ε_s) or N(0, σ_s²), from ``rng`` (the
+        trial's secret score stream)."""
+        if self.noise is ScoreNoise.LAPLACE:
+            return float(rng.laplace(0.0, self.scale))
+        return float(rng.normal(0.0, self.scale))
+
+    def describe(self) -> str:
+        """Short text for plan descriptions and errors."""
+        if self.noise is ScoreNoise.LAPLACE:
+            return f"Laplace(ε_s={self.epsilon:g})"
+        return f"Gaussian(ε_s={self.epsilon:g}, δ_s={self.delta:g}: σ_s={self.scale:.4g})"
+
+
+def trial_mechanism(
+    training: Mechanism, score: float | ScoreRelease | None
+) -> Mechanism:
     """A trial's whole mechanism: its training plus, if it releases a noisy validation score
-    to a selection, ``Laplace(score_epsilon)`` (sequential composition)."""
-    if score_epsilon is None:
+    to a selection, that release (sequential composition). A float ``score`` is ε_s of a
+    Laplace score (``ScoreRelease(score)``)."""
+    if score is None:
         return training
-    return Composition((training, Laplace(positive_float("score_epsilon", score_epsilon))))
+    if not isinstance(score, ScoreRelease):
+        score = ScoreRelease(positive_float("score_epsilon", score))
+    return Composition((training, score.mechanism()))
 
 
 def score_noise_scale(score_epsilon: float) -> float:
     """Laplace scale b = 1/ε_s of the noisy *count* of correct validation predictions: the
     count has sensitivity 1 under add/remove-one (see the module docstring), so no size
-    enters the noise."""
-    return 1.0 / positive_float("score_epsilon", score_epsilon)
+    enters the noise. Rounded up where 1/ε_s is not a float (:func:`calibrate_laplace`)."""
+    return calibrate_laplace(positive_float("score_epsilon", score_epsilon))
 
 
 class Optimizer(Enum):

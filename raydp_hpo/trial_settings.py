@@ -44,6 +44,9 @@ class RaydpSettings:
         phase: ``"tune"`` or ``"final"`` (informational).
         score_epsilon: ε of the Laplace-noised final validation score, or ``None`` (the
             score is not read by any selection, or the validation split is public).
+        score_noise, score_delta: the score's noise (``"laplace"``, default, or
+            ``"gaussian"`` with its δ_s); see :class:`raydp_hpo.trial_privacy.ScoreRelease`
+            and :attr:`score_release`. Only read when ``score_epsilon`` is set.
         dataset_size: the declared **public** number of training records n of the whole
             training split (``None``: hand-written configs; the trainable then treats the
             realised size as public and says so). Every size-dependent quantity of a trial
@@ -70,6 +73,8 @@ class RaydpSettings:
     nonprivate: bool = False
     phase: str = "tune"
     score_epsilon: float | None = None
+    score_noise: str = "laplace"
+    score_delta: float | None = None
     dataset_size: int | None = None
     validation_size: int | None = None
     trial_index: int | None = None
@@ -96,6 +101,18 @@ class RaydpSettings:
             object.__setattr__(
                 self, "score_epsilon",
                 positive_float("raydp.score_epsilon", self.score_epsilon),
+            )
+        from raydp_hpo._validation import coerce_enum
+        from raydp_hpo.trial_privacy import ScoreNoise, ScoreRelease
+
+        noise = coerce_enum(ScoreNoise, self.score_noise, "raydp.score_noise").value
+        object.__setattr__(self, "score_noise", noise)
+        if self.score_epsilon is not None:  # validates noise and δ_s together
+            ScoreRelease(self.score_epsilon, ScoreNoise(noise), self.score_delta)
+        elif noise != ScoreNoise.LAPLACE.value or self.score_delta is not None:
+            raise InvalidParameterError(
+                f"raydp.score_noise={noise!r} / score_delta={self.score_delta!r} need "
+                "raydp.score_epsilon: there is no noisy score without it"
             )
         if self.nonprivate and self.charge:
             raise InvalidParameterError("a nonprivate run cannot charge the ledger")
@@ -132,6 +149,16 @@ class RaydpSettings:
                 f"unknown config['raydp'] keys {sorted(unknown)}; known: {sorted(known)}"
             )
         return cls(**{k: v for k, v in raw.items() if v is not None or k == "ledger"})
+
+    @property
+    def score_release(self) -> Any:
+        """The :class:`~raydp_hpo.trial_privacy.ScoreRelease` of the trial's selection score,
+        or ``None`` when it releases no noisy score (``score_epsilon`` unset)."""
+        if self.score_epsilon is None:
+            return None
+        from raydp_hpo.trial_privacy import ScoreNoise, ScoreRelease
+
+        return ScoreRelease(self.score_epsilon, ScoreNoise(self.score_noise), self.score_delta)
 
     @property
     def needs_ledger(self) -> bool:

@@ -42,7 +42,7 @@ import numpy as np
 from ray.tune.search import Searcher
 from ray.tune.search.sample import Categorical, Domain, Function
 
-from raydp_hpo._validation import positive_float, positive_int
+from raydp_hpo._validation import coerce_enum, positive_float, positive_int
 from raydp_hpo.accounting import Accountant, epsilon, smallest_noise_multiplier
 from raydp_hpo.budget import PrivacyBudget
 from raydp_hpo.errors import BudgetTooSmallError, InvalidParameterError, SearchSpaceError
@@ -51,6 +51,8 @@ from raydp_hpo.trial_privacy import (
     DEFAULT_SCORE_EPSILON,
     DPSGDPrivacy,
     Optimizer,
+    ScoreNoise,
+    ScoreRelease,
     privacy_from_config,
     trial_mechanism,
 )
@@ -309,6 +311,12 @@ class DPSearcher(Searcher, abc.ABC):
             ``None`` declares the validation split **public**: per-trial scores are then
             reported and selected on without noise and are not charged — use it only when
             the validation data is not part of the private dataset.
+        score_noise: :class:`~raydp_hpo.trial_privacy.ScoreNoise` of the score (or its value):
+            ``LAPLACE`` (default) adds Laplace(1/ε_s), mechanism ``Laplace(ε_s)``;
+            ``GAUSSIAN`` adds N(0, σ_s²) with σ_s calibrated by the analytic Gaussian
+            mechanism to (ε_s, ``score_delta``), mechanism ``Gaussian(σ_s)``, which the RDP and
+            PLD accountants compose with DP-SGD far more tightly over many scored trials.
+        score_delta: δ_s of the Gaussian score (required for ``GAUSSIAN``, refused otherwise).
     """
 
     #: short name of the algorithm (set by subclasses)
@@ -333,9 +341,19 @@ class DPSearcher(Searcher, abc.ABC):
         experiment: str = "raydp",
         admissible: Admissible | None = None,
         score_epsilon: float | None = DEFAULT_SCORE_EPSILON,
+        score_noise: ScoreNoise | str = ScoreNoise.LAPLACE,
+        score_delta: float | None = None,
     ) -> None:
+        score: ScoreRelease | None = None
+        noise = coerce_enum(ScoreNoise, score_noise, "score_noise")
         if score_epsilon is not None:
             score_epsilon = positive_float("score_epsilon", score_epsilon)
+            score = ScoreRelease(score_epsilon, noise, score_delta)
+        elif ScoreRelease(1.0, noise, score_delta).noise is not ScoreNoise.LAPLACE:
+            raise InvalidParameterError(
+                f"score_noise={score_noise!r} needs score_epsilon: with score_epsilon=None the "
+                "validation split is declared public and no score noise is added"
+            )
         if not isinstance(metric, str) or not metric:
             raise InvalidParameterError(f"metric must be a non-empty string, got {metric=!r}")
         if mode not in ("max", "min"):
@@ -364,6 +382,7 @@ class DPSearcher(Searcher, abc.ABC):
         self._experiment = experiment
         self._admissible: Admissible = admissible or self._default_admissible
         self._score_epsilon: float | None = score_epsilon
+        self._score: ScoreRelease | None = score
         # mutable search state (saved/restored)
         self._configs: dict[str, dict[str, Any]] = {}
         self._results: dict[str, float | None] = {}  # None: failed / no metric
@@ -385,9 +404,25 @@ class DPSearcher(Searcher, abc.ABC):
         """ε_s of the noisy selection score (``None``: validation split declared public)."""
         return self._score_epsilon
 
+    @property
+    def score_release(self) -> ScoreRelease | None:
+        """How each scored trial privatises its score (``None``: validation split public)."""
+        return self._score
+
     def _scored(self, training: Mechanism) -> Mechanism:
-        """The mechanism of a trial whose score feeds a selection: training + Laplace(ε_s)."""
-        return trial_mechanism(training, self._score_epsilon)
+        """The mechanism of a trial whose score feeds a selection: training + its score
+        release (``Laplace(ε_s)`` or ``Gaussian(σ_s)``)."""
+        return trial_mechanism(training, self._score)
+
+    def _score_mechanism(self, count: int = 1) -> Mechanism:
+        """``count`` score releases alone (needs ``score_epsilon`` set)."""
+        if self._score is None:
+            raise InvalidParameterError("no score release: score_epsilon is None")
+        return self._score.mechanism(count)
+
+    def _score_text(self) -> str:
+        """The score release for plan descriptions ("" when none)."""
+        return "" if self._score is None else self._score.describe()
 
     @property
     def plan_charge_id(self) -> str:
@@ -546,6 +581,11 @@ class DPSearcher(Searcher, abc.ABC):
             nonprivate=nonprivate,
             phase=phase,
             score_epsilon=score_epsilon,
+            # the searcher's noise kind goes with every score it reads (None: no score)
+            score_noise=(ScoreNoise.LAPLACE if score_epsilon is None or self._score is None
+                         else self._score.noise).value,
+            score_delta=None if score_epsilon is None or self._score is None
+            else self._score.delta,
             dataset_size=self._dataset_size,
             validation_size=self._validation_size,
             trial_index=len(self._configs),
@@ -651,6 +691,13 @@ class DPSearcher(Searcher, abc.ABC):
                 "cannot restore: the saved searcher has score_epsilon="
                 f"{state['_score_epsilon']!r}, this one score_epsilon={own_score!r}; "
                 "construct the searcher with the same arguments as the saved one"
+            )
+        own_release = self.__dict__.get("_score")
+        if "_score" in state and state["_score"] != own_release:
+            raise InvalidParameterError(
+                f"cannot restore: the saved searcher's score release is {state['_score']!r}, "
+                f"this one's {own_release!r}; construct the searcher with the same "
+                "score_noise / score_delta as the saved one"
             )
         saved_plan = state.get("_plan")
         own_plan = self.__dict__.get("_plan")

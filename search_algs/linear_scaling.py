@@ -42,7 +42,7 @@ from ray.tune.search import Searcher
 from raydp_hpo.accounting import calibrate_noise
 from raydp_hpo.errors import BudgetTooSmallError, InvalidParameterError, SearchSpaceError
 from raydp_hpo.gdp import compose_mu, gdp_epsilon, gdp_mu
-from raydp_hpo.mechanisms import Composition, Gaussian, Laplace, Mechanism, SubsampledGaussian
+from raydp_hpo.mechanisms import Composition, Gaussian, Mechanism, SubsampledGaussian
 from raydp_hpo.trial_privacy import Optimizer
 from search_algs.base import (
     PRIVACY_KEYS,
@@ -198,8 +198,7 @@ class LinearScalingSearch(DPSearcher):
                 + (
                     ""
                     if self._score_epsilon is None
-                    else f", plus {2 * self._n} noisy sweep scores Laplace(ε_s="
-                    f"{self._score_epsilon:g})"
+                    else f", plus {2 * self._n} noisy sweep scores {self._score_text()}"
                 )
                 + (
                     f"; μ_t = {self.total_mu:.4g} of the Gaussian part (Panda et al. Thm. 4.1)"
@@ -243,7 +242,7 @@ class LinearScalingSearch(DPSearcher):
         Panda et al.'s μ-GDP runs; the Laplace part is the sweep runs' noisy scores."""
         parts: list[Mechanism] = [self._sweep_mechanism(0), self._sweep_mechanism(1)]
         if self._score_epsilon is not None:
-            parts.append(Laplace(self._score_epsilon, count=2 * self._n))
+            parts.append(self._score_mechanism(2 * self._n))
         parts.append(self._final_run_mechanism(final_value))
         return Composition(tuple(parts))
 

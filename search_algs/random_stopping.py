@@ -182,7 +182,7 @@ class RandomStoppingSearch(DPSearcher):
                 + (
                     ""
                     if self._score_epsilon is None
-                    else f" + Laplace(ε_s={self._score_epsilon:g}) noisy score"
+                    else f" + {self._score_text()} noisy score"
                 )
                 + " (RDP, P&S 2022 Thm. 2/6)"
             ),

@@ -50,7 +50,6 @@ from ray.tune.search import Searcher
 
 from raydp_hpo.errors import InvalidParameterError, SearchSpaceError
 from raydp_hpo.mechanisms import (
-    Laplace,
     Mechanism,
     StoppingDistribution,
     SubsampledTuning,
@@ -162,7 +161,7 @@ class SubsampledTransferSearch(DPSearcher):
                 + (
                     ""
                     if self._score_epsilon is None
-                    else f" (tuning trials + Laplace(ε_s={self._score_epsilon:g}) noisy score)"
+                    else f" (tuning trials + {self._score_text()} noisy score)"
                 )
                 + ", final run on the complement "
                 "(K&K 2023 Theorem, integer RDP orders)"
@@ -198,7 +197,7 @@ class SubsampledTransferSearch(DPSearcher):
         if self._score_epsilon is None:
             return amplified
         scores_only = stopping_mechanism(
-            Laplace(self._score_epsilon), self._distribution, self._mean, self._shape
+            self._score_mechanism(), self._distribution, self._mean, self._shape
         )
         return WorstCase((amplified, scores_only))
 

@@ -31,10 +31,33 @@ number of training records N_k** (McMahan et al.'s weighting; N = Σ_k N_k).
 Baselines for the client update (:class:`ClientOptimizer`): SGD with a constant learning
 rate (McMahan et al.'s choice) and Adam.
 
-Not differentially private. Client-level DP is **not implemented**: a clipped, noised
-average of client updates would need its own mechanism, sensitivity analysis and privacy
-charge, none of which exists here. Nothing in this module touches the privacy ledger; the
-seeds are ordinary, explicit reproducibility seeds.
+Not differentially private by default: the seeds are then ordinary reproducibility seeds and
+nothing touches a privacy ledger.
+
+**Client-level DP** (optional, ``FedSettings.client_dp`` = :class:`ClientDP`; the server-side
+Gaussian mechanism of McMahan, Ramage, Talwar & Zhang 2018, "Learning Differentially Private
+Recurrent Language Models", ICLR, Alg. 1 with every client in every round and a flat clip).
+Each round, client k's update Δ_k = θ_k − θ is clipped to ℓ₂ norm C over all floating
+tensors, Δ̃_k = Δ_k·min(1, C/‖Δ_k‖₂); the server releases
+
+    θ ← θ + (Σ_k Δ̃_k + N(0, σ²C² I)) / K,
+
+K the number of clients, **treated as public** (a fixed divisor, post-processing) — the
+average is unweighted because the weights N_k would depend on private client sizes.
+*Privacy unit: one client's whole data*; neighbouring federations differ by adding or removing
+one client. Adding one client changes the sum by one clipped update, so each round is a
+Gaussian mechanism of ℓ₂ sensitivity C and noise σC, i.e. ``Gaussian(σ)`` at sensitivity 1;
+R rounds compose adaptively to ``Gaussian(σ, R)``, which is exactly (√R/σ)-GDP (Dong, Roth &
+Su 2022, Cor. 3.3) and has RDP R·α/(2σ²) (Mironov 2017, Prop. 7; composition Prop. 1). That
+mechanism is charged to the ledger passed in **before any round runs** (refused: nothing runs).
+The ledger must account at client level: under add/remove of one *record* (each record held by
+one client) one client's update changes within the ball of radius C, so the sensitivity is 2C
+and the same run is ``Gaussian(σ/2, R)`` — do not charge the client-level figure to a
+record-level ledger. What the guarantee covers: the sequence of global models. The clients'
+learning rates, accepted/rejected counts and shard sizes (in :class:`FedResult` and the
+checkpoint) are private artefacts, not releases; the per-round test accuracy is computed on
+the server's own held-out split, which no client holds. The noise comes from OS entropy unless
+a secret ``noise_seed`` is passed.
 
 Two drivers share one server loop: :func:`run_federated` (in-process, no Ray) and
 :func:`run_federated_ray` (one Ray actor per client, each holding only its own shard).
@@ -50,6 +73,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import secrets
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -63,6 +87,7 @@ import torch
 from torch import nn
 
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
+from raydp_hpo.mechanisms import Gaussian
 from trainables.data import Dataset
 from trainables.models import build_model
 from trainables.training import (
@@ -73,6 +98,8 @@ from trainables.training import (
 )
 
 __all__ = [
+    "ClientDP",
+    "dp_fed_avg",
     "ClientOptimizer",
     "FedSettings",
     "FedResult",
@@ -100,6 +127,28 @@ class ClientOptimizer(Enum):
 
 
 @dataclass(frozen=True)
+class ClientDP:
+    """Client-level DP settings (module docstring): clip norm C of each client's update and
+    noise multiplier σ of the Gaussian noise σC on the sum of clipped updates."""
+
+    clip_norm: float
+    noise_multiplier: float
+
+    def __post_init__(self) -> None:
+        for name in ("clip_norm", "noise_multiplier"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
+                math.isfinite(v) and v > 0
+            ):
+                raise InvalidParameterError(f"{name} must be finite and > 0, got {name}={v!r}")
+            object.__setattr__(self, name, float(v))
+
+    def mechanism(self, rounds: int) -> Gaussian:
+        """``rounds`` releases of the noised sum, client-level sensitivity C: Gaussian(σ, R)."""
+        return Gaussian(self.noise_multiplier, rounds)
+
+
+@dataclass(frozen=True)
 class FedSettings:
     """Settings of one federated run (no privacy parameters: the algorithm is not DP).
 
@@ -117,8 +166,13 @@ class FedSettings:
     alpha_max: float = ADADP_ALPHA_MAX
     model: str = "mlp"
     model_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    client_dp: ClientDP | None = None
 
     def __post_init__(self) -> None:
+        if self.client_dp is not None and not isinstance(self.client_dp, ClientDP):
+            raise InvalidParameterError(
+                f"client_dp must be a ClientDP or None, got {self.client_dp!r}"
+            )
         if not isinstance(self.optimizer, ClientOptimizer):
             raise InvalidParameterError(
                 f"optimizer must be a ClientOptimizer, got {self.optimizer!r}; use "
@@ -244,6 +298,47 @@ def fed_avg(states: Sequence[Mapping[str, torch.Tensor]], weights: Sequence[floa
             out[key] = torch.as_tensor(acc).to(ref.dtype).clone()
         else:
             if any(not torch.equal(s[key], ref) for s in states):
+                raise InvalidParameterError(f"non-float tensor {key!r} differs across states")
+            out[key] = ref.detach().clone()
+    return out
+
+
+def dp_fed_avg(
+    global_state: Mapping[str, torch.Tensor],
+    states: Sequence[Mapping[str, torch.Tensor]],
+    dp: ClientDP,
+    generator: torch.Generator,
+) -> StateDict:
+    """θ + (Σ_k clip_C(θ_k − θ) + N(0, σ²C² I)) / K over the floating tensors (module
+    docstring), K = ``len(states)`` (public). The clip is on the ℓ₂ norm of each client's whole
+    update; the noise is drawn from ``generator`` (a secret stream) in float64. Non-float
+    tensors must agree across clients and are copied."""
+    if len(states) == 0:
+        raise InvalidParameterError("dp_fed_avg needs at least one client state")
+    keys = list(global_state)
+    for k, st in enumerate(states):
+        if list(st) != keys:
+            raise InvalidParameterError(f"state {k} has keys {sorted(st)}, expected {sorted(keys)}")
+    floats = [key for key in keys if global_state[key].is_floating_point()]
+    total = {key: torch.zeros(global_state[key].shape, dtype=torch.float64) for key in floats}
+    for st in states:
+        delta = {key: st[key].detach().to(torch.float64)
+                 - global_state[key].detach().to(torch.float64) for key in floats}
+        norm = math.sqrt(sum(float((d * d).sum()) for d in delta.values()))
+        scale = min(1.0, dp.clip_norm / norm) if norm > 0 else 1.0
+        for key in floats:
+            total[key] += scale * delta[key]
+    std = dp.noise_multiplier * dp.clip_norm
+    out: StateDict = {}
+    for key in keys:
+        ref = global_state[key]
+        if key in total:
+            noise = torch.normal(0.0, std, size=tuple(ref.shape), generator=generator,
+                                 dtype=torch.float64)
+            new = ref.detach().to(torch.float64) + (total[key] + noise) / len(states)
+            out[key] = new.to(ref.dtype).clone()
+        else:
+            if any(not torch.equal(st[key], ref) for st in states):
                 raise InvalidParameterError(f"non-float tensor {key!r} differs across states")
             out[key] = ref.detach().clone()
     return out
@@ -407,6 +502,51 @@ def _resumable(settings: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in settings.items() if k != "rounds"}
 
 
+def _admit(
+    settings: FedSettings,
+    ledger: Any | None,
+    charge_id: str | None,
+    checkpoint_dir: str | Path | None,
+) -> None:
+    """Charge client-level DP's ``Gaussian(σ, rounds)`` to ``ledger`` before any round runs.
+
+    A fresh run (no checkpoint) pays under a ``charge_id`` not yet on the ledger (an id
+    already there is refused: a second run under it would spend privacy unpaid); a resumed run
+    needs its charge on the ledger with the same mechanism (replayed, not paid twice; more
+    rounds than were charged need a fresh run under a new id). Raises
+    :class:`~raydp_hpo.errors.BudgetExhaustedError` when the budget refuses; nothing has run.
+    """
+    dp = settings.client_dp
+    if dp is None:
+        if ledger is not None or charge_id is not None:
+            raise InvalidParameterError(
+                "ledger / charge_id given but settings.client_dp is None: a non-private run "
+                "charges nothing; set client_dp=ClientDP(clip_norm, noise_multiplier) or drop them"
+            )
+        return
+    if ledger is None or not isinstance(charge_id, str) or not charge_id:
+        raise InvalidParameterError(
+            "client-level DP needs a ledger and a non-empty charge_id: its Gaussian(σ, rounds) "
+            f"is charged before any round runs (got ledger={ledger!r}, charge_id={charge_id!r})"
+        )
+    mechanism = dp.mechanism(settings.rounds)
+    resuming = checkpoint_dir is not None and (Path(checkpoint_dir) / CHECKPOINT_NAME).exists()
+    if resuming:
+        if not ledger.has_charge(charge_id):
+            raise RayDPHPOError(
+                f"checkpoint in {checkpoint_dir} but charge {charge_id!r} is not on the ledger; "
+                "refusing to resume a private run that was never paid for"
+            )
+        ledger.try_charge(charge_id, mechanism, owner="federated").raise_if_refused()
+        return
+    if ledger.has_charge(charge_id):
+        raise RayDPHPOError(
+            f"charge {charge_id!r} is already on the ledger and there is no checkpoint to "
+            "resume: a new run must pay under a new charge_id"
+        )
+    ledger.try_charge(charge_id, mechanism, owner="federated").raise_if_refused()
+
+
 def _serve(
     pool: _Pool,
     test: Dataset,
@@ -417,7 +557,13 @@ def _serve(
     num_classes: int,
     checkpoint_dir: str | Path | None,
     on_round: Callable[[int, float], None] | None,
+    noise_seed: int | None = None,
+    charge_id: str | None = None,
 ) -> FedResult:
+    dp = settings.client_dp
+    noise = torch.Generator()
+    # secret: OS entropy unless the caller passes a secret seed (never the public `seed`)
+    noise.manual_seed(secrets.randbits(63) if noise_seed is None else int(noise_seed))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(_seed(seed, 0))
         model = _build(settings, feature_shape, num_classes)
@@ -437,13 +583,23 @@ def _serve(
                 f"checkpoint {ckpt} was written with other settings or seed "
                 f"({saved['settings']}, seed={saved['seed']}); use another checkpoint_dir"
             )
+        if saved.get("charge_id") != charge_id:
+            raise RayDPHPOError(
+                f"checkpoint {ckpt} was written under charge {saved.get('charge_id')!r}, not "
+                f"{charge_id!r}; resume with the same charge_id"
+            )
+        if saved.get("noise") is not None:
+            noise.set_state(saved["noise"])
         state, accuracy = saved["state"], saved["accuracy"]
         client_lr, accepted, rejected = saved["client_lr"], saved["accepted"], saved["rejected"]
         pool.load(saved["clients"])
         start = saved["round"] + 1
     for r in range(start, settings.rounds + 1):
         results = pool.update(state)
-        state = fed_avg([s for s, _, _ in results], [n for _, n, _ in results])
+        if dp is None:
+            state = fed_avg([s for s, _, _ in results], [n for _, n, _ in results])
+        else:
+            state = dp_fed_avg(state, [s for s, _, _ in results], dp, noise)
         model.load_state_dict(state)
         accuracy.append(count_correct(model, test) / max(len(test), 1))
         client_lr.append([float(st["lr"]) for _, _, st in results])
@@ -453,7 +609,8 @@ def _serve(
             _save_atomic(ckpt, {
                 "round": r, "seed": seed, "settings": settings.to_dict(), "state": state,
                 "accuracy": accuracy, "client_lr": client_lr, "accepted": accepted,
-                "rejected": rejected, "clients": pool.states(),
+                "rejected": rejected, "clients": pool.states(), "charge_id": charge_id,
+                "noise": None if dp is None else noise.get_state(),
             })
         if on_round is not None:
             on_round(r, accuracy[-1])
@@ -480,13 +637,20 @@ def run_federated(
     seed: int,
     checkpoint_dir: str | Path | None = None,
     on_round: Callable[[int, float], None] | None = None,
+    ledger: Any | None = None,
+    charge_id: str | None = None,
+    noise_seed: int | None = None,
 ) -> FedResult:
     """FedAvg with C = 1 over in-process clients (one per shard), ``settings.rounds`` rounds.
 
     ``seed`` fixes the initial model and each client's minibatch order (client k uses
     ``SeedSequence([seed, 1, k])``), so two calls with the same arguments agree exactly.
+    With ``settings.client_dp``: ``ledger`` and ``charge_id`` are required and the run's
+    ``Gaussian(σ, rounds)`` is charged first (:func:`_admit`); ``noise_seed`` is a *secret*
+    seed of the DP noise (default: OS entropy).
     """
     shape, k = _check_shards(shards)
+    _admit(settings, ledger, charge_id, checkpoint_dir)
     clients = [Client(d, settings, seed=_seed(seed, 1, i)) for i, d in enumerate(shards)]
 
     def load(states: list[dict[str, Any]]) -> None:
@@ -499,7 +663,8 @@ def run_federated(
         load=load,
     )
     return _serve(pool, test, settings, seed=seed, feature_shape=shape, num_classes=k,
-                  checkpoint_dir=checkpoint_dir, on_round=on_round)
+                  checkpoint_dir=checkpoint_dir, on_round=on_round, noise_seed=noise_seed,
+                  charge_id=charge_id)
 
 
 def run_federated_ray(
@@ -511,6 +676,9 @@ def run_federated_ray(
     num_cpus: float = 1.0,
     checkpoint_dir: str | Path | None = None,
     on_round: Callable[[int, float], None] | None = None,
+    ledger: Any | None = None,
+    charge_id: str | None = None,
+    noise_seed: int | None = None,
 ) -> FedResult:
     """As :func:`run_federated`, with each client a Ray actor (``num_cpus`` each) that holds
     only its own shard; clients train in parallel, the server (this process) broadcasts the
@@ -524,6 +692,7 @@ def run_federated_ray(
     if not (math.isfinite(num_cpus) and num_cpus > 0):
         raise InvalidParameterError(f"num_cpus must be finite and > 0, got {num_cpus!r}")
     shape, k = _check_shards(shards)
+    _admit(settings, ledger, charge_id, checkpoint_dir)  # before any actor holds data
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     options: dict[str, Any] = {"num_cpus": num_cpus}
     if len(nodes) > 1:
@@ -545,7 +714,8 @@ def run_federated_ray(
     try:
         pool = _Pool(update, lambda: ray.get([a.state.remote() for a in actors]), load)
         return _serve(pool, test, settings, seed=seed, feature_shape=shape, num_classes=k,
-                      checkpoint_dir=checkpoint_dir, on_round=on_round)
+                      checkpoint_dir=checkpoint_dir, on_round=on_round, noise_seed=noise_seed,
+                      charge_id=charge_id)
     finally:
         for a in actors:
             ray.kill(a)

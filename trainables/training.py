@@ -44,7 +44,6 @@ from raydp_hpo.trial_privacy import (
     DPSGDPrivacy,
     Optimizer,
     privacy_from_config,
-    score_noise_scale,
     trial_mechanism,
 )
 from trainables.data import Dataset, DataSplits, select_view, view_kind
@@ -516,11 +515,12 @@ def train_dp(
     privacy, n_view = declared_privacy(config, data)
     _, n_val_public = public_sizes(settings, data)
     training_mechanism = privacy.mechanism()
-    score_epsilon = None if settings.nonprivate else settings.score_epsilon
+    score = None if settings.nonprivate else settings.score_release
     # What this trial releases: its training and, when its score feeds a selection, the
-    # Laplace-noised count of correct validation predictions (raydp_hpo.trial_privacy).
-    mechanism = trial_mechanism(training_mechanism, score_epsilon)
-    if score_epsilon is not None and len(data.val) == 0:
+    # Laplace- or Gaussian-noised count of correct validation predictions
+    # (raydp_hpo.trial_privacy.ScoreRelease).
+    mechanism = trial_mechanism(training_mechanism, score)
+    if score is not None and len(data.val) == 0:
         raise InvalidParameterError(
             "a private selection score needs a validation split; the validation split is empty"
         )
@@ -598,16 +598,17 @@ def train_dp(
             metrics["learning_rate"] = float(np.mean([r.lr for r in runners]))
         if epoch + 1 == epochs:
             metrics["test_accuracy"] = float(np.mean([r.accuracy(data.test) for r in runners]))
-            if score_epsilon is not None:
-                # The selection score: the count plus Laplace(1/ε_s) (sensitivity 1), over the
-                # public validation size, clipped to [0, 1] (post-processing). Earlier epochs'
-                # scores stay private artefacts: searchers read only the final result.
-                noisy = mean_correct + float(score_rng.laplace(0.0, score_noise_scale(score_epsilon)))
+            if score is not None:
+                # The selection score: the count plus Laplace(1/ε_s) or N(0, σ_s²) (sensitivity
+                # 1), over the public validation size, clipped to [0, 1] (post-processing).
+                # Earlier epochs' scores stay private artefacts: searchers read only the final
+                # result.
+                noisy = mean_correct + score.draw(score_rng)
                 metrics["val_accuracy"] = min(1.0, max(0.0, noisy / n_val_public))
-                metrics["score_epsilon"] = score_epsilon
+                metrics["score_epsilon"] = score.epsilon
+                metrics["score_noise"] = score.noise.value
                 metrics["epsilon"] = epsilon(
-                    trial_mechanism(_mechanism_after(privacy, steps * evals_per_step),
-                                    score_epsilon),
+                    trial_mechanism(_mechanism_after(privacy, steps * evals_per_step), score),
                     delta,
                     Accountant.RDP,
                 )

@@ -69,6 +69,27 @@ def test_cheap_trial_runs_exactly_its_declared_mechanism():
     assert sgd.ran == sgd.declared and sgd.ran.steps == 4
 
 
+def test_cheap_trial_gaussian_score_runs_its_declared_mechanism():
+    """A Gaussian score (score_noise='gaussian'): the cheap trial adds N(0, σ_s²) with σ_s the
+    analytic-Gaussian σ for (ε_s, δ_s), builds what ran from that draw, and it equals the
+    declared trial_mechanism — Composition(training, Gaussian(σ_s)) — and is covered by a base
+    that holds it, not by one with a Laplace score at the same ε_s."""
+    from raydp_hpo.calibration import calibrate_analytic_gaussian
+    from raydp_hpo.mechanisms import Composition, Laplace
+
+    x, _ = audit.neighbouring_datasets(50, 10)
+    sigma_s = calibrate_analytic_gaussian(0.5, 1e-6)
+    declared = Composition((Gaussian(1.0, 2), Gaussian(sigma_s)))
+    block = RaydpSettings(score_epsilon=0.5, score_noise="gaussian", score_delta=1e-6,
+                          covered_by="exp/plan", base=mechanism_to_dict(declared))
+    out = audit.run_cheap_trial(_config(raydp=block), x, rng=np.random.default_rng(1))
+    assert out.ran == out.declared == declared
+    laplace_base = Composition((Gaussian(1.0, 2), Laplace(0.5)))
+    lap_block = dataclasses.replace(block, base=mechanism_to_dict(laplace_base))
+    with pytest.raises(audit.AuditError, match="not covered"):
+        audit.run_cheap_trial(_config(raydp=lap_block), x, rng=np.random.default_rng(1))
+
+
 def test_cheap_trial_refuses_a_mechanism_its_base_does_not_cover():
     """A trial that would run more than its plan covers is an audit error, not a number."""
     x, _ = audit.neighbouring_datasets(50, 10)

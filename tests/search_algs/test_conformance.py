@@ -101,7 +101,8 @@ def test_lifecycle_finishes_with_release(make: Callable[..., DPSearcher]) -> Non
         r = cfg["raydp"].to_dict()
         assert set(r) == {"ledger", "namespace", "experiment", "charge", "charge_id",
                           "covered_by", "base", "data_view", "nonprivate", "phase",
-                          "score_epsilon", "dataset_size", "validation_size", "trial_index"}
+                          "score_epsilon", "score_noise", "score_delta", "dataset_size",
+                          "validation_size", "trial_index"}
         assert r["dataset_size"] == s.dataset_size  # declared public size, not the data's
         assert r["ledger"] == "L" and r["namespace"] == "ns" and r["experiment"] == "exp"
         assert r["charge_id"].startswith("exp/")
@@ -174,6 +175,37 @@ def test_private_trials_are_covered_by_base(
             assert not is_covered(bigger, base)
     if not s.privacy_plan().per_trial_charges:
         assert checked > 0 or isinstance(s, SVTThresholdSearch)
+
+
+def test_gaussian_score_blocks_and_coverage(make: Callable[..., DPSearcher]) -> None:
+    """With score_noise='gaussian' every block whose score feeds a selection carries the
+    noise kind and δ_s; what such a trial declares — training + Gaussian(σ_s), σ_s the
+    analytic-Gaussian σ for (ε_s, δ_s) — is covered by its base, and a Laplace score at the
+    same ε_s is not (the base really holds the Gaussian part)."""
+    from raydp_hpo.calibration import calibrate_analytic_gaussian
+    from raydp_hpo.mechanisms import Composition, Gaussian
+
+    s = make(score_epsilon=0.5, score_noise="gaussian", score_delta=1e-6)
+    sigma_s = calibrate_analytic_gaussian(0.5, 1e-6)
+    _, configs = drive(s)
+    scored = 0
+    for cfg in configs:
+        block = cfg["raydp"]
+        if block.score_epsilon is None:
+            assert (block.score_noise, block.score_delta) == ("laplace", None)
+            continue
+        scored += 1
+        assert (block.score_noise, block.score_delta) == ("gaussian", 1e-6)
+        training = privacy_from_config({k: v for k, v in cfg.items() if k != "raydp"},
+                                       N).mechanism()
+        declared = trial_mechanism(training, block.score_release)
+        assert declared == Composition((training, Gaussian(sigma_s)))
+        if block.base is not None and block.covered_by is not None:
+            base = mechanism_from_dict(block.base)
+            assert is_covered(declared, base)
+            assert not is_covered(trial_mechanism(training, 0.5), base)
+    if type(s) not in SELF_PRIVATISED | NO_SELECTION:
+        assert scored > 0
 
 
 def test_per_trial_charges_include_the_score(make: Callable[..., DPSearcher]) -> None:

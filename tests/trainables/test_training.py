@@ -249,6 +249,34 @@ def test_selection_score_is_noised_and_charged(digits, ledger):
     assert score_noise_scale(0.5) == 2.0
 
 
+def test_gaussian_selection_score_is_what_is_declared_and_charged(digits, ledger):
+    """With raydp.score_noise='gaussian' the charge is Composition(training, Gaussian(σ_s)),
+    σ_s = calibrate_analytic_gaussian(ε_s, δ_s), and the noise on the count scales with that
+    σ_s: the same secret seed at ε_s = 0.5 and 1.0 (same model, same score stream) gives noise
+    in the ratio σ_s(0.5)/σ_s(1.0) (a Laplace score would give 2, its 1/ε_s ratio; 2.22 here).
+    The declared validation size 10,000 keeps the score away from the [0, 1] clip."""
+    from raydp_hpo.calibration import calibrate_analytic_gaussian
+    from raydp_hpo.mechanisms import Composition, Gaussian
+    from trainables.training import count_correct
+
+    noises = {}
+    for i, eps_s in enumerate((0.5, 1.0)):
+        raydp = {"charge": True, "charge_id": f"exp/g{i}", "score_epsilon": eps_s,
+                 "score_noise": "gaussian", "score_delta": 1e-6, "validation_size": 10_000}
+        r = _train(_config(raydp=raydp), digits, ledger=ledger)
+        sigma_s = calibrate_analytic_gaussian(eps_s, 1e-6)
+        charge = ledger.charges()[-1]
+        assert isinstance(charge.mechanism, Composition)
+        assert charge.mechanism.mechanisms[1] == Gaussian(sigma_s)
+        assert r.metrics["score_noise"] == "gaussian"
+        model = build_model("mlp", digits.train.feature_shape, digits.train.num_classes,
+                            hidden=[32])
+        model.load_state_dict(r.models[0])
+        noises[eps_s] = r.metrics["val_accuracy"] * 10_000 - count_correct(model, digits.val)
+    ratio = calibrate_analytic_gaussian(0.5, 1e-6) / calibrate_analytic_gaussian(1.0, 1e-6)
+    assert noises[0.5] / noises[1.0] == pytest.approx(ratio, rel=1e-6)
+
+
 def test_score_is_normalised_by_the_declared_validation_size(digits, ledger):
     """The score is (count + noise) / n_val_public: with a declared validation size that
     differs from the realised one, the reported accuracy uses the declared size."""
