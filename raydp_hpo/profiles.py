@@ -287,6 +287,9 @@ def stopping_law(mechanism: RandomStopping) -> StoppingLaw:
     """The law of K that the random-stopping searcher samples for ``mechanism``."""
     if mechanism.distribution is StoppingDistribution.POISSON:
         return poisson_law(mechanism.mean)
+    if mechanism.trials is not None:
+        m = mechanism.trials
+        return binomial_law(m, min(1.0, mechanism.mean / m))
     return truncated_negative_binomial_law(mechanism.eta, mechanism.mean)
 
 
