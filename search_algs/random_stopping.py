@@ -214,7 +214,7 @@ class RandomStoppingSearch(DPSearcher):
                     if self._score_epsilon is None
                     else f" + Laplace(ε_s={self._score_epsilon:g}) noisy score"
                 )
-                + " (RDP, P&S 2022 Thm. 2/6)"
+                + " (RDP: P&S 2022 Thm. 2/6; privacy profiles: Koskela, Redberg & Wang 2024)"
             ),
             expected_gradient_evaluations=float(mean) * self._max_gradient_evaluations(
                 self._noise_extra()

@@ -165,7 +165,8 @@ class SubsampledTransferSearch(DPSearcher):
                     else f" (tuning trials + Laplace(ε_s={self._score_epsilon:g}) noisy score)"
                 )
                 + ", final run on the complement "
-                "(K&K 2023 Theorem, integer RDP orders)"
+                "(K&K 2023 Theorem, integer RDP orders; privacy profiles by joint convexity, "
+                "raydp_hpo.profiles_subsampled)"
                 + (
                     ""
                     if self._score_epsilon is None
