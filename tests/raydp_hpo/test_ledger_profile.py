@@ -124,7 +124,7 @@ def test_profile_never_reports_more_than_rdp_pld_or_best(mech: object) -> None:
     )
 
 
-@pytest.mark.parametrize("target", [3.0, 8.0])
+@pytest.mark.parametrize("target", [3.0, pytest.param(8.0, marks=pytest.mark.slow)])
 def test_calibration_on_profile_is_what_the_ledger_admits(target: float) -> None:
     """The searcher calibrates σ on DPTuner's fixed-plan rule: profile ε of the plan ≤ target
     and within 1 % of it; a fresh PROFILE ledger admits exactly that plan and refuses the plan
