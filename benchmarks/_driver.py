@@ -4,8 +4,9 @@ It runs the REAL searchers of :mod:`search_algs` and the REAL trainable
 :func:`trainables.training.train_dp` one trial after the other, following the lifecycle of
 :class:`search_algs.base.DPSearcher` exactly as ``DPTuner`` does:
 
-1. build the searcher with a :class:`~raydp_hpo.ledger.PrivacyLedger` (FIXED_PLAN, BEST
-   accountant) and ``admissible=ledger.would_admit``;
+1. build the searcher with a :class:`~raydp_hpo.ledger.PrivacyLedger` (FIXED_PLAN, the
+   accountant DPTuner's dedicated ledger uses: ``tightest_halting_accountant``) and
+   ``admissible=ledger.would_admit``;
 2. charge ``searcher.privacy_plan().mechanism`` (when not ``None``) under
    ``searcher.plan_charge_id``;
 3. loop ``suggest`` → ``train_dp`` → ``on_trial_complete`` until ``FINISHED``;
@@ -25,10 +26,9 @@ from typing import Any
 
 from torch import nn
 
-from raydp_hpo.accounting import Accountant
 from raydp_hpo.budget import PrivacyBudget
 from raydp_hpo.errors import BudgetExhaustedError
-from raydp_hpo.ledger import Adaptivity, PrivacyLedger
+from raydp_hpo.ledger import Adaptivity, PrivacyLedger, tightest_halting_accountant
 from search_algs import make_searcher
 from trainables.data import DataSplits
 from trainables.models import MLP
@@ -93,7 +93,8 @@ def run_search(
 ) -> SearchOutcome:
     """Run one DP search to its release, sequentially, and return its outcome."""
     t0 = time.perf_counter()
-    ledger = PrivacyLedger(budget, adaptivity=Adaptivity.FIXED_PLAN, accountant=Accountant.BEST)
+    ledger = PrivacyLedger(budget, adaptivity=Adaptivity.FIXED_PLAN,
+                           accountant=tightest_halting_accountant(Adaptivity.FIXED_PLAN))
     experiment = f"{method}-s{seed}"
     try:
         searcher = make_searcher(

@@ -129,6 +129,7 @@ from raydp_hpo.mechanisms import (
     Mechanism,
     RandomStopping,
     StoppingDistribution,
+    SubsampledTuning,
     WorstCase,
 )
 
@@ -145,6 +146,7 @@ __all__ = [
     "HockeyStickCurve",
     "base_curve",
     "selection_delta",
+    "selection_delta_many",
     "selection_epsilon",
     "pure_selection_epsilon",
     "random_stopping_delta",
@@ -287,6 +289,9 @@ def stopping_law(mechanism: RandomStopping) -> StoppingLaw:
     """The law of K that the random-stopping searcher samples for ``mechanism``."""
     if mechanism.distribution is StoppingDistribution.POISSON:
         return poisson_law(mechanism.mean)
+    if mechanism.trials is not None:
+        m = mechanism.trials
+        return binomial_law(m, min(1.0, mechanism.mean / m))
     return truncated_negative_binomial_law(mechanism.eta, mechanism.mean)
 
 
@@ -607,6 +612,26 @@ class _Integrand:
         sb = np.where(k > 0, self.cum_b[np.maximum(k - 1, 0)], 0.0)
         return np.maximum(sa - c * sb, 0.0)
 
+    def integral_upper(self, c: np.ndarray) -> np.ndarray:
+        """:meth:`integral` plus a rigorous bound on its rounding error (fast and valid).
+
+        The k cells summed all have A > cB, so c·SB_k ≤ SA_k. The prefix sums SA_k, SB_k of n
+        non-negative terms have relative error ≤ n·u, A and B themselves ≤ 4u (exp/log), the
+        difference and the product one u each, so |computed − exact sum over the k cells| ≤
+        (2n + 16)·u·(SA_k + c·SB_k) ≤ (4n + 32)·u·SA_k (with a factor 2 to spare for the
+        rounding of c·SB_k itself). A cell whose computed ratio r = A/B is at or below c while
+        its exact one is above (rounding of r, ≤ 2u relative) has A ≤ cB(1 + 2u) and so
+        contributes at most width·A·4u: ≤ 4u·SA_total over all cells. Both are added.
+        """
+        c = np.asarray(c, dtype=float)
+        k = np.searchsorted(-self.r_sorted, -c, side="left")
+        sa = np.where(k > 0, self.cum_a[np.maximum(k - 1, 0)], 0.0)
+        sb = np.where(k > 0, self.cum_b[np.maximum(k - 1, 0)], 0.0)
+        sa_total = float(self.cum_a[-1]) if self.cum_a.size else 0.0
+        value = np.maximum(sa - c * sb, 0.0)
+        n = self.width.size
+        return value + (4 * n + 32) * _U * sa + 8 * _U * sa_total
+
     def smallest_c(self, budget: np.ndarray) -> np.ndarray:
         """Smallest c ≥ 1 with ``integral(c) ≤ budget`` (inf where no c works or budget < 0).
 
@@ -673,6 +698,37 @@ def _oriented_delta(curve: HockeyStickCurve, o: int, law: StoppingLaw, eps: floa
     t, d = t[best], d[best]
     checked = (ek * d + np.exp(t) * integ.checked_integral(np.exp(eps - t))) * (1 + 8 * _U)
     return float(np.min(checked))
+
+
+def selection_delta_many(curve: HockeyStickCurve, law: StoppingLaw, epsilons: np.ndarray
+                         ) -> np.ndarray:
+    """:func:`selection_delta` at many ε ≥ 0 at once (vectorised; for
+    :mod:`raydp_hpo.profiles_subsampled`). Per ε and orientation only the best ε₁ by the fast
+    sum is kept (a minimum over fewer valid ε₁ is still valid), its value with the rigorous
+    rounding bound of :meth:`_Integrand.integral_upper` added.
+    """
+    eps = np.asarray(epsilons, dtype=float)
+    if eps.ndim != 1 or np.any(~(eps >= 0)):
+        raise InvalidParameterError("epsilons must be a 1-D array of numbers >= 0")
+    worst = np.zeros(eps.shape)
+    ek = law.expected_k
+    for o, (fwd, _rev) in enumerate(curve.orientations()):
+        integ = _prepared(curve, o, law)
+        t = curve.t
+        best = np.empty(eps.size, dtype=int)
+        low = np.empty(eps.size, dtype=bool)
+        for i, e in enumerate(eps):
+            n = int(np.searchsorted(t, e, side="right"))
+            fast = ek * fwd[:n] + np.exp(t[:n]) * integ.integral(np.exp(e - t[:n]))
+            best[i] = int(np.argmin(fast))
+            low[i] = fast[best[i]] < 0.5  # else the bound is checked as 1 (trivially valid)
+        checked = np.ones(eps.size)
+        tb = t[best[low]]
+        checked[low] = (
+            ek * fwd[best[low]] + np.exp(tb) * integ.integral_upper(np.exp(eps[low] - tb))
+        ) * (1 + 8 * _U)
+        worst = np.maximum(worst, checked)
+    return np.minimum(worst, 1.0)
 
 
 def _oriented_epsilon(curve: HockeyStickCurve, o: int, law: StoppingLaw, delta: float) -> float:
@@ -786,11 +842,16 @@ def random_stopping_epsilon(mechanism: RandomStopping, delta: float) -> float:
     * the pure-DP corollary (:func:`pure_selection_epsilon`) when the base is pure DP,
     * Papernot & Steinke's RDP bound (Thm. 2 / Thm. 6, :mod:`raydp_hpo.rdp`).
 
-    Each is a valid upper bound for the same mechanism, so their minimum is one.
+    Each is a valid upper bound for the same mechanism, so their minimum is one. Cached per
+    (mechanism, δ): a calibration asks the same σ of the searcher's rule and of the ledger.
     """
     if not isinstance(mechanism, RandomStopping):
         raise InvalidParameterError(f"expected a RandomStopping, got {mechanism!r}")
-    delta = open_unit_float("delta", delta)
+    return _random_stopping_epsilon(mechanism, open_unit_float("delta", delta))
+
+
+@functools.lru_cache(maxsize=256)
+def _random_stopping_epsilon(mechanism: RandomStopping, delta: float) -> float:
     candidates = [_profile_only_epsilon(mechanism, delta), _rdp_epsilon(mechanism, delta)]
     pure = _base_pure_epsilon(mechanism.base)
     if pure is not None:
@@ -831,10 +892,27 @@ def _leaves(mechs: Iterable[Mechanism]) -> list[Mechanism]:
 
 
 def _point_epsilon(m: Mechanism, delta_i: float) -> float:
-    """ε of an (ε, δᵢ) guarantee of a leaf without a PLD: the smallest valid one."""
+    """ε of an (ε, δᵢ) guarantee of a leaf without a PLD: the smallest valid one.
+
+    * RandomStopping: :func:`random_stopping_epsilon` (profile, pure corollary, P&S RDP);
+    * SubsampledTuning: the smaller of its K&K RDP figure and the joint-convexity profile
+      bound of :mod:`raydp_hpo.profiles_subsampled`;
+    * WorstCase: the smaller of its RDP figure and the largest of its candidates' points. The
+      maximum is valid in every use of WorstCase here: a base drawn from the candidates
+      independently of the data is a mixture, and H_γ of a mixture is at most the largest
+      H_γ (joint convexity); a neighbouring pair covered by one of the candidates (subsampled
+      transfer: a training or a validation record) is bounded by that candidate's point.
+    """
     if isinstance(m, RandomStopping):
         return random_stopping_epsilon(m, delta_i)
     candidates = [_rdp_epsilon(m, delta_i)]
+    if isinstance(m, SubsampledTuning):
+        from raydp_hpo.profiles_subsampled import subsampled_tuning_epsilon
+
+        with contextlib.suppress(UnsupportedMechanismError):
+            candidates.append(subsampled_tuning_epsilon(m, delta_i))
+    if isinstance(m, WorstCase):
+        candidates.append(max(_point_epsilon(c, delta_i) for c in m.candidates))
     pure = _base_pure_epsilon(m)
     if pure is not None:
         candidates.append(pure)
@@ -848,8 +926,10 @@ def profile_epsilon(mechanisms: Sequence[Mechanism], delta: float) -> float:
     * Otherwise: the leaves with a PLD are composed by dp-accounting (as
       :func:`raydp_hpo.pld.pld_epsilon` does); each of the n leaves without one (random
       stopping, subsampled tuning, worst cases over such) gets an explicit δᵢ = s·δ/n and its
-      smallest valid εᵢ at δᵢ (for random stopping: profile, pure-DP corollary or P&S RDP,
-      whichever is smallest; for the others: RDP or pure). An (εᵢ, δᵢ)-DP mechanism is
+      smallest valid εᵢ at δᵢ (:func:`_point_epsilon`: for random stopping the profile,
+      pure-DP corollary or P&S RDP; for subsampled tuning K&K RDP or the joint-convexity
+      profile bound; for a worst case its RDP or its candidates' largest point). A lone leaf
+      without a PLD gets its point at the whole δ. An (εᵢ, δᵢ)-DP mechanism is
       dominated by the canonical (εᵢ, δᵢ) pair (Kairouz, Oh & Viswanath 2015, Thm. 2.1 /
       Murtagh & Vadhan 2016), whose PLD is dp-accounting's ``from_privacy_parameters``; PLD
       composition of dominating pairs is valid, also adaptively (Zhu, Dong & Wang 2022,
@@ -877,6 +957,8 @@ def profile_epsilon(mechanisms: Sequence[Mechanism], delta: float) -> float:
         raise InvalidParameterError("at least one mechanism is needed, got none")
     if len(leaves) == 1 and isinstance(leaves[0], RandomStopping):
         return random_stopping_epsilon(leaves[0], delta)
+    if len(leaves) == 1 and not pld.has_pld(leaves[0]):
+        return _point_epsilon(leaves[0], delta)  # alone: its own guarantee at the whole δ
     with_pld = [m for m in leaves if pld.has_pld(m)]
     without = [m for m in leaves if not pld.has_pld(m)]
     if not without:

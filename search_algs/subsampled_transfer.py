@@ -164,7 +164,8 @@ class SubsampledTransferSearch(DPSearcher):
                     else f" (tuning trials + {self._score_text()} noisy score)"
                 )
                 + ", final run on the complement "
-                "(K&K 2023 Theorem, integer RDP orders)"
+                "(K&K 2023 Theorem, integer RDP orders; privacy profiles by joint convexity, "
+                "raydp_hpo.profiles_subsampled)"
                 + (
                     ""
                     if self._score_epsilon is None
@@ -256,7 +257,7 @@ class SubsampledTransferSearch(DPSearcher):
     def release(self) -> Release:
         extras: dict[str, Any] = dict(self._gradient_extras)
         if self._k == 0:
-            extras["reason"] = "K = 0 was drawn (Poisson): no configuration was selected"
+            extras["reason"] = "K = 0 was drawn (Poisson or binomial K): no configuration was selected"
             return Release(None, None, self.algorithm, extras)
         if self._final is None:
             extras["reason"] = "no tuning trial reported the metric: nothing was selected"

@@ -163,7 +163,7 @@ def test_mechanism_validation_and_roundtrip() -> None:
     with pytest.raises(InvalidParameterError, match="noise_multiplier"):
         SubsampledGaussian(float("nan"), 0.1, 3)
     with pytest.raises(InvalidParameterError, match="unknown stopping distribution"):
-        RandomStopping(Gaussian(1.0), "binomial", 3)  # type: ignore[arg-type]
+        RandomStopping(Gaussian(1.0), "hypergeometric", 3)  # type: ignore[arg-type]
     with pytest.raises(InvalidParameterError, match="shape"):
         RandomStopping(Gaussian(1.0), StoppingDistribution.TRUNCATED_NEGATIVE_BINOMIAL, 3)
     with pytest.raises(InvalidParameterError, match="mean"):
