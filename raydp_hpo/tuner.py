@@ -382,13 +382,14 @@ class DPTuner:
         if self._ledger is not None:
             return self._ledger.verify(), None
         adaptivity = self._dedicated_adaptivity()
+        journal = self._storage / self._experiment / "ledger.journal"
         handle = get_ledger(
             self.ledger_name,
             self._budget,
-            self._storage / self._experiment / "ledger.journal",
+            journal,
             namespace=self._namespace,
             adaptivity=adaptivity,
-            accountant=_halting_accountant(adaptivity),
+            accountant=_resumed_accountant(journal, adaptivity),
             wait=False,
         )
         return handle, adaptivity
@@ -795,6 +796,34 @@ def _halting_accountant(adaptivity: Adaptivity) -> Accountant:
     from raydp_hpo.ledger import tightest_halting_accountant
 
     return tightest_halting_accountant(adaptivity)
+
+
+def _resumed_accountant(journal: Path, adaptivity: Adaptivity) -> Accountant:
+    """The halting accountant for the dedicated ledger at ``journal``.
+
+    A fresh ledger gets :func:`_halting_accountant`. A journal that already exists (a resumed
+    experiment) keeps the accountant written in its header when that one is valid for the
+    same halting rule: experiments started before fixed plans halted on ``PROFILE`` were
+    admitted on ``BEST`` (min of RDP and PLD), which stays a valid — only looser — bound for
+    the charges still to come, so resuming them must not fail on the changed default. Any
+    other mismatch (or an unreadable header) is left to the ledger actor to report.
+    """
+    default = _halting_accountant(adaptivity)
+    if not journal.exists():
+        return default
+    from raydp_hpo.journal import read_header
+
+    try:
+        header = read_header(journal)
+        stored = Accountant(header["accountant"])
+        same_rule = Adaptivity(header["adaptivity"]) is adaptivity
+    except (RayDPHPOError, KeyError, TypeError, ValueError):
+        return default
+    if not same_rule:
+        return default
+    if adaptivity is Adaptivity.ADAPTIVE:
+        return stored if stored is Accountant.RDP else default
+    return stored
 
 
 @dataclass(frozen=True)

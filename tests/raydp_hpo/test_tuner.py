@@ -278,3 +278,22 @@ def test_dp_test_accuracy_is_its_own_charge(ray_session, data, tmp_path: Path) -
     assert public["dp_test_accuracy"]["epsilon"] == 0.5
     with pytest.raises(InvalidParameterError, match="leaves nothing"):
         DPTuner(None, SPACE, "one_shot_random", budget, data=data, test_accuracy_epsilon=3.0)
+
+
+def test_resumed_dedicated_ledger_keeps_its_journal_accountant(tmp_path):
+    """An experiment started when fixed plans halted on BEST resumes on BEST (a valid, looser
+    bound) instead of failing on the new PROFILE default; a fresh journal gets PROFILE."""
+    from raydp_hpo.accounting import Accountant
+    from raydp_hpo.budget import PrivacyBudget
+    from raydp_hpo.ledger import Adaptivity, PrivacyLedger
+    from raydp_hpo.tuner import _resumed_accountant
+
+    journal = tmp_path / "ledger.journal"
+    assert _resumed_accountant(journal, Adaptivity.FIXED_PLAN) is Accountant.PROFILE
+    PrivacyLedger(
+        PrivacyBudget(3.0, 1e-5), journal, adaptivity=Adaptivity.FIXED_PLAN,
+        accountant=Accountant.BEST,
+    ).close()
+    assert _resumed_accountant(journal, Adaptivity.FIXED_PLAN) is Accountant.BEST
+    # a different halting rule is not silently adopted: the actor reports the mismatch
+    assert _resumed_accountant(journal, Adaptivity.ADAPTIVE) is Accountant.RDP
