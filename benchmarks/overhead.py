@@ -25,9 +25,10 @@ exactly K trials (the warm-up DPTuner run tells K). The trainable passes the rea
 (DPTuner sides) and reports once; it never trains. DPTuner's timed region includes starting
 its dedicated ledger actor, charging the plan and the certificate.
 
-Like for like: ``--no-loggers`` turns Tune's automatic CSV, JSON and TensorBoard loggers off
-on both sides (``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS``); without it DPTuner writes no
-TensorBoard files (its default) and plain Tune does unless ``--plain-no-tensorboard``.
+Like for like: ``--no-loggers`` turns Tune's CSV and TensorBoard loggers off on both sides
+(null callbacks in their slots; the JSON logger stays on both, Tune's results are read from
+it); without it DPTuner writes no TensorBoard files (its default) and plain Tune does unless
+``--plain-no-tensorboard``.
 Tune's behaviour is bimodal at ``--concurrency 2`` (it keeps one or, by a start-up race, two
 trial processes; two take ~40% less time): each run is labelled with its number of trial
 processes; ``--concurrency 1`` makes it always one.
@@ -51,6 +52,7 @@ import time
 from typing import Any
 
 import numpy as np
+from ray.tune.logger import CSVLoggerCallback
 
 
 def tiny_trainable(config: dict[str, Any]) -> None:
@@ -79,8 +81,25 @@ def _data() -> Any:
     return split(Dataset(x, y, 2), 0.1, 0.1)
 
 
+class NoCSVLogger(CSVLoggerCallback):
+    """Fills the slot of Tune's CSV logger and writes nothing (as ``NoTensorBoardLogger``)."""
+
+    def log_trial_start(self, trial: Any) -> None:
+        pass
+
+    def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
+        pass
+
+    def log_trial_end(self, trial: Any, failed: bool = False) -> None:
+        pass
+
+
+def _no_csv() -> NoCSVLogger:
+    return NoCSVLogger()
+
+
 def run_plain(n: int, storage: str, concurrency: int, name: str = "plain",
-              tensorboard: bool = True) -> tuple[float, int]:
+              tensorboard: bool = True, csv: bool = True) -> tuple[float, int]:
     """Wall time and number of trial processes of plain Tune random search (with Tune's
     default loggers; ``tensorboard=False`` leaves its TensorBoard logger out)."""
     from ray import tune
@@ -96,7 +115,8 @@ def run_plain(n: int, storage: str, concurrency: int, name: str = "plain",
         tune_config=tune.TuneConfig(num_samples=n, max_concurrent_trials=concurrency,
                                     reuse_actors=True),
         run_config=tune.RunConfig(name=name, storage_path=storage, verbose=0,
-                                  callbacks=None if tensorboard else [NoTensorBoardLogger()]),
+                                  callbacks=([] if tensorboard else [NoTensorBoardLogger()])
+                                  + ([] if csv else [_no_csv()])),
     ).fit()
     wall = time.perf_counter() - t0
     return wall, len({(r.metrics or {}).get("pid") for r in grid})
@@ -104,7 +124,7 @@ def run_plain(n: int, storage: str, concurrency: int, name: str = "plain",
 
 def run_dp(n: int, storage: str, concurrency: int, name: str = "bench",
            tensorboard: bool = False, search: str = "random_stopping",
-           round_trip: bool = False) -> tuple[float, int, float, int]:
+           round_trip: bool = False, csv: bool = True) -> tuple[float, int, float, int]:
     """Wall time, number of trial processes, certificate ε and number of trials of DPTuner.
 
     ``random_stopping``: Poisson K of mean ``n`` (fixed secret seed: the same K every run),
@@ -135,6 +155,7 @@ def run_dp(n: int, storage: str, concurrency: int, name: str = "bench",
         experiment=name,
         max_concurrent_trials=concurrency,
         tensorboard=tensorboard,
+        callbacks=() if csv else (_no_csv(),),
         **kwargs,
     ).fit()
     wall = time.perf_counter() - t0
@@ -175,15 +196,14 @@ def main() -> None:
     parser.add_argument("--search", choices=("random_stopping", "grid_composed"),
                         default="random_stopping")
     parser.add_argument("--no-loggers", action="store_true",
-                        help="no CSV/JSON/TensorBoard loggers on either side (like for like)")
+                        help="no CSV and TensorBoard loggers on either side (like for like; "
+                             "the JSON logger stays: results are read from it)")
     parser.add_argument("--dp-tensorboard", action="store_true",
                         help="DPTuner writes per-trial TensorBoard files too, as plain Tune does")
     parser.add_argument("--plain-no-tensorboard", action="store_true",
                         help="plain Tune without its TensorBoard logger, as DPTuner by default")
     args = parser.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    if args.no_loggers:
-        os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     import ray
 
     sides = ["plain", "dp"] + (["dp-round-trip"] if args.search == "random_stopping" else [])
@@ -202,11 +222,13 @@ def main() -> None:
                     if side == "plain":
                         walls[side].append(run_plain(
                             n_trials, tmp, args.concurrency, f"plain-{rep}",
-                            not (args.plain_no_tensorboard or args.no_loggers)))
+                            not (args.plain_no_tensorboard or args.no_loggers),
+                            not args.no_loggers))
                     else:
                         wall, procs, eps, n = run_dp(
                             args.trials, tmp, args.concurrency, f"{side}-{rep}",
-                            args.dp_tensorboard, args.search, side == "dp-round-trip")
+                            args.dp_tensorboard, args.search, side == "dp-round-trip",
+                            not args.no_loggers)
                         assert n == n_trials, (n, n_trials)
                         walls[side].append((wall, procs))
                 print(f"  round {rep + 1}: " + "   ".join(
@@ -214,7 +236,7 @@ def main() -> None:
                     for side in sides), flush=True)
         finally:
             ray.shutdown()
-    loggers = ("none (both)" if args.no_loggers else
+    loggers = ("JSON only (both)" if args.no_loggers else
                f"TensorBoard plain={not args.plain_no_tensorboard} DPTuner={args.dp_tensorboard}")
     print(f"search={args.search} trials={n_trials} concurrency={args.concurrency} "
           f"repeats={args.repeats} loggers: {loggers}  (certificate ε={eps:.3f})")
