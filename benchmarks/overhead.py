@@ -34,10 +34,14 @@ trial processes; two take ~40% less time): each run is labelled with its number 
 processes; ``--concurrency 1`` makes it always one.
 
 What the figure is made of (measured on 2 vCPUs): ~10-30 ms of Tune's own controller work per
-trial; a ledger round trip adds ~2.5-5 ms to a trial (a Ray actor call, ~1-1.5 ms bare here,
+trial; a ledger round trip adds ~2.5-5 ms to a trial (a Ray actor call, ~1.4 ms bare here,
 the actor look-up, and for a charge the ledger's RDP check and journal fsync); a receipt check
-reads the seal and one journal line (~0.1 ms). Starting the ledger actor takes ~0.4-1 s while
-Tune sets up. With trials that train for seconds, all of this vanishes.
+reads the seal and one journal line (~0.16 ms, a ~3.6 kB record). Starting the ledger actor
+takes ~0.5-1.6 s; with a plan to charge, DPTuner waits for it (and charges the plan) before
+Tune starts, so it is on the critical path of every plan-charging run: the largest fixed cost
+left on short runs. With trials that train for seconds, all of this vanishes.
+
+Results of this session's runs: ``benchmarks/results/issue15_cpu.md``.
 """
 
 from __future__ import annotations
