@@ -34,6 +34,11 @@ hit by a burst of load reach 2–3× more). Opacus hooks on the MLP cost 10–40
 ``fill_``/``mul`` inside Opacus' hooks). Poisson sampling at n = 60 000: ``poisson_batch``
 93–262 µs, one uniform per record 385–670 µs.
 
+Two runs after the flat noise draw and the Linear clipping-scale change (2026-11-23), taken at
+load average 15-25 on the same 2 cores, are in ``benchmarks/results/issue15_cpu.md``: 1-thread
+MLP at B = 128 measured 2.97 and 1.82, above the 1.5 target; the 2-thread cells there are
+dominated by OpenMP threads waiting for a core and say little about the code.
+
 Usage: ``python benchmarks/dpsgd_throughput.py [--models mlp cnn1d cnn2d] [--batches 128 256]
 [--threads 1 2] [--rounds 7] [--block 5] [--no-opacus]``. Uses the GPU when one is available.
 """

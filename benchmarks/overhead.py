@@ -1,43 +1,54 @@
-"""Overhead of DPTuner (ledger actor, per-trial admission, audit callback, stopper, searcher)
-against plain Ray Tune random search, on the same tiny trainable: N trials that report once.
+"""Overhead of DPTuner (ledger actor, admission, audit callback, stopper, searcher) against
+plain Ray Tune random search, on the same tiny trainable: N trials that report once.
 
-    RAY_AUTH_MODE=disabled .venv/bin/python benchmarks/overhead.py --trials 200 --repeats 9
+    RAY_AUTH_MODE=disabled .venv/bin/python benchmarks/overhead.py --trials 200 --repeats 7 \
+        --concurrency 1 --no-loggers
 
-Prints the wall times of each pair, their ratio, the median ratio (target ≤ 1.15) and the
-ratio of the medians. Wall times of plain Tune alone vary by tens of percent from run to run
-on a small shared machine, so one pair is not a measurement: pairs alternate which side runs
-first, and the medians are the figures. Library imports (Ray Tune, raydp-hpo) happen once per
-process and are outside the timed region on both sides.
+Sides, run interleaved (the order rotates each repeat, so drift in machine load hits every
+side alike), each reported as median and range, and the ratio to plain Tune per repeat:
 
-Both sides use the same Ray runtime, ``max_concurrent_trials`` and ``reuse_actors=True``
-(DPTuner's default). DPTuner runs ``grid_composed`` with N grid points: every trial is charged
-individually, as in a naive composed grid, so the ledger is on the hot path of every trial
-(the worst case: plan-charging searchers admit once). The trainable passes the real privacy
-gate (one ledger-actor round trip per trial) and reports once; it never trains. DPTuner's
-timed region includes starting its dedicated ledger actor and the certificate.
+* ``plain`` — plain Ray Tune random search, ``num_samples`` = the DPTuner run's trial count;
+* ``dp`` — DPTuner with ``--search`` (default ``random_stopping``: one plan charge admitted
+  before Tune starts; every trial is covered by it and checks the plan's receipt against the
+  journal locally, :mod:`raydp_hpo.plan_receipt`, with no ledger round trip);
+* ``dp-round-trip`` — the same DPTuner run, but every trial drops its receipt and asks the
+  ledger actor (actor look-up + ``has_charge``), as every plan-covered trial did before plan
+  receipts: the "before" figure, measured in the same session.
 
-Tune's own behaviour is bimodal here, on both sides: with ``max_concurrent_trials=2`` it keeps
-either one trial process (the usual case: each trial ends before a second trial actor is up,
-and Tune then hands the pending trial to the idle first actor and drops the second) or two
-(when the second actor happens to start first), and two processes take ~40% less time. Each
-trial reports its process id, each run is labelled with its number of trial processes, and
-the like-for-like figure compares runs with the same number (``--concurrency 1`` makes it
-always one).
+With ``--search grid_composed`` every trial charges the ledger itself (one round trip each,
+the worst case: such charges do not exist before the ledger admits them), and the
+``dp-round-trip`` side is the same as ``dp``.
+
+Random stopping's number of trials K is secret in real use; here a fixed ``secret_seed`` and
+a Poisson K of mean ``--trials`` make it the same in every DPTuner run, and plain Tune runs
+exactly K trials (the warm-up DPTuner run tells K). The trainable passes the real privacy gate
+(DPTuner sides) and reports once; it never trains. DPTuner's timed region includes starting
+its dedicated ledger actor, charging the plan and the certificate.
+
+Like for like: ``--no-loggers`` turns Tune's CSV and TensorBoard loggers off on both sides
+(null callbacks in their slots; the JSON logger stays on both, Tune's results are read from
+it); without it DPTuner writes no TensorBoard files (its default) and plain Tune does unless
+``--plain-no-tensorboard``.
+Tune's behaviour is bimodal at ``--concurrency 2`` (it keeps one or, by a start-up race, two
+trial processes; two take ~40% less time): each run is labelled with its number of trial
+processes; ``--concurrency 1`` makes it always one.
 
 What the figure is made of (measured on 2 vCPUs): ~10-30 ms of Tune's own controller work per
-trial; the admission round trip to the ledger actor adds ~2.5-3.5 ms to each trial (one Ray
-actor call, ~1-1.5 ms bare here, plus the ledger's RDP check and journal fsync); starting the
-ledger actor takes ~0.4-1 s while Tune sets up, and costs the run ~0.2 s. With trials that
-train for seconds, all of this vanishes. DPTuner writes no per-trial TensorBoard files by
-default (plain Tune does: ~4-7 ms of controller time per trial); ``--dp-tensorboard`` turns
-them on for DPTuner too, and ``--plain-no-tensorboard`` off for plain Tune: the like-for-like
-figures that isolate the ledger's own cost.
+trial; a ledger round trip adds ~2.5-5 ms to a trial (a Ray actor call, ~1.4 ms bare here,
+the actor look-up, and for a charge the ledger's RDP check and journal fsync); a receipt check
+reads the seal and one journal line (~0.16 ms, a ~3.6 kB record). Starting the ledger actor
+takes ~0.5-1.6 s; with a plan to charge, DPTuner waits for it (and charges the plan) before
+Tune starts, so it is on the critical path of every plan-charging run: the largest fixed cost
+left on short runs. With trials that train for seconds, all of this vanishes.
+
+Results of this session's runs: ``benchmarks/results/issue15_cpu.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import os
 import statistics
 import tempfile
@@ -45,6 +56,7 @@ import time
 from typing import Any
 
 import numpy as np
+from ray.tune.logger import CSVLoggerCallback
 
 
 def tiny_trainable(config: dict[str, Any]) -> None:
@@ -56,6 +68,8 @@ def tiny_trainable(config: dict[str, Any]) -> None:
     from trainables.privacy_gate import RaydpSettings, admit, resolve_ledger
 
     settings = RaydpSettings.from_config(config)
+    if config.get("bench_round_trip"):  # the "before" side: ask the ledger actor, as before
+        settings = dataclasses.replace(settings, plan_receipt=None)
     if settings.needs_ledger:
         mechanism = privacy_from_config(config, 1000).mechanism()
         admit(settings, mechanism, resolve_ledger(settings, None), owner="bench")
@@ -71,8 +85,25 @@ def _data() -> Any:
     return split(Dataset(x, y, 2), 0.1, 0.1)
 
 
+class NoCSVLogger(CSVLoggerCallback):
+    """Fills the slot of Tune's CSV logger and writes nothing (as ``NoTensorBoardLogger``)."""
+
+    def log_trial_start(self, trial: Any) -> None:
+        pass
+
+    def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
+        pass
+
+    def log_trial_end(self, trial: Any, failed: bool = False) -> None:
+        pass
+
+
+def _no_csv() -> NoCSVLogger:
+    return NoCSVLogger()
+
+
 def run_plain(n: int, storage: str, concurrency: int, name: str = "plain",
-              tensorboard: bool = True) -> tuple[float, int]:
+              tensorboard: bool = True, csv: bool = True) -> tuple[float, int]:
     """Wall time and number of trial processes of plain Tune random search (with Tune's
     default loggers; ``tensorboard=False`` leaves its TensorBoard logger out)."""
     from ray import tune
@@ -88,38 +119,55 @@ def run_plain(n: int, storage: str, concurrency: int, name: str = "plain",
         tune_config=tune.TuneConfig(num_samples=n, max_concurrent_trials=concurrency,
                                     reuse_actors=True),
         run_config=tune.RunConfig(name=name, storage_path=storage, verbose=0,
-                                  callbacks=None if tensorboard else [NoTensorBoardLogger()]),
+                                  callbacks=([] if tensorboard else [NoTensorBoardLogger()])
+                                  + ([] if csv else [_no_csv()])),
     ).fit()
     wall = time.perf_counter() - t0
     return wall, len({(r.metrics or {}).get("pid") for r in grid})
 
 
 def run_dp(n: int, storage: str, concurrency: int, name: str = "bench",
-           tensorboard: bool = False) -> tuple[float, int, float]:
-    """Wall time, number of trial processes and certificate ε of DPTuner."""
+           tensorboard: bool = False, search: str = "random_stopping",
+           round_trip: bool = False, csv: bool = True) -> tuple[float, int, float, int]:
+    """Wall time, number of trial processes, certificate ε and number of trials of DPTuner.
+
+    ``random_stopping``: Poisson K of mean ``n`` (fixed secret seed: the same K every run),
+    one plan charge. ``grid_composed``: ``n`` grid points, each trial charged by itself."""
     from ray import tune
 
     from raydp_hpo.budget import PrivacyBudget
     from raydp_hpo.tuner import DPTuner
 
-    lrs = list(np.linspace(0.0, 1.0, n))
-    space = {"lr": tune.grid_search(lrs), "epochs": 1, "sample_rate": 0.01,
-             "noise_multiplier": 50.0}
+    space: dict[str, Any] = {"epochs": 1, "sample_rate": 0.01, "noise_multiplier": 50.0}
+    if round_trip:
+        space["bench_round_trip"] = True
+    kwargs: dict[str, Any] = {}
+    if search == "grid_composed":
+        space["lr"] = tune.grid_search(list(np.linspace(0.0, 1.0, n)))
+    else:
+        space["lr"] = tune.uniform(0.0, 1.0)
+        kwargs = {"search_kwargs": {"mean": float(n), "distribution": "poisson"},
+                  "secret_seed": 12345}
     t0 = time.perf_counter()
     result = DPTuner(
         tune.with_resources(tiny_trainable, {"cpu": 1}),
         space,
-        "grid_composed",
+        search,
         PrivacyBudget(50.0, 1e-5),
         data=_data(),
         storage_path=storage,
         experiment=name,
         max_concurrent_trials=concurrency,
         tensorboard=tensorboard,
+        callbacks=() if csv else (_no_csv(),),
+        **kwargs,
     ).fit()
     wall = time.perf_counter() - t0
-    processes = len({t["metrics"].get("pid") for t in result.private_trials})
-    return wall, processes, result.certificate.epsilon
+    trials = result.private_trials
+    if any(t["error"] for t in trials):
+        raise RuntimeError(f"a benchmark trial failed: {trials[0]['error']}")
+    processes = len({t["metrics"].get("pid") for t in trials})
+    return wall, processes, result.certificate.epsilon, len(trials)
 
 
 def like_for_like(plains: list[tuple[float, int]], dps: list[tuple[float, int]]
@@ -138,13 +186,22 @@ def like_for_like(plains: list[tuple[float, int]], dps: list[tuple[float, int]]
     ]
 
 
+def _summary(values: list[float]) -> str:
+    return f"median {statistics.median(values):7.3f}  range {min(values):.3f}-{max(values):.3f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=9,
-                        help="plain/DP pairs, run alternately (wall times vary run to run)")
+    parser.add_argument("--repeats", type=int, default=7,
+                        help="rounds of all sides, run interleaved (wall times vary run to run)")
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--num-cpus", type=int, default=2)
+    parser.add_argument("--search", choices=("random_stopping", "grid_composed"),
+                        default="random_stopping")
+    parser.add_argument("--no-loggers", action="store_true",
+                        help="no CSV and TensorBoard loggers on either side (like for like; "
+                             "the JSON logger stays: results are read from it)")
     parser.add_argument("--dp-tensorboard", action="store_true",
                         help="DPTuner writes per-trial TensorBoard files too, as plain Tune does")
     parser.add_argument("--plain-no-tensorboard", action="store_true",
@@ -153,44 +210,51 @@ def main() -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
-    plains: list[tuple[float, int]] = []
-    dps: list[tuple[float, int]] = []
+    sides = ["plain", "dp"] + (["dp-round-trip"] if args.search == "random_stopping" else [])
+    walls: dict[str, list[tuple[float, int]]] = {side: [] for side in sides}
     eps = float("nan")
     with tempfile.TemporaryDirectory(prefix="rdh-bench-") as tmp:
         ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False,
                  log_to_driver=False, _temp_dir=tempfile.mkdtemp(prefix="rdhb", dir="/tmp"))
         try:
             run_plain(4, tmp, args.concurrency, "warm")  # warm up workers / imports
+            *_, n_trials = run_dp(args.trials, tmp, args.concurrency, "warm-dp",
+                                  search=args.search)
             for rep in range(args.repeats):
-                # Alternate which side goes first, so drift in machine load hits both alike.
-                order = ("plain", "dp") if rep % 2 == 0 else ("dp", "plain")
+                order = sides[rep % len(sides):] + sides[: rep % len(sides)]
                 for side in order:
                     if side == "plain":
-                        plains.append(run_plain(args.trials, tmp, args.concurrency,
-                                                f"plain-{rep}", not args.plain_no_tensorboard))
+                        walls[side].append(run_plain(
+                            n_trials, tmp, args.concurrency, f"plain-{rep}",
+                            not (args.plain_no_tensorboard or args.no_loggers),
+                            not args.no_loggers))
                     else:
-                        wall, procs, eps = run_dp(args.trials, tmp, args.concurrency,
-                                                  f"dp-{rep}", args.dp_tensorboard)
-                        dps.append((wall, procs))
-                (pw, pp), (dw, dpp) = plains[-1], dps[-1]
-                print(f"  pair {rep + 1}: plain {pw:6.2f} s ({pp} proc)   DPTuner {dw:6.2f} s "
-                      f"({dpp} proc)   ratio {dw / pw:.3f}", flush=True)
+                        wall, procs, eps, n = run_dp(
+                            args.trials, tmp, args.concurrency, f"{side}-{rep}",
+                            args.dp_tensorboard, args.search, side == "dp-round-trip",
+                            not args.no_loggers)
+                        assert n == n_trials, (n, n_trials)
+                        walls[side].append((wall, procs))
+                print(f"  round {rep + 1}: " + "   ".join(
+                    f"{side} {walls[side][-1][0]:6.2f} s ({walls[side][-1][1]} proc)"
+                    for side in sides), flush=True)
         finally:
             ray.shutdown()
-    ratios = [d / p for (d, _), (p, _) in zip(dps, plains)]
-    plain_median = statistics.median(w for w, _ in plains)
-    dp_median = statistics.median(w for w, _ in dps)
-    print(f"trials={args.trials} concurrency={args.concurrency} repeats={args.repeats} "
-          f"tensorboard: plain={not args.plain_no_tensorboard} DPTuner={args.dp_tensorboard}")
-    print(f"plain Ray Tune random search : median {plain_median:8.2f} s")
-    print(f"DPTuner (ledger, per-trial)  : median {dp_median:8.2f} s   "
-          f"(certificate ε={eps:.3f})")
-    print(f"wall-time ratio DP/plain     : median {statistics.median(ratios):8.3f}   "
-          f"range {min(ratios):.3f}-{max(ratios):.3f}   (target ≤ 1.15)")
-    print(f"ratio of medians             : {dp_median / plain_median:8.3f}")
-    for procs, n_plain, n_dp, p_med, d_med in like_for_like(plains, dps):
-        print(f"like for like, {procs} trial process(es): plain {p_med:6.2f} s ({n_plain} runs)  "
-              f"DPTuner {d_med:6.2f} s ({n_dp} runs)  ratio of medians {d_med / p_med:.3f}")
+    loggers = ("JSON only (both)" if args.no_loggers else
+               f"TensorBoard plain={not args.plain_no_tensorboard} DPTuner={args.dp_tensorboard}")
+    print(f"search={args.search} trials={n_trials} concurrency={args.concurrency} "
+          f"repeats={args.repeats} loggers: {loggers}  (certificate ε={eps:.3f})")
+    for side in sides:
+        print(f"{side:<14} wall s   : {_summary([w for w, _ in walls[side]])}")
+    plain = [w for w, _ in walls["plain"]]
+    for side in sides[1:]:
+        ratios = [d / p for (d, _), p in zip(walls[side], plain)]
+        print(f"{side:<14} / plain : {_summary(ratios)}   (target ≤ 1.10)")
+    for side in sides[1:]:
+        for procs, n_plain, n_dp, p_med, d_med in like_for_like(walls["plain"], walls[side]):
+            print(f"like for like, {procs} trial process(es): plain {p_med:6.2f} s ({n_plain} "
+                  f"runs)  {side} {d_med:6.2f} s ({n_dp} runs)  ratio of medians "
+                  f"{d_med / p_med:.3f}")
 
 
 if __name__ == "__main__":

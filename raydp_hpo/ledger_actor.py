@@ -27,6 +27,7 @@ from raydp_hpo.budget import PrivacyBudget
 from raydp_hpo.errors import LedgerMismatchError, RayDPHPOError
 from raydp_hpo.ledger_records import Adaptivity, Charge, ChargeDecision, LedgerReport
 from raydp_hpo.mechanisms import Mechanism
+from raydp_hpo.plan_receipt import PlanReceipt, receipt_for
 
 __all__ = ["DEFAULT_NAMESPACE", "LedgerHandle", "get_ledger", "default_journal_path"]
 
@@ -76,6 +77,12 @@ class _LedgerActor:
 
     def has_charge(self, charge_id: str) -> bool:
         return self._ledger.has_charge(charge_id)
+
+    def receipt(self, charge_id: str) -> PlanReceipt | None:
+        path = self._ledger.journal_path
+        if path is None or not self._ledger.has_charge(charge_id):
+            return None
+        return receipt_for(path, charge_id)
 
     def spent(self) -> float:
         return self._ledger.spent()
@@ -149,6 +156,12 @@ class LedgerHandle:
 
     def has_charge(self, charge_id: str) -> bool:
         return ray.get(self._actor.has_charge.remote(charge_id))
+
+    def receipt(self, charge_id: str) -> PlanReceipt | None:
+        """Where admitted charge ``charge_id`` lies in the journal, for trials to check it
+        locally (:mod:`raydp_hpo.plan_receipt`); ``None`` if it is not admitted, or the
+        ledger has no version-2 journal."""
+        return ray.get(self._actor.receipt.remote(charge_id))
 
     def spent(self) -> float:
         return ray.get(self._actor.spent.remote())

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raydp_hpo.errors import InvalidParameterError
+from raydp_hpo.plan_receipt import PlanReceipt
 
 __all__ = ["RaydpSettings", "RAYDP_KEY"]
 
@@ -57,6 +58,9 @@ class RaydpSettings:
         trial_index: the searcher's 0-based suggestion counter (public). With a user-given
             secret seed, a trial's training randomness is derived from (secret seed, index),
             so runs are reproducible without the seed ever entering a config.
+        plan_receipt: where the admitted ``covered_by`` charge lies in the ledger's journal
+            (:class:`~raydp_hpo.plan_receipt.PlanReceipt`), so the trial checks it locally
+            instead of by a ledger round trip; only with ``covered_by``.
 
     The ``repr`` (what Ray Tune writes into ``params.json`` / ``result.json``) withholds the
     ``seed`` of the data view: it selects a secret subsample or partition.
@@ -78,6 +82,7 @@ class RaydpSettings:
     dataset_size: int | None = None
     validation_size: int | None = None
     trial_index: int | None = None
+    plan_receipt: PlanReceipt | None = None
 
     def __repr__(self) -> str:
         parts = []
@@ -114,6 +119,13 @@ class RaydpSettings:
                 f"raydp.score_noise={noise!r} / score_delta={self.score_delta!r} need "
                 "raydp.score_epsilon: there is no noisy score without it"
             )
+        if self.plan_receipt is not None:
+            receipt = PlanReceipt.from_dict(self.plan_receipt)  # a dict from a hand-written block
+            if self.covered_by is None:
+                raise InvalidParameterError(
+                    "raydp.plan_receipt is only for a trial covered by a plan (raydp.covered_by)"
+                )
+            object.__setattr__(self, "plan_receipt", receipt)
         if self.nonprivate and self.charge:
             raise InvalidParameterError("a nonprivate run cannot charge the ledger")
         from raydp_hpo._validation import positive_int

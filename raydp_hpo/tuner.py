@@ -16,7 +16,9 @@ Data flow of :meth:`DPTuner.fit` (DESIGN.md, "Data flow of one run"):
 3. The searcher states its plan; the plan is charged **before** any trial runs. A refusal
    raises :class:`~raydp_hpo.errors.BudgetExhaustedError` and nothing runs.
 4. Ray Tune runs the trials; each checks its own mechanism against the ledger before
-   training. Searches whose trials charge individually are stopped by :class:`LedgerStopper`
+   training. A trial covered by the admitted plan gets the plan's receipt (where its charge
+   lies in the journal) with its config and checks the journal file locally, with no ledger
+   round trip (:mod:`raydp_hpo.plan_receipt`); a trial that charges itself asks the ledger. Searches whose trials charge individually are stopped by :class:`LedgerStopper`
    once the ledger refuses.
 5. The searcher's release names the hyperparameters and the trial whose model is released;
    the model is loaded from that trial's checkpoint, and a certificate states every charge.
@@ -576,6 +578,10 @@ class DPTuner:
                 # Admitted (or refused, raising) before any trial touches data. Idempotent on
                 # restore: the same plan id is a replay, not a second charge.
                 ledger.charge(searcher.plan_charge_id, plan.mechanism, owner=self._experiment)
+                # Admitted and fsync'd: where it lies in the journal goes to every trial it
+                # covers, which checks it there instead of asking the ledger actor (one round
+                # trip per trial saved; raydp_hpo.plan_receipt states the argument).
+                searcher.plan_receipt = ledger.receipt(searcher.plan_charge_id)
         except BaseException:
             if not resume:  # leave no half-created experiment behind: nothing ran
                 shutil.rmtree(tune_dir, ignore_errors=True)

@@ -47,6 +47,7 @@ from raydp_hpo.accounting import Accountant, epsilon, smallest_noise_multiplier
 from raydp_hpo.budget import PrivacyBudget
 from raydp_hpo.errors import BudgetTooSmallError, InvalidParameterError, SearchSpaceError
 from raydp_hpo.mechanisms import Mechanism, WorstCase, mechanism_to_dict
+from raydp_hpo.plan_receipt import PlanReceipt
 from raydp_hpo.trial_privacy import (
     DEFAULT_SCORE_EPSILON,
     DPSGDPrivacy,
@@ -389,6 +390,11 @@ class DPSearcher(Searcher, abc.ABC):
         self._live: set[str] = set()
         self._finished = False
 
+    #: Where the admitted plan charge lies in the ledger's journal, set by the orchestrator
+    #: once the plan is admitted; plan-covered trials get it with their config and check it
+    #: locally instead of by a ledger round trip (:mod:`raydp_hpo.plan_receipt`).
+    plan_receipt: PlanReceipt | None = None
+
     # ---------------------------------------------------------------- properties
 
     @property
@@ -615,6 +621,7 @@ class DPSearcher(Searcher, abc.ABC):
             dataset_size=self._dataset_size,
             validation_size=self._validation_size,
             trial_index=len(self._configs),
+            plan_receipt=self.plan_receipt if covered else None,
         )
 
     def _issue(self, trial_id: str, config: dict[str, Any]) -> dict[str, Any]:

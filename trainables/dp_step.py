@@ -247,11 +247,16 @@ class _OuterProductGrad(_LayerGrad):
         return sq
 
     def write_clipped_sum(self, coef: torch.Tensor) -> None:
-        cg = self.g * coef[:, None]
+        g, a = self.g, self.a
         if self.weight.requires_grad:
-            self.weight.grad = (cg.t() @ self.a).view_as(self.weight)
+            # (c ⊙ g)ᵀ a = gᵀ (c ⊙ a): scale whichever of g (N × p) and a (N × d) is smaller
+            if g.shape[1] <= a.shape[1]:
+                w = (g * coef[:, None]).t() @ a
+            else:
+                w = g.t() @ (a * coef[:, None])
+            self.weight.grad = w.view_as(self.weight)
         if self.bias is not None and self.bias.requires_grad:
-            self.bias.grad = cg.sum(0)
+            self.bias.grad = coef @ g  # Σ c_i g_i, one matrix-vector product
 
 
 class _GhostGrad(_LayerGrad):
@@ -564,9 +569,13 @@ class GaussianNoise:
     (DESIGN.md, "Public vs private"). With a data-independent normaliser the release is
     (Σ clip + noise)/const, post-processing of the subsampled Gaussian mechanism.
 
-    The noise is drawn on the parameters' device with ``generator``, which must live on that
-    device (``torch.Generator(device=...)``); on the CPU the draws are those of
-    ``torch.normal(0, σC, p.shape, generator=generator)``, parameter by parameter in order.
+    Computed as N(0, (σC/normaliser)²·I) + g/normaliser, the same law: the noise for every
+    parameter is one flat draw of Σ|p| values with ``generator`` (split in parameter order;
+    one RNG call and one allocation per step instead of one per parameter), and the scaled
+    clipped sum is added in one fused pass (``torch._foreach_add_``), instead of a draw, an
+    add and a divide per parameter. The generator must live on the parameters' device
+    (``torch.Generator(device=...)``), where the noise is drawn. Parameters of different dtypes
+    get one draw each, in order.
     """
 
     noise_multiplier: float
@@ -613,14 +622,27 @@ class GaussianNoise:
                     f"with torch.Generator(device={str(p.device)!r}) so the noise is drawn "
                     "where the parameters live"
                 )
-        std = self.noise_multiplier * self.max_grad_norm
-        for p in params:
-            assert p.grad is not None  # checked above
-            noise = torch.normal(
-                0.0, std, size=p.shape, generator=self.generator, device=p.device,
-                dtype=p.grad.dtype,
-            )
-            p.grad = noise.add_(p.grad).div_(self.normaliser)
+        grads = [cast(torch.Tensor, p.grad) for p in params]  # all present: checked above
+        scale = 1.0 / self.normaliser
+        std = self.noise_multiplier * self.max_grad_norm * scale
+        dtype = grads[0].dtype if grads else torch.float32
+        if any(g.dtype != dtype for g in grads):  # mixed precision: one draw per parameter
+            for p, g in zip(params, grads):
+                noise = torch.normal(0.0, std, size=p.shape, generator=self.generator,
+                                     device=p.device, dtype=g.dtype)
+                p.grad = noise.add_(g, alpha=scale)
+            self.releases += 1
+            return
+        # One flat draw of Σ|p| values (one RNG call, one allocation), split in parameter
+        # order; then noise + scale·g in one fused pass per parameter (foreach).
+        flat = torch.empty(sum(g.numel() for g in grads), device=grads[0].device if grads else
+                           gen_device, dtype=dtype)
+        flat.normal_(0.0, std, generator=self.generator)
+        views = [v.view(g.shape) for v, g in zip(flat.split([g.numel() for g in grads]), grads)]
+        if views:
+            torch._foreach_add_(views, grads, alpha=scale)
+        for p, v in zip(params, views):
+            p.grad = v
         self.releases += 1
 
 

@@ -49,7 +49,7 @@ from raydp_hpo.trial_privacy import (
 from trainables.data import Dataset, DataSplits, select_view, view_kind
 from trainables.dp_step import GaussianNoise, make_clipper, poisson_batch
 from trainables.models import build_model
-from trainables.privacy_gate import RaydpSettings, admit, resolve_ledger
+from trainables.privacy_gate import RaydpSettings, admit, ledger_delta, resolve_ledger
 
 __all__ = [
     "TrainResult",
@@ -548,11 +548,7 @@ def train_dp(
         resume_charge_id=None if checkpoint is None else checkpoint["charge_id"],
     )
     # ---- admitted: from here on data is touched ----------------------------------------
-    delta = float(config.get("target_delta", 0.0)) or (
-        float(ledger.budget.delta if hasattr(ledger.budget, "delta") else ledger.budget().delta)
-        if ledger is not None
-        else 1e-5
-    )
+    delta = float(config.get("target_delta", 0.0)) or ledger_delta(settings, ledger) or 1e-5
     dev = _pick_device(device)
     normaliser = privacy.sample_rate * n_view  # public: declared sizes only
     runners = [

@@ -102,7 +102,8 @@ def test_lifecycle_finishes_with_release(make: Callable[..., DPSearcher]) -> Non
         assert set(r) == {"ledger", "namespace", "experiment", "charge", "charge_id",
                           "covered_by", "base", "data_view", "nonprivate", "phase",
                           "score_epsilon", "score_noise", "score_delta", "dataset_size",
-                          "validation_size", "trial_index"}
+                          "validation_size", "trial_index", "plan_receipt"}
+        assert r["plan_receipt"] is None  # set by DPTuner once the plan is admitted
         assert r["dataset_size"] == s.dataset_size  # declared public size, not the data's
         assert r["ledger"] == "L" and r["namespace"] == "ns" and r["experiment"] == "exp"
         assert r["charge_id"].startswith("exp/")

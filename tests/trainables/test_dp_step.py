@@ -42,17 +42,19 @@ def _params_with_grads(seed: int = 0) -> list[nn.Parameter]:
 # -- A. Gaussian noise ------------------------------------------------------------------
 
 
-def test_noise_on_cpu_is_the_sequential_per_parameter_draw():
-    """Bit for bit: (g + N(0, σC) drawn parameter by parameter with the generator) / normaliser,
-    the draws the CPU path made before the noise moved to the parameters' device."""
+def test_noise_is_one_flat_draw_split_in_parameter_order():
+    """N(0, (σC/normaliser)²) drawn once for all parameters with the generator, split in
+    parameter order, plus g/normaliser: (g + N(0, σ²C²))/normaliser in law, one RNG call."""
     params = _params_with_grads()
     grads = [p.grad.clone() for p in params]
     sigma, clip, normaliser = 1.3, 0.7, 0.05 * 4000
     GaussianNoise(sigma, clip, normaliser, torch.Generator().manual_seed(3)).privatise(params)
     ref = torch.Generator().manual_seed(3)
-    for p, g in zip(params, grads):
-        noise = torch.normal(0.0, sigma * clip, size=p.shape, generator=ref, device="cpu")
-        assert torch.equal(p.grad, (g + noise) / normaliser)
+    flat = torch.normal(0.0, sigma * clip / normaliser, size=(sum(g.numel() for g in grads),),
+                        generator=ref)
+    for p, g, noise in zip(params, grads, flat.split([g.numel() for g in grads])):
+        torch.testing.assert_close(p.grad, noise.view_as(g) + g / normaliser,
+                                   rtol=1e-6, atol=1e-9)
 
 
 def test_noise_divides_by_the_public_normaliser_and_counts_releases():
