@@ -4,8 +4,9 @@ It runs the REAL searchers of :mod:`search_algs` and the REAL trainable
 :func:`trainables.training.train_dp` one trial after the other, following the lifecycle of
 :class:`search_algs.base.DPSearcher` exactly as ``DPTuner`` does:
 
-1. build the searcher with a :class:`~raydp_hpo.ledger.PrivacyLedger` (FIXED_PLAN, BEST
-   accountant) and ``admissible=ledger.would_admit``;
+1. build the searcher with a :class:`~raydp_hpo.ledger.PrivacyLedger` (FIXED_PLAN; halting
+   accountant ``accountant``, default BEST) and ``admissible=ledger.would_admit`` — so every
+   searcher calibrates its noise and is admitted on that accountant;
 2. charge ``searcher.privacy_plan().mechanism`` (when not ``None``) under
    ``searcher.plan_charge_id``;
 3. loop ``suggest`` → ``train_dp`` → ``on_trial_complete`` until ``FINISHED``;
@@ -25,16 +26,18 @@ from typing import Any
 
 from torch import nn
 
-from raydp_hpo.accounting import Accountant
+from raydp_hpo.accounting import Accountant, epsilon_or_inf
 from raydp_hpo.budget import PrivacyBudget
-from raydp_hpo.errors import BudgetExhaustedError
+from raydp_hpo.errors import BudgetExhaustedError, RayDPHPOError
 from raydp_hpo.ledger import Adaptivity, PrivacyLedger
+from raydp_hpo.mechanisms import Mechanism
 from search_algs import make_searcher
 from trainables.data import DataSplits
 from trainables.models import MLP
 from trainables.training import declared_privacy, train_dp
 
-__all__ = ["SearchOutcome", "run_search", "run_oracle", "mlp64", "mlp128", "mlp256"]
+__all__ = ["SearchOutcome", "run_search", "run_oracle", "plan_epsilons", "mlp64", "mlp128",
+           "mlp256"]
 
 FINISHED = "FINISHED"  # ray.tune.search.Searcher.FINISHED
 
@@ -68,6 +71,9 @@ class SearchOutcome:
     gradient_evaluations: float = 0.0
     planned_gradient_evaluations: float | None = None
     plan_epsilon: float | None = None
+    #: the admitted plan's ε under each accountant (``inf``: that accountant cannot bound it)
+    plan_epsilons: dict[str, float] = field(default_factory=dict)
+    accountant: str = ""
     wall_s: float = 0.0
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -90,10 +96,21 @@ def run_search(
     *,
     metric: str = "val_accuracy",
     max_trials: int = 1000,
+    accountant: Accountant = Accountant.BEST,
 ) -> SearchOutcome:
-    """Run one DP search to its release, sequentially, and return its outcome."""
+    """Run one DP search to its release, sequentially, and return its outcome.
+
+    ``accountant`` is the ledger's halting accountant: the searcher calibrates its noise so
+    that the plan is admitted under it. The outcome's ``plan_epsilons`` holds the admitted
+    plan's ε under RDP, BEST (min of RDP and PLD/PRV) and PROFILE (PLD with random stopping
+    by privacy profiles), and ``"tightest"``, their minimum (each is a valid upper bound, so
+    is their minimum)."""
     t0 = time.perf_counter()
-    ledger = PrivacyLedger(budget, adaptivity=Adaptivity.FIXED_PLAN, accountant=Accountant.BEST)
+    try:
+        ledger = PrivacyLedger(budget, adaptivity=Adaptivity.FIXED_PLAN, accountant=accountant)
+    except RayDPHPOError as exc:  # e.g. a halting accountant this ledger does not support
+        return SearchOutcome("refused", f"{type(exc).__name__}: {exc}",
+                             accountant=accountant.value, wall_s=time.perf_counter() - t0)
     experiment = f"{method}-s{seed}"
     try:
         searcher = make_searcher(
@@ -114,7 +131,10 @@ def run_search(
     plan = searcher.privacy_plan()
     if plan.mechanism is not None:
         ledger.charge(searcher.plan_charge_id, plan.mechanism, owner=experiment)
-    out = SearchOutcome("ok", planned_gradient_evaluations=plan.expected_gradient_evaluations)
+    out = SearchOutcome("ok", planned_gradient_evaluations=plan.expected_gradient_evaluations,
+                        accountant=accountant.value)
+    if plan.mechanism is not None:
+        out.plan_epsilons = plan_epsilons(plan.mechanism, budget.delta)
     metrics: dict[str, dict[str, Any]] = {}
     live: set[str] = set()
     for i in range(max_trials + 1):
@@ -159,6 +179,14 @@ def run_search(
             out.val_accuracy = float(m["val_accuracy"])
     out.wall_s = time.perf_counter() - t0
     return out
+
+
+def plan_epsilons(mechanism: Mechanism, delta: float) -> dict[str, float]:
+    """ε of ``mechanism`` at ``delta`` under RDP, BEST and PROFILE, and their minimum."""
+    eps = {a.value: epsilon_or_inf(mechanism, delta, a)
+           for a in (Accountant.RDP, Accountant.BEST, Accountant.PROFILE)}
+    eps["tightest"] = min(eps.values())
+    return eps
 
 
 def run_oracle(space: Mapping[str, Any], grid_key: str, grid: list[float],
