@@ -5,7 +5,8 @@ It runs the REAL searchers of :mod:`search_algs` and the REAL trainable
 :class:`search_algs.base.DPSearcher` exactly as ``DPTuner`` does:
 
 1. build the searcher with a :class:`~raydp_hpo.ledger.PrivacyLedger` (FIXED_PLAN; halting
-   accountant ``accountant``, default BEST) and ``admissible=ledger.would_admit`` — so every
+   accountant ``accountant``, default: the one DPTuner's dedicated ledger uses,
+   ``tightest_halting_accountant``) and ``admissible=ledger.would_admit`` — so every
    searcher calibrates its noise and is admitted on that accountant;
 2. charge ``searcher.privacy_plan().mechanism`` (when not ``None``) under
    ``searcher.plan_charge_id``;
@@ -29,7 +30,7 @@ from torch import nn
 from raydp_hpo.accounting import Accountant, epsilon_or_inf
 from raydp_hpo.budget import PrivacyBudget
 from raydp_hpo.errors import BudgetExhaustedError, RayDPHPOError
-from raydp_hpo.ledger import Adaptivity, PrivacyLedger
+from raydp_hpo.ledger import Adaptivity, PrivacyLedger, tightest_halting_accountant
 from raydp_hpo.mechanisms import Mechanism
 from search_algs import make_searcher
 from trainables.data import DataSplits
@@ -96,16 +97,19 @@ def run_search(
     *,
     metric: str = "val_accuracy",
     max_trials: int = 1000,
-    accountant: Accountant = Accountant.BEST,
+    accountant: Accountant | None = None,
 ) -> SearchOutcome:
     """Run one DP search to its release, sequentially, and return its outcome.
 
-    ``accountant`` is the ledger's halting accountant: the searcher calibrates its noise so
+    ``accountant`` is the ledger's halting accountant (``None``: the tightest a fixed-plan
+    ledger halts on, as in DPTuner): the searcher calibrates its noise so
     that the plan is admitted under it. The outcome's ``plan_epsilons`` holds the admitted
     plan's ε under RDP, BEST (min of RDP and PLD/PRV) and PROFILE (PLD with random stopping
     by privacy profiles), and ``"tightest"``, their minimum (each is a valid upper bound, so
     is their minimum)."""
     t0 = time.perf_counter()
+    if accountant is None:
+        accountant = tightest_halting_accountant(Adaptivity.FIXED_PLAN)
     try:
         ledger = PrivacyLedger(budget, adaptivity=Adaptivity.FIXED_PLAN, accountant=accountant)
     except RayDPHPOError as exc:  # e.g. a halting accountant this ledger does not support

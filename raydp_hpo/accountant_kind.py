@@ -16,7 +16,7 @@ class Accountant(Enum):
     RDP = "rdp"
     PLD = "pld"
     BEST = "best"
-    #: PLD composition in which random stopping is accounted by privacy profiles
-    #: (:mod:`raydp_hpo.profiles`); only :mod:`raydp_hpo.accounting` knows it so far (the
-    #: ledger does not halt on it).
+    #: The tightest valid figure for a fixed plan: the minimum of ``BEST`` and the composition
+    #: in which random stopping is accounted by privacy profiles (:mod:`raydp_hpo.profiles`);
+    #: a ledger halts on it only with ``Adaptivity.FIXED_PLAN``.
     PROFILE = "profile"

@@ -10,14 +10,15 @@ Accountants (an enum, never a string flag):
   valid (:mod:`raydp_hpo.prv`), the smaller of the two upper bounds is reported.
 * ``BEST`` — the minimum of the two. Both are valid upper bounds for a composition whose
   mechanisms are fixed in advance, so their minimum is one too.
-* ``PROFILE`` — like ``PLD``, but each :class:`~raydp_hpo.mechanisms.RandomStopping` is
-  accounted by privacy profiles (Koskela, Redberg & Wang 2024, reconstructed and proved in
-  :mod:`raydp_hpo.profiles`), never worse than its Papernot–Steinke RDP figure. A lone
+* ``PROFILE`` — the tightest valid figure for a fixed list: the minimum of ``BEST``'s
+  candidates and, when some part has no PLD of its own, the composition in which each
+  :class:`~raydp_hpo.mechanisms.RandomStopping` is accounted by privacy profiles (Koskela,
+  Redberg & Wang 2024, reconstructed and proved in :mod:`raydp_hpo.profiles`). A lone
   selection is bounded directly; in a composition it enters through one (εᵢ, δᵢ) point with
-  an explicit δ split (:func:`raydp_hpo.profiles.profile_epsilon`). The figure is the minimum
-  of that and the ``RDP`` accountant's (both valid for a fixed list), so it is never above
-  RDP. Costs a few tenths of a second per distinct base mechanism (its PLD and profile grid,
-  then cached). Not part of ``BEST``.
+  an explicit δ split (:func:`raydp_hpo.profiles.profile_epsilon`). Every candidate is a
+  valid bound for the same fixed list, so the minimum is one, and it is never above ``RDP``,
+  ``PLD`` or ``BEST``. Costs a few tenths of a second per distinct base mechanism (its PLD
+  and profile grid, then cached).
 
 Every figure is additionally capped by a pure-DP bound when one exists (:mod:`raydp_hpo.pure`).
 These are statements about a *fixed* list of mechanisms; the ledger's halting rule under
@@ -40,7 +41,7 @@ from raydp_hpo._validation import (
 from raydp_hpo.accountant_kind import Accountant
 from raydp_hpo.errors import InvalidParameterError
 from raydp_hpo.mechanisms import Composition, Mechanism, SubsampledGaussian
-from raydp_hpo.pld import has_pld, pld_delta, pld_epsilon
+from raydp_hpo.pld import count_non_pld, has_pld, pld_delta, pld_epsilon
 from raydp_hpo.profiles import profile_delta, profile_epsilon
 from raydp_hpo.prv import prv_epsilon
 from raydp_hpo.pure import pure_epsilon
@@ -101,16 +102,16 @@ def epsilon(
     mechs = _as_list(mechanisms)
     accountant = _coerce_accountant(accountant)
     candidates: list[float] = []
-    if accountant in (Accountant.RDP, Accountant.BEST):
+    if accountant in (Accountant.RDP, Accountant.BEST, Accountant.PROFILE):
         candidates.append(_rdp_total(mechs).epsilon(delta))
-    if accountant in (Accountant.PLD, Accountant.BEST):
+    if accountant in (Accountant.PLD, Accountant.BEST, Accountant.PROFILE):
         candidates.append(pld_epsilon(mechs, delta))
         prv = prv_epsilon(mechs, delta)  # error-bounded upper bound, where valid
         if prv is not None:
             candidates.append(prv)
-    if accountant is Accountant.PROFILE:
+    if accountant is Accountant.PROFILE and any(count_non_pld(m) for m in mechs):
+        # with every part having a PLD, the profile figure is the PLD composition above
         candidates.append(profile_epsilon(mechs, delta))
-        candidates.append(_rdp_total(mechs).epsilon(delta))
     pure = _pure_total(mechs)
     if pure is not None:
         candidates.append(pure)

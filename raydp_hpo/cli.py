@@ -391,10 +391,11 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="price a Papernot–Steinke search over these trials instead of one run")
     acc.add_argument("--mean", type=float, default=None, help="E[K] of the search")
     acc.add_argument("--distribution", default="geometric",
-                     choices=["geometric", "logarithmic", "poisson", "truncated_negative_binomial"],
+                     choices=["geometric", "logarithmic", "poisson", "truncated_negative_binomial",
+                              "binomial"],
                      help="law of the secret number of trials K")
     acc.add_argument("--shape", type=float, default=None,
-                     help="η of the truncated negative binomial")
+                     help="η of the truncated negative binomial, or m (draws) of the binomial")
     acc.add_argument("--json", action="store_true")
     acc.set_defaults(func=_cmd_account)
 

@@ -28,6 +28,20 @@ analysis — the conservative choice; the report states both figures.
 ``FIXED_PLAN`` — the caller asserts that the sequence of mechanisms is fixed before any data
 is touched (e.g. a whole search plan admitted in one charge). Then standard composition
 theorems apply and any :class:`~raydp_hpo.accounting.Accountant` may halt, PLD included.
+``PROFILE`` halts on the minimum of three figures for all charges plus the candidate: the RDP
+composition, the PLD composition and the composition in which every random stopping is
+accounted by privacy profiles (:func:`raydp_hpo.profiles.profile_epsilon`: each selection
+enters as one (εᵢ, δᵢ) point at an explicit δ split, composed as the PLD of its dominating
+pair). Validity: the admission decision depends on the mechanisms only, never on data or on
+outputs, so the admitted charges are a fixed, data-independent sequence M₁, …, M_k; each of
+the three figures is an upper bound on ε at the budget's δ for that fixed composition (RDP:
+Mironov 2017, Prop. 1 with Canonne, Kamath & Steinke 2020, Prop. 12; PLD: dp-accounting's
+pessimistic composition; profiles: :mod:`raydp_hpo.profiles`' theorem with the dominating
+pairs of Kairouz, Oh & Viswanath 2015, Thm. 2.1), so their minimum is one, and the ledger
+admits only while it is within budget. ``PROFILE`` is refused with ``ADAPTIVE``: the δ split
+gives δᵢ = s·δ/n to each of the n selections of the *whole* sequence, which is not known
+while charges are still being chosen from earlier outputs, and no filter theorem (as
+Feldman & Zrnic's for RDP) covers halting on a PLD or profile figure under adaptivity.
 
 Restart: each journal record stores the charge's RDP curve on :data:`DEFAULT_ORDERS`
 (float64, covered by the record's chain hash), so opening a journal sums stored curves instead
@@ -86,6 +100,7 @@ __all__ = [
     "PrivacyLedger",
     "filter_epsilon",
     "admits_as_first_charge",
+    "tightest_halting_accountant",
 ]
 
 #: Most fresh starts :meth:`PrivacyLedger.try_charge_new_attempt` allows under one charge id.
@@ -175,6 +190,20 @@ def filter_epsilon(profile: RdpProfile, delta: float) -> float:
     return float(max(0.0, np.min(eps)))
 
 
+def tightest_halting_accountant(adaptivity: Adaptivity) -> Accountant:
+    """The tightest accountant a ledger with this halting rule may halt on.
+
+    ``FIXED_PLAN``: :attr:`Accountant.PROFILE`, the minimum of the RDP, PLD and privacy-profile
+    figures (each valid for the fixed sequence the plan is; see the module docstring).
+    ``ADAPTIVE``: :attr:`Accountant.RDP`, the only one with a filter theorem (Feldman & Zrnic
+    2021). Searchers calibrate on the same accountant the ledger then halts on, so the σ
+    they calibrate is exactly what the ledger admits.
+    """
+    if not isinstance(adaptivity, Adaptivity):
+        raise InvalidParameterError(f"adaptivity must be an Adaptivity, got {adaptivity!r}")
+    return Accountant.PROFILE if adaptivity is Adaptivity.FIXED_PLAN else Accountant.RDP
+
+
 def admits_as_first_charge(
     budget: PrivacyBudget,
     mechanism: Mechanism,
@@ -221,11 +250,14 @@ class PrivacyLedger:
             raise InvalidParameterError(f"adaptivity must be an Adaptivity, got {adaptivity!r}")
         if not isinstance(accountant, Accountant):
             raise InvalidParameterError(f"accountant must be an Accountant, got {accountant!r}")
-        if accountant is Accountant.PROFILE:
+        if adaptivity is Adaptivity.ADAPTIVE and accountant is Accountant.PROFILE:
             raise InvalidParameterError(
-                "the ledger does not halt on accountant='profile' yet (privacy profiles bound a "
-                "lone random-stopping selection; composing them in a ledger is not "
-                "implemented); use Accountant.RDP, PLD or BEST"
+                "halting with accountant='profile' is only valid for a plan fixed before any "
+                "data is touched: its composition gives each selection one (ε, δ) point at a "
+                "δ split over the selections of the whole sequence, which adaptively chosen "
+                "charges do not fix in advance, and no privacy-filter theorem covers it; use "
+                "adaptivity=Adaptivity.FIXED_PLAN, or accountant=Accountant.RDP (adaptive RDP "
+                "filter)"
             )
         if adaptivity is Adaptivity.ADAPTIVE and accountant is not Accountant.RDP:
             raise InvalidParameterError(
@@ -501,10 +533,12 @@ class PrivacyLedger:
             eps = filter_epsilon(rdp, delta)
         else:
             candidates = []
-            if self._accountant in (Accountant.RDP, Accountant.BEST):
+            if self._accountant in (Accountant.RDP, Accountant.BEST, Accountant.PROFILE):
                 candidates.append(rdp.epsilon(delta))
-            if self._accountant in (Accountant.PLD, Accountant.BEST):
+            if self._accountant in (Accountant.PLD, Accountant.BEST, Accountant.PROFILE):
                 candidates.append(self._pld_epsilon(extra))
+            if self._accountant is Accountant.PROFILE:
+                candidates.append(self._profile_epsilon(extra))
             eps = min(candidates)
         pure = self._pure
         if pure is not None and extra is not None:
@@ -512,6 +546,22 @@ class PrivacyLedger:
             pure = None if extra_pure is None else pure + extra_pure
         # Basic composition of pure-DP charges is a valid filter too (Rogers et al. 2016).
         return eps if pure is None else min(eps, pure)
+
+    def _profile_epsilon(self, extra: Mechanism | None) -> float:
+        """ε of every charge (and ``extra``) with random stopping accounted by privacy profiles
+        (:func:`raydp_hpo.profiles.profile_epsilon`); ``inf`` when no charge has a part without
+        a PLD (the profile figure is then the PLD composition, already a candidate)."""
+        from raydp_hpo.errors import UnsupportedMechanismError
+        from raydp_hpo.pld import count_non_pld
+        from raydp_hpo.profiles import profile_epsilon
+
+        mechs = [c.mechanism for c in self._charges] + ([] if extra is None else [extra])
+        if not any(count_non_pld(m) for m in mechs):
+            return math.inf
+        try:
+            return profile_epsilon(mechs, self._budget.delta)
+        except UnsupportedMechanismError:
+            return math.inf
 
     @property
     def _pld(self) -> PldComposer:
@@ -698,6 +748,10 @@ class PrivacyLedger:
                     by_acc["pld"] = math.inf
                 if self._pure is not None:
                     by_acc["pure"] = self._pure
+                if self._accountant is Accountant.PROFILE:
+                    profile = self._profile_epsilon(None)
+                    if math.isfinite(profile):
+                        by_acc["profile"] = profile
             spent = self._spent()
             return LedgerReport(
                 budget=self._budget,

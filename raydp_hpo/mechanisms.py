@@ -178,13 +178,16 @@ class StoppingDistribution(Enum):
     """Distribution of the secret number of trials K in random stopping.
 
     Papernot & Steinke (2022), Def. 1 and Sec. 3: the truncated negative binomial family
-    D_{η,γ} (η = 1 geometric, η = 0 logarithmic, η ∈ (0, ∞) otherwise) and Poisson.
+    D_{η,γ} (η = 1 geometric, η = 0 logarithmic, η ∈ (0, ∞) otherwise) and Poisson; plus
+    binomial(m, p) (K ≤ m always: at most m trials), priced by privacy profiles (Koskela,
+    Redberg & Wang 2024) and, on RDP, as the m-fold composition it post-processes.
     """
 
     GEOMETRIC = "geometric"
     TRUNCATED_NEGATIVE_BINOMIAL = "truncated_negative_binomial"
     POISSON = "poisson"
     LOGARITHMIC = "logarithmic"
+    BINOMIAL = "binomial"
 
 
 @dataclass(frozen=True)
@@ -192,9 +195,15 @@ class RandomStopping:
     """Papernot–Steinke private selection: run ``base`` K times, release only the best.
 
     K ~ ``distribution`` with E[K] = ``mean`` (for the truncated negative binomial, ``shape`` is
-    η > 0). The privacy cost is Papernot & Steinke (2022), Thm. 2 (truncated negative
+    η > 0; for the binomial, ``shape`` is the integer number of draws m ≥ ``mean``, and
+    p = mean/m). The privacy cost is Papernot & Steinke (2022), Thm. 2 (truncated negative
     binomial, incl. geometric and logarithmic) and Thm. 6 (Poisson); for a pure ε-DP base
     the TNB selection is (2 + η)ε-DP (their Cor. 4; Liu & Talwar 2019 for geometric, 3ε).
+    Binomial K: privacy profiles (:mod:`raydp_hpo.profiles`), and as a valid RDP (and pure)
+    bound the m-fold composition of the base: best of K ~ Bin(m, p) runs has the output law of
+    "run the base m times, keep each run independently with probability p, release the best
+    kept one" (given the count, the kept runs are i.i.d. base runs), a post-processing of the
+    m-fold composition (Mironov 2017, Prop. 1 and Lemma 2).
     """
 
     base: Mechanism
@@ -212,7 +221,21 @@ class RandomStopping:
                 f"mean (expected number of trials) must be >= 1, got mean={self.mean!r}"
             )
         object.__setattr__(self, "mean", mean)
-        if dist is StoppingDistribution.TRUNCATED_NEGATIVE_BINOMIAL:
+        if dist is StoppingDistribution.BINOMIAL:
+            m = self.shape
+            if (
+                isinstance(m, bool)
+                or not isinstance(m, (int, float))
+                or not math.isfinite(m)
+                or m != int(m)
+                or not mean <= m
+            ):
+                raise InvalidParameterError(
+                    "the binomial distribution needs shape = m, the number of draws, an integer "
+                    f">= mean; got shape={m!r} with mean={mean!r}"
+                )
+            object.__setattr__(self, "shape", float(int(m)))
+        elif dist is StoppingDistribution.TRUNCATED_NEGATIVE_BINOMIAL:
             if self.shape is None:
                 raise InvalidParameterError(
                     "the truncated negative binomial needs shape η > 0, got shape=None"
@@ -220,13 +243,26 @@ class RandomStopping:
             object.__setattr__(self, "shape", positive_float("shape", self.shape))
         elif self.shape is not None:
             raise InvalidParameterError(
-                f"shape is only used by the truncated negative binomial distribution; "
+                f"shape is only used by the truncated negative binomial and binomial laws; "
                 f"got shape={self.shape!r} with distribution={dist.value!r}"
             )
 
     @property
+    def trials(self) -> int | None:
+        """m, the number of draws of a binomial K (``None`` for the other laws)."""
+        if self.distribution is StoppingDistribution.BINOMIAL:
+            assert self.shape is not None
+            return int(self.shape)
+        return None
+
+    @property
     def eta(self) -> float:
-        """The dp-accounting ``shape`` (η) of the distribution: ∞ for Poisson."""
+        """The dp-accounting ``shape`` (η) of the distribution: ∞ for Poisson. The binomial law
+        is not in that family: asking its η raises."""
+        if self.distribution is StoppingDistribution.BINOMIAL:
+            raise InvalidParameterError(
+                "a binomial K has no truncated-negative-binomial shape η; use .trials (m)"
+            )
         if self.distribution is StoppingDistribution.GEOMETRIC:
             return 1.0
         if self.distribution is StoppingDistribution.LOGARITHMIC:

@@ -287,6 +287,9 @@ def stopping_law(mechanism: RandomStopping) -> StoppingLaw:
     """The law of K that the random-stopping searcher samples for ``mechanism``."""
     if mechanism.distribution is StoppingDistribution.POISSON:
         return poisson_law(mechanism.mean)
+    if mechanism.trials is not None:
+        m = mechanism.trials
+        return binomial_law(m, min(1.0, mechanism.mean / m))
     return truncated_negative_binomial_law(mechanism.eta, mechanism.mean)
 
 
@@ -786,11 +789,16 @@ def random_stopping_epsilon(mechanism: RandomStopping, delta: float) -> float:
     * the pure-DP corollary (:func:`pure_selection_epsilon`) when the base is pure DP,
     * Papernot & Steinke's RDP bound (Thm. 2 / Thm. 6, :mod:`raydp_hpo.rdp`).
 
-    Each is a valid upper bound for the same mechanism, so their minimum is one.
+    Each is a valid upper bound for the same mechanism, so their minimum is one. Cached per
+    (mechanism, δ): a calibration asks the same σ of the searcher's rule and of the ledger.
     """
     if not isinstance(mechanism, RandomStopping):
         raise InvalidParameterError(f"expected a RandomStopping, got {mechanism!r}")
-    delta = open_unit_float("delta", delta)
+    return _random_stopping_epsilon(mechanism, open_unit_float("delta", delta))
+
+
+@functools.lru_cache(maxsize=256)
+def _random_stopping_epsilon(mechanism: RandomStopping, delta: float) -> float:
     candidates = [_profile_only_epsilon(mechanism, delta), _rdp_epsilon(mechanism, delta)]
     pure = _base_pure_epsilon(mechanism.base)
     if pure is not None:

@@ -28,7 +28,8 @@ def pure_epsilon(m: Mechanism) -> float | None:
     * RandomStopping with a pure ε-DP base and K from the truncated negative binomial family
       (η ≥ 0: logarithmic η = 0, geometric η = 1): (2 + η)·ε — Papernot & Steinke (2022),
       Cor. 4 (the λ, λ̂ → ∞ limit of their Thm. 2); for geometric this is Liu & Talwar
-      (2019)'s 3ε. Poisson K has no pure bound here (``None``).
+      (2019)'s 3ε. Poisson K has no pure bound here (``None``). Binomial K ≤ m: m·ε (a
+      post-processing of the m-fold composition; see RandomStopping).
     """
     if isinstance(m, (Laplace, PureDP)):
         return m.epsilon * m.count
@@ -44,5 +45,9 @@ def pure_epsilon(m: Mechanism) -> float | None:
         if m.distribution is StoppingDistribution.POISSON:
             return None
         base = pure_epsilon(m.base)
-        return None if base is None else (2.0 + m.eta) * base
+        if base is None:
+            return None
+        if m.trials is not None:
+            return m.trials * base
+        return (2.0 + m.eta) * base
     return None

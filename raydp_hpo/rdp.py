@@ -209,6 +209,9 @@ def _compute_rdp(m: Mechanism) -> RdpProfile:
     if isinstance(m, RandomStopping):
         base = rdp_profile(m.base)
         _require_pure_rdp("RandomStopping.base", [base])
+        if m.trials is not None:
+            # Binomial K ≤ m: a post-processing of the m-fold composition (see RandomStopping)
+            return base.scaled(m.trials)
         return RdpProfile(repeat_and_select_rdp(base.values, mean=m.mean, eta=m.eta))
     if isinstance(m, SubsampledTuning):
         tuning, final = rdp_profile(m.tuning), rdp_profile(m.final)

@@ -11,7 +11,8 @@ Data flow of :meth:`DPTuner.fit` (DESIGN.md, "Data flow of one run"):
    ``Adaptivity.FIXED_PLAN`` because every search here fixes its privacy plan from the
    configuration alone before any data is touched (configs are drawn from the searcher's
    own RNG, charges are stated up front), so standard composition applies, and it admits
-   (and the searcher calibrates its noise) on the tightest valid bound, ``Accountant.BEST``.
+   (and the searcher calibrates its noise) on the tightest valid bound, ``Accountant.PROFILE``
+   (the minimum of the RDP, PLD and privacy-profile figures).
 3. The searcher states its plan; the plan is charged **before** any trial runs. A refusal
    raises :class:`~raydp_hpo.errors.BudgetExhaustedError` and nothing runs.
 4. Ray Tune runs the trials; each checks its own mechanism against the ledger before
@@ -779,17 +780,21 @@ def _quiet_tune_output(verbose: int) -> Any:
 
 
 def _halting_accountant(adaptivity: Adaptivity) -> Accountant:
-    """The dedicated ledger's halting accountant: the tightest valid one for the rule.
+    """The dedicated ledger's halting accountant: the tightest valid one for the rule
+    (:func:`raydp_hpo.ledger.tightest_halting_accountant`).
 
     A plan fixed before any data is touched (every built-in searcher: one plan charge, or a
     grid whose trials are fixed in advance) composes a fixed sequence, so it is calibrated and
-    admitted on ``BEST`` — the smaller of the RDP and PLD upper bounds — and standard (fixed)
+    admitted on ``PROFILE`` — the minimum of the RDP, PLD and privacy-profile upper bounds
+    (random stopping by Koskela, Redberg & Wang 2024's profiles) — and standard (fixed)
     composition justifies halting. Charges chosen adaptively halt on the RDP filter (Feldman &
-    Zrnic 2021), whose guarantee holds under adaptivity; PLD has no such filter theorem.
-    Measured: one DP-SGD run calibrated to ε = 3 by RDP alone is ε = 2.55 under PLD; on BEST
-    its noise is ~6 % smaller for the same guarantee.
+    Zrnic 2021), whose guarantee holds under adaptivity; PLD and profiles have no such filter
+    theorem. Measured: one DP-SGD run calibrated to ε = 3 by RDP alone is ε = 2.55 under PLD;
+    the demo's random stopping admitted at RDP ε = 7.99 is ε = 6.03 under profiles.
     """
-    return Accountant.BEST if adaptivity is Adaptivity.FIXED_PLAN else Accountant.RDP
+    from raydp_hpo.ledger import tightest_halting_accountant
+
+    return tightest_halting_accountant(adaptivity)
 
 
 @dataclass(frozen=True)
@@ -801,11 +806,16 @@ class _FirstChargeRule:
     budget: PrivacyBudget
     adaptivity: Adaptivity
 
+    def figure(self, mechanism: Mechanism) -> float:
+        """ε of ``mechanism`` on the halting accountant (guides calibration; see
+        :meth:`search_algs.base.DPSearcher._calibrate_noise`)."""
+        return epsilon(mechanism, self.budget.delta, _halting_accountant(self.adaptivity))
+
     def __call__(self, mechanism: Mechanism) -> bool:
         from raydp_hpo.ledger import admits_as_first_charge
 
         accountant = _halting_accountant(self.adaptivity)
-        own = epsilon(mechanism, self.budget.delta, accountant) <= self.budget.epsilon
+        own = self.figure(mechanism) <= self.budget.epsilon
         return own and admits_as_first_charge(
             self.budget, mechanism, adaptivity=self.adaptivity, accountant=accountant
         )

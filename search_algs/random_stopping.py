@@ -9,7 +9,11 @@ release only the best trial (its hyperparameters and its model). D is one of
   with η = 1 the geometric distribution γ(1 − γ)^{k−1} and the η → 0 limit the logarithmic
   distribution (1 − γ)^k / (k · log(1/γ)); γ is set from E[K] exactly as dp-accounting does
   (``_gamma_truncated_negative_binomial``), so the sampled law is the one that is accounted;
-* Poisson(μ) (their Sec. 3.3), which can give K = 0: nothing is selected then.
+* Poisson(μ) (their Sec. 3.3), which can give K = 0: nothing is selected then;
+* binomial(m, p) with p = E[K]/m (``shape`` = m): at most m trials, K = 0 with probability
+  (1 − p)^m. It is priced by privacy profiles (:mod:`raydp_hpo.profiles`, whose binomial
+  PGF is the law sampled here); its RDP figure is the m-fold composition of the base (valid,
+  loose), so a plan fixed up front gains from it only on ``Accountant.PROFILE``.
 
 Privacy: one :class:`~raydp_hpo.mechanisms.RandomStopping` charge over the worst-case base
 trial, whose base is the trial's *whole* mechanism Q of P&S (model and score):
@@ -32,7 +36,7 @@ from ray.tune.search import Searcher
 from scipy.special import gammaln
 
 from raydp_hpo._validation import coerce_enum, positive_float
-from raydp_hpo.mechanisms import Mechanism, RandomStopping, StoppingDistribution
+from raydp_hpo.mechanisms import Mechanism, PureDP, RandomStopping, StoppingDistribution
 from search_algs.base import DPSearcher, Phase, PrivacyPlan, Release
 
 __all__ = ["RandomStoppingSearch", "sample_stopping_k", "stopping_pmf", "stopping_mechanism"]
@@ -55,6 +59,19 @@ def stopping_mechanism(
     return RandomStopping(base=base, distribution=distribution, mean=mean, shape=shape)
 
 
+def _binomial_p(mean: float, m: int) -> float:
+    """p of the binomial law with E[K] = ``mean`` over m draws (as :mod:`raydp_hpo.profiles`
+    accounts it)."""
+    return min(1.0, mean / m)
+
+
+def _binomial_m(shape: float | None, mean: float) -> int:
+    # validated like RandomStopping does (an integer m >= mean)
+    return RandomStopping(
+        base=PureDP(1.0), distribution=StoppingDistribution.BINOMIAL, mean=mean, shape=shape
+    ).trials  # type: ignore[return-value]
+
+
 def _eta(distribution: StoppingDistribution, shape: float | None) -> float:
     if distribution is StoppingDistribution.GEOMETRIC:
         return 1.0
@@ -75,6 +92,15 @@ def stopping_pmf(
         return 0.0
     if dist is StoppingDistribution.POISSON:
         return math.exp(-mean + k * math.log(mean) - gammaln(k + 1))
+    if dist is StoppingDistribution.BINOMIAL:
+        m = _binomial_m(shape, mean)
+        p = _binomial_p(mean, m)
+        if k > m:
+            return 0.0
+        if p == 1.0:
+            return 1.0 if k == m else 0.0
+        log_c = gammaln(m + 1) - gammaln(k + 1) - gammaln(m - k + 1)
+        return math.exp(log_c + k * math.log(p) + (m - k) * math.log1p(-p))
     if k == 0:
         return 0.0
     eta = _eta(dist, shape)
@@ -109,6 +135,9 @@ def sample_stopping_k(
     mean = positive_float("mean", mean)
     if dist is StoppingDistribution.POISSON:
         return int(rng.poisson(mean))
+    if dist is StoppingDistribution.BINOMIAL:
+        m = _binomial_m(shape, mean)
+        return int(rng.binomial(m, _binomial_p(mean, m)))
     eta = _eta(dist, shape)
     gamma = _gamma_truncated_negative_binomial(eta, mean)
     u = float(rng.random())
@@ -130,7 +159,8 @@ class RandomStoppingSearch(DPSearcher):
     Args (beyond :class:`~search_algs.base.DPSearcher`):
         distribution: law of the secret number of trials K.
         mean: E[K] (≥ 1).
-        shape: η of the truncated negative binomial (only for that distribution).
+        shape: η of the truncated negative binomial, or the number of draws m of the
+            binomial (an integer >= mean; p = mean/m).
 
     The plan is ``RandomStopping(base, distribution, mean, shape)`` where ``base`` is
     ``trial_mechanism(training, score_epsilon)``: the training mechanism (``WorstCase`` over
@@ -231,7 +261,7 @@ class RandomStoppingSearch(DPSearcher):
             "expected_gradient_evaluations": self._plan.expected_gradient_evaluations,
         }
         if self._k == 0:
-            extras["reason"] = "K = 0 was drawn (Poisson): no configuration was selected"
+            extras["reason"] = "K = 0 was drawn (Poisson or binomial K): no configuration was selected"
             return Release(None, None, self.algorithm, extras)
         best = self._best_of(self._suggested)
         if best is None:

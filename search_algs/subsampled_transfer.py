@@ -257,7 +257,7 @@ class SubsampledTransferSearch(DPSearcher):
     def release(self) -> Release:
         extras: dict[str, Any] = dict(self._gradient_extras)
         if self._k == 0:
-            extras["reason"] = "K = 0 was drawn (Poisson): no configuration was selected"
+            extras["reason"] = "K = 0 was drawn (Poisson or binomial K): no configuration was selected"
             return Release(None, None, self.algorithm, extras)
         if self._final is None:
             extras["reason"] = "no tuning trial reported the metric: nothing was selected"

@@ -82,7 +82,7 @@ def test_bad_budgets_are_refused_by_name(kwargs: dict[str, float], error: type[B
 
 @pytest.mark.parametrize(("kwargs", "words"), [
     ({"adaptivity": Adaptivity.ADAPTIVE, "accountant": Accountant.PLD}, ("fixed",)),
-    ({"adaptivity": Adaptivity.FIXED_PLAN, "accountant": Accountant.PROFILE}, ("profile",)),
+    ({"adaptivity": Adaptivity.ADAPTIVE, "accountant": Accountant.PROFILE}, ("profile", "fixed")),
 ])
 def test_halting_rules_without_a_theorem_are_refused_up_front(tmp_path: Path, kwargs: Any,
                                                               words: tuple[str, ...]) -> None:

@@ -196,10 +196,12 @@ def test_threads_racing_never_exceed_budget() -> None:
     assert not ledger.would_admit(TRIAL)
 
 
-def test_profile_accountant_is_refused_at_construction_not_at_first_charge() -> None:
-    """The ledger cannot halt on privacy profiles yet: refused up front (it used to fail on the
-    first charge with a bare ValueError)."""
+def test_profile_accountant_is_refused_with_adaptive_charges_at_construction() -> None:
+    """Profile halting is only valid for a fixed plan (the δ split needs the whole sequence):
+    refused up front with the adaptive filter, accepted with FIXED_PLAN."""
     from raydp_hpo.errors import InvalidParameterError
 
-    with pytest.raises(InvalidParameterError, match="profile"):
-        PrivacyLedger(BUDGET, adaptivity=Adaptivity.FIXED_PLAN, accountant=Accountant.PROFILE)
+    with pytest.raises(InvalidParameterError, match="profile.*fixed"):
+        PrivacyLedger(BUDGET, adaptivity=Adaptivity.ADAPTIVE, accountant=Accountant.PROFILE)
+    ledger = PrivacyLedger(BUDGET, adaptivity=Adaptivity.FIXED_PLAN, accountant=Accountant.PROFILE)
+    assert ledger.halting_accountant is Accountant.PROFILE
