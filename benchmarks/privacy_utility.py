@@ -1,53 +1,71 @@
 """Privacy-utility benchmark: every DP search and baseline on MNIST-1D and digits.
 
-    .venv/bin/python benchmarks/privacy_utility.py            # default (~8 min on 2 CPUs)
-    .venv/bin/python benchmarks/privacy_utility.py --replot   # table + PNG from the jsonl
+    .venv/bin/python benchmarks/privacy_utility.py --epsilons 3 --tag runA            # 10 seeds
+    .venv/bin/python benchmarks/privacy_utility.py --epsilons 3 --tag runB --seed-offset 100
+    .venv/bin/python benchmarks/privacy_utility.py --tag runA --epsilons 3 --replot   # no training
     .venv/bin/python benchmarks/privacy_utility.py --quick    # ~2 min smoke run
     .venv/bin/python benchmarks/privacy_utility.py --full     # larger run, for a cluster
 
-For each dataset, total budget ε ∈ {1, 3, 8} at δ = 1e-5 and method (random_stopping,
-subsampled_transfer, svt_threshold, linear_scaling, one_shot_random, grid_composed) it runs one
-whole search per seed and reports, over seeds:
+For each dataset, total budget ε (default {1, 3, 8}) at δ = 1e-5 and method (one_shot_random,
+grid_composed, random_stopping, random_stopping_rdp, subsampled_transfer, svt_threshold,
+linear_scaling) it runs one whole search per seed (default 10 seeds; ``--seed-offset`` gives an
+independent run a disjoint seed set) and reports, over seeds:
 
-* the test accuracy (mean ± std) of the RELEASED model: the test accuracy of the trial named by
-  ``release.trial_id`` (the final run, or the best trial of a selection without final run);
-* RERR = (acc − one-shot random) / (oracle − one-shot random), on the means, at the same ε.
+* the test accuracy of the RELEASED model (the trial named by ``release.trial_id``: the final
+  run, or the best trial of a selection without final run): mean and a two-sided 95%
+  Student-t interval (mean ± t₀.₉₇₅,ₙ₋₁·s/√n) over the seeds that released a model;
+* **collapses**: released models with test accuracy ≤ chance + 0.05 = 0.15 (10 classes);
+  failures (refused / no release / error) are counted apart and listed seed by seed;
+* RERR = (acc − one-shot random) / (oracle − one-shot random), on the means, at the same ε and
+  the same accounting, with a 95% percentile-bootstrap interval (seeds of the method, of
+  one-shot random and of the oracle resampled independently, 4000 times, fixed RNG).
   The **oracle** is *non-private tuning* (Papernot & Steinke 2022; Koskela & Kulkarni 2023;
   Mohapatra et al. 2022), run per ε, per seed and per dataset: every point of the log-spaced
-  lr grid is trained WITH DP-SGD whose noise is calibrated so that one run costs exactly the
-  whole (ε, δ) (``config["target_epsilon"]``, RDP accountant), the best is selected on the
-  CLEAN validation accuracy (no ``score_epsilon``) and only that selection's privacy cost is
-  ignored; its test accuracy is the oracle figure. A tuner can at best match it, so RERR
-  measures the cost of private tuning, not of DP training;
-* the **non-DP reference** (extra row, not in RERR): the same grid trained without clipping or
-  noise (``config["raydp"] = {"nonprivate": True}``), best on validation — the cost of DP
-  training itself, which no tuner can recover;
-* wall time of a search and its gradient evaluations (Σ over trials of steps × expected batch
-  q·n × models; the plan's ``expected_gradient_evaluations`` is kept in the raw results).
+  lr grid is trained WITH DP-SGD whose noise is calibrated — on the same accountant as one-shot
+  random — so that one run costs exactly the whole (ε, δ), the best is selected on the CLEAN
+  validation accuracy (no score noise) and only that selection's privacy cost is ignored; its
+  test accuracy is the oracle figure. A tuner can at best match it, so RERR measures the cost
+  of private tuning, not of DP training;
+* each method's admitted plan ε under RDP (the old accounting) and under the tightest valid one
+  (the minimum of RDP, PLD/PRV and privacy-profile bounds, each an upper bound at δ);
+* the accuracy gained by the tighter accounting at the same budget: ``random_stopping`` is
+  calibrated and admitted on the run's accountant (``--accountant``, default ``auto`` = the
+  tightest a fixed-plan ledger halts on: PROFILE where supported), ``random_stopping_rdp`` is
+  the same search calibrated and admitted on RDP alone; their difference in mean test accuracy
+  with a bootstrap interval;
+* the **non-DP reference** (``--reference``; not in RERR): the same grid trained without
+  clipping or noise, best on validation — the cost of DP training itself;
+* wall time of a search and its gradient evaluations.
 
 **Driver.** The benchmark drives the same searchers (:mod:`search_algs`) and the same trainable
 (:func:`trainables.training.train_dp`) *sequentially, in process, without Ray Tune*
-(``benchmarks/_driver.py``): a :class:`~raydp_hpo.ledger.PrivacyLedger` (FIXED_PLAN, BEST)
-admits the plan charge exactly as ``DPTuner`` does, then ``suggest`` → ``train_dp`` →
-``on_trial_complete`` until ``FINISHED``, then ``release()``. Ray Tune's orchestration overhead
-is measured separately by ``benchmarks/overhead.py``. Independent searches run in a small
-process pool (``--workers``), one torch thread each; the reported wall time is per search.
+(``benchmarks/_driver.py``): a :class:`~raydp_hpo.ledger.PrivacyLedger` (FIXED_PLAN, halting
+on the run's accountant) admits the plan charge exactly as ``DPTuner`` does, then ``suggest`` →
+``train_dp`` → ``on_trial_complete`` until ``FINISHED``, then ``release()``. Ray Tune's
+orchestration overhead is measured separately by ``benchmarks/overhead.py``. Independent
+searches run in a small process pool (``--workers``), one torch thread each.
 
-**Fairness.** Every method searches the same, realistic learning-rate range (default
-``loguniform(1e-3, 10)``: four decades, as a practitioner does not know the right lr within a
+**Fairness.** Every method searches the same, realistic learning-rate range
+(``loguniform(1e-3, 10)``: four decades, as a practitioner does not know the right lr within a
 factor of 10 — a narrow range would make one-shot random artificially strong) with the same
 model, epochs, sample rate and clipping norm C = 1 (C is not tuned: in the clipping-dominated
-regime of DP-SGD lr and C act mostly through their product, so the wide lr range covers it);
-privacy-relevant keys are constants and every searcher calibrates its own noise to the budget.
-Grid, SVT and the oracle (which need finite candidates) use the same log-spaced grid over that
-range. Nothing is tuned on test accuracy; searcher settings (E[K], partitions, rounds, runs per
-sweep) are sized for the time limit and identical for every ε and dataset, not per result.
-Methods whose plan does not fit a budget are reported as ``refused: <reason>``; a crash is
-reported as ``error: <reason>``.
+regime of DP-SGD lr and C act mostly through their product). Privacy-relevant keys are
+constants and every searcher calibrates its own noise to the budget on the same accountant
+(except the explicitly labelled ``random_stopping_rdp``). Grid, SVT and the oracle use the same
+log-spaced grid over that range. Nothing is tuned on test accuracy; searcher settings are
+identical for every ε and dataset (SVT's ε' is the same fixed fraction 0.1 of every total ε).
+Settings changed for issue 12, for every method alike: MNIST-1D 4000 samples instead of 10000
+(compute: see :func:`sizing`); E[K] = 10 (the reference setting of the issue; fewer collapses
+from "every draw of K was a bad lr" — 8% instead of 12% at P(bad draw) ≈ 0.45 — the profile
+bound keeps σ low); SVT ε' = 0.1·ε, T_max = 2, g = 0.2, u0 = 0.1 (chance), chosen from the
+diagnosis of benchmarks/svt_diagnosis.py on VALIDATION utilities; linear scaling clamps r* to a
+factor 2 of the sweeps' best r (a change of the searcher's default, see
+:mod:`search_algs.linear_scaling`). Methods whose plan does not fit a budget are reported as
+``refused: <reason>``; a crash as ``error: <reason>``.
 
-Outputs: ``benchmarks/results/privacy_utility.md`` (table), ``privacy_utility.png`` (accuracy
-vs ε per method, one panel per dataset) and ``privacy_utility_runs.jsonl`` (one line per
-search, incl. failures).
+Outputs: ``benchmarks/results/privacy_utility[_TAG].md`` (table), ``.png`` (accuracy vs ε per
+method, one panel per dataset, 95% t-intervals) and ``_runs.jsonl`` (one line per search,
+incl. failures).
 """
 
 from __future__ import annotations
@@ -578,6 +596,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tag", default="", help="suffix of the output files (privacy_utility_TAG.*)")
     ap.add_argument("--reference", action="store_true",
                     help="also train the non-DP reference grid (not used in RERR)")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the searches already in the runs jsonl and run the rest")
     ap.add_argument("--replot", action="store_true",
                     help="rebuild the table and figure from OUT's runs jsonl (no training)")
     args = ap.parse_args(argv)
@@ -621,18 +641,25 @@ def main(argv: list[str] | None = None) -> int:
         accountant = str(meta.get("accountant", accountant))
         return report(rows, total, mode, seeds, datasets, epsilons, methods, args, accountant,
                       stem)
-    with raw_path.open("w") as fh, ProcessPoolExecutor(
+    done: list[dict[str, Any]] = []
+    if args.resume and raw_path.exists():  # keep finished searches of an interrupted run
+        done = [json.loads(line) for line in raw_path.read_text().splitlines() if line.strip()]
+        finished = {(r["kind"], r["dataset"], r["epsilon"], r["method"], r["seed"]) for r in done}
+        jobs = [j for j in jobs if j not in finished]
+        rows.extend(done)
+        print(f"resume: {len(done)} searches kept, {len(jobs)} to run", flush=True)
+    with raw_path.open("a" if done else "w") as fh, ProcessPoolExecutor(
         max_workers=args.workers, initializer=_init_worker
     ) as pool:
         futs = [pool.submit(task, *j, mode, accountant) for j in jobs]
-        for k, fut in enumerate(as_completed(futs), 1):
+        for k, fut in enumerate(as_completed(futs), len(done) + 1):
             row = fut.result()
             rows.append(row)
             fh.write(json.dumps(row, default=str) + "\n")
             fh.flush()
             acc = row.get("test_accuracy")
             eps_txt = "-" if row["epsilon"] is None else f"{row['epsilon']:g}"
-            print(f"[{k}/{len(jobs)} {time.perf_counter() - t0:7.1f}s] {row['dataset']} "
+            print(f"[{k}/{len(jobs) + len(done)} {time.perf_counter() - t0:7.1f}s] {row['dataset']} "
                   f"ε={eps_txt} {row['method']} seed={row['seed']}: {row['status']} "
                   + (f"acc={acc:.4f}" if acc is not None else _fmt_reason(row.get("reason", ""), 160))
                   + f" ({row.get('wall_s', 0):.1f}s, {row.get('trials', 0)} trials)", flush=True)
