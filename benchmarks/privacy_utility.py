@@ -615,20 +615,20 @@ def main(argv: list[str] | None = None) -> int:
     raw_path = args.out / f"{stem}_runs.jsonl"
     meta_path = args.out / f"{stem}_meta.json"
 
+    # the figures RERR needs first (oracle, one-shot), then the headline methods, so
+    # an interrupted run (see --resume) has complete seeds for them; datasets interleaved
+    priority = {m: i for i, m in enumerate(("oracle", "one_shot_random", "random_stopping",
+                                            "random_stopping_rdp", "linear_scaling",
+                                            "grid_composed", "subsampled_transfer",
+                                            "svt_threshold", "non_dp_reference"))}
     jobs = [("oracle", ds, eps, "oracle", s) for ds in datasets for eps in epsilons
             for s in seeds]
     if args.reference:
         jobs += [("reference", ds, None, "non_dp_reference", s) for ds in datasets
                  for s in seeds]
-    # expensive searches first for better packing
-    order = {m: i for i, m in enumerate(("svt_threshold", "linear_scaling", "grid_composed",
-                                         "random_stopping_rdp", "random_stopping",
-                                         "subsampled_transfer", "one_shot_random"))}
-    jobs += sorted(
-        [("search", ds, eps, m, s) for ds in datasets for eps in epsilons for m in methods
-         for s in seeds],
-        key=lambda j: (order.get(j[3], 9), j[1], j[2], j[4]),
-    )
+    jobs += [("search", ds, eps, m, s) for ds in datasets for eps in epsilons for m in methods
+             for s in seeds]
+    jobs.sort(key=lambda j: (priority.get(j[3], 99), j[4], j[2] or 0.0, j[1]))
     print(f"mode={mode} datasets={datasets} epsilons={epsilons} methods={methods} "
           f"seeds={seeds} accountant={accountant} searches={len(jobs)} "
           f"workers={args.workers}", flush=True)
