@@ -338,6 +338,7 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
             "evals": float(np.mean([r.get("gradient_evaluations", 0.0) for r in rs])),
             "trials": float(np.mean([r.get("trials", 0) for r in rs])),
             "failures": failures,
+            "rows": rs,
         }
     return stats
 
@@ -373,6 +374,13 @@ def rerr_interval(stats: dict[tuple, dict[str, Any]], dataset: str, eps: float,
         return math.nan, math.nan
     r = (means[0][ok] - means[1][ok]) / denom[ok]
     return float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))
+
+
+def paired_differences(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[float]:
+    """Per-seed test-accuracy differences a − b over the seeds where both released a model."""
+    acc_b = {r["seed"]: r["test_accuracy"] for r in b if r.get("status") == "ok"}
+    return [float(r["test_accuracy"] - acc_b[r["seed"]]) for r in a
+            if r.get("status") == "ok" and r["seed"] in acc_b]
 
 
 def diff_interval(a: list[float], b: list[float]) -> tuple[float, float, float]:
@@ -439,7 +447,9 @@ def table(stats: dict[tuple, dict[str, Any]], datasets: list[str], epsilons: lis
                     f0 = s["failures"][0]
                     acc = f"{f0['status']}: {_fmt_reason(f0.get('reason', ''))}"
                 r = rerr(stats, ds, eps, m)
-                lo, hi = rerr_interval(stats, ds, eps, m)
+                # one-shot random is RERR's zero by definition: no interval
+                lo, hi = (math.nan, math.nan) if m == "one_shot_random" else \
+                    rerr_interval(stats, ds, eps, m)
                 rtxt = _pct(r) + (f" [{_pct(lo)}, {_pct(hi)}]" if math.isfinite(lo) else "")
                 row(ds, f"{eps:g}", m, s, acc, rtxt, f"{ds} ε={eps:g} {m}")
     if notes:
@@ -459,12 +469,18 @@ def accounting_gain(stats: dict[tuple, dict[str, Any]], datasets: list[str],
             if not new or not old:
                 continue
             d, lo, hi = diff_interval(new["accs"], old["accs"])
+            # the same seed draws the same K and the same configurations in both (only σ
+            # differs), so the per-seed differences are paired: a t-interval on them
+            pairs = paired_differences(new["rows"], old["rows"])
+            plo, phi = t_interval(pairs)
             out.append(
                 f"{ds}, ε={eps:g}: random stopping calibrated on `{new['accountant']}` "
                 f"(plan ε RDP {_eps(new['eps_rdp'])}, tightest {_eps(new['eps_tight'])}) vs on "
                 f"RDP (plan ε RDP {_eps(old['eps_rdp'])}, tightest {_eps(old['eps_tight'])}): "
                 f"test accuracy {new['mean']:.4f} vs {old['mean']:.4f}, gain {d:+.4f} "
-                f"[95% bootstrap CI {lo:+.4f}, {hi:+.4f}]; RERR {_pct(rerr(stats, ds, eps, 'random_stopping'))}"
+                f"[95% bootstrap CI {lo:+.4f}, {hi:+.4f}; paired by seed over {len(pairs)} "
+                f"seeds: 95% t-CI {plo:+.4f}, {phi:+.4f}]; RERR "
+                f"{_pct(rerr(stats, ds, eps, 'random_stopping'))}"
                 f" vs {_pct(rerr(stats, ds, eps, 'random_stopping_rdp'))}")
     return out
 
