@@ -4,9 +4,10 @@ It runs the REAL searchers of :mod:`search_algs` and the REAL trainable
 :func:`trainables.training.train_dp` one trial after the other, following the lifecycle of
 :class:`search_algs.base.DPSearcher` exactly as ``DPTuner`` does:
 
-1. build the searcher with a :class:`~raydp_hpo.ledger.PrivacyLedger` (FIXED_PLAN, the
-   accountant DPTuner's dedicated ledger uses: ``tightest_halting_accountant``) and
-   ``admissible=ledger.would_admit``;
+1. build the searcher with a :class:`~raydp_hpo.ledger.PrivacyLedger` (FIXED_PLAN; halting
+   accountant ``accountant``, default: the one DPTuner's dedicated ledger uses,
+   ``tightest_halting_accountant``) and ``admissible=ledger.would_admit`` — so every
+   searcher calibrates its noise and is admitted on that accountant;
 2. charge ``searcher.privacy_plan().mechanism`` (when not ``None``) under
    ``searcher.plan_charge_id``;
 3. loop ``suggest`` → ``train_dp`` → ``on_trial_complete`` until ``FINISHED``;
@@ -26,15 +27,18 @@ from typing import Any
 
 from torch import nn
 
+from raydp_hpo.accounting import Accountant, epsilon_or_inf
 from raydp_hpo.budget import PrivacyBudget
-from raydp_hpo.errors import BudgetExhaustedError
+from raydp_hpo.errors import BudgetExhaustedError, RayDPHPOError
 from raydp_hpo.ledger import Adaptivity, PrivacyLedger, tightest_halting_accountant
+from raydp_hpo.mechanisms import Mechanism
 from search_algs import make_searcher
 from trainables.data import DataSplits
 from trainables.models import MLP
 from trainables.training import declared_privacy, train_dp
 
-__all__ = ["SearchOutcome", "run_search", "run_oracle", "mlp64", "mlp128", "mlp256"]
+__all__ = ["SearchOutcome", "run_search", "run_oracle", "plan_epsilons", "mlp64", "mlp128",
+           "mlp256"]
 
 FINISHED = "FINISHED"  # ray.tune.search.Searcher.FINISHED
 
@@ -68,6 +72,9 @@ class SearchOutcome:
     gradient_evaluations: float = 0.0
     planned_gradient_evaluations: float | None = None
     plan_epsilon: float | None = None
+    #: the admitted plan's ε under each accountant (``inf``: that accountant cannot bound it)
+    plan_epsilons: dict[str, float] = field(default_factory=dict)
+    accountant: str = ""
     wall_s: float = 0.0
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -90,11 +97,24 @@ def run_search(
     *,
     metric: str = "val_accuracy",
     max_trials: int = 1000,
+    accountant: Accountant | None = None,
 ) -> SearchOutcome:
-    """Run one DP search to its release, sequentially, and return its outcome."""
+    """Run one DP search to its release, sequentially, and return its outcome.
+
+    ``accountant`` is the ledger's halting accountant (``None``: the tightest a fixed-plan
+    ledger halts on, as in DPTuner): the searcher calibrates its noise so
+    that the plan is admitted under it. The outcome's ``plan_epsilons`` holds the admitted
+    plan's ε under RDP, BEST (min of RDP and PLD/PRV) and PROFILE (PLD with random stopping
+    by privacy profiles), and ``"tightest"``, their minimum (each is a valid upper bound, so
+    is their minimum)."""
     t0 = time.perf_counter()
-    ledger = PrivacyLedger(budget, adaptivity=Adaptivity.FIXED_PLAN,
-                           accountant=tightest_halting_accountant(Adaptivity.FIXED_PLAN))
+    if accountant is None:
+        accountant = tightest_halting_accountant(Adaptivity.FIXED_PLAN)
+    try:
+        ledger = PrivacyLedger(budget, adaptivity=Adaptivity.FIXED_PLAN, accountant=accountant)
+    except RayDPHPOError as exc:  # e.g. a halting accountant this ledger does not support
+        return SearchOutcome("refused", f"{type(exc).__name__}: {exc}",
+                             accountant=accountant.value, wall_s=time.perf_counter() - t0)
     experiment = f"{method}-s{seed}"
     try:
         searcher = make_searcher(
@@ -106,7 +126,7 @@ def run_search(
             budget=budget,
             seed=seed,
             experiment=experiment,
-            admissible=ledger.would_admit,
+            admissible=EmptyLedgerAdmission(ledger),
             **dict(searcher_kwargs or {}),
         )
     except (ValueError, TypeError) as exc:  # InvalidParameterError / SearchSpaceError
@@ -115,7 +135,10 @@ def run_search(
     plan = searcher.privacy_plan()
     if plan.mechanism is not None:
         ledger.charge(searcher.plan_charge_id, plan.mechanism, owner=experiment)
-    out = SearchOutcome("ok", planned_gradient_evaluations=plan.expected_gradient_evaluations)
+    out = SearchOutcome("ok", planned_gradient_evaluations=plan.expected_gradient_evaluations,
+                        accountant=accountant.value)
+    if plan.mechanism is not None:
+        out.plan_epsilons = plan_epsilons(plan.mechanism, budget.delta)
     metrics: dict[str, dict[str, Any]] = {}
     live: set[str] = set()
     for i in range(max_trials + 1):
@@ -160,6 +183,51 @@ def run_search(
             out.val_accuracy = float(m["val_accuracy"])
     out.wall_s = time.perf_counter() - t0
     return out
+
+
+#: per-process memo of admission figures of an EMPTY ledger: (budget, accountant, mechanism) →
+#: ε if charged. Searchers calibrate σ by 10–25 admission checks of the same mechanisms for
+#: every seed; with PLD / privacy-profile halting each costs 0.1–1 s, so a benchmark that runs
+#: many seeds of one method would mostly recompute identical figures.
+_FIGURES: dict[tuple[Any, ...], float] = {}
+_PLAN_EPS: dict[tuple[Any, ...], dict[str, float]] = {}
+
+
+class EmptyLedgerAdmission:
+    """``ledger.would_admit`` for a ledger with no charges yet, memoised across searches.
+
+    Exact, not an approximation: on an empty fixed-plan ledger, admission depends only on the
+    budget, the halting accountant and the mechanism (mechanisms are frozen, hashable values).
+    Once the ledger holds a charge it defers to the ledger itself. ``figure`` (the ε the rule
+    compares with the budget) lets :meth:`DPSearcher._calibrate_noise` take its guided search.
+    """
+
+    def __init__(self, ledger: PrivacyLedger) -> None:
+        self._ledger = ledger
+
+    def figure(self, mechanism: Mechanism) -> float:
+        if self._ledger.charges():
+            return float(self._ledger.epsilon_if_charged(mechanism))
+        key = (self._ledger.budget, self._ledger.adaptivity, self._ledger.halting_accountant,
+               mechanism)
+        if key not in _FIGURES:
+            _FIGURES[key] = float(self._ledger.epsilon_if_charged(mechanism))
+        return _FIGURES[key]
+
+    def __call__(self, mechanism: Mechanism) -> bool:
+        return self.figure(mechanism) <= self._ledger.budget.epsilon
+
+
+def plan_epsilons(mechanism: Mechanism, delta: float) -> dict[str, float]:
+    """ε of ``mechanism`` at ``delta`` under RDP, BEST and PROFILE, and their minimum
+    (memoised per process: the same plan recurs for every seed)."""
+    key = (mechanism, delta)
+    if key not in _PLAN_EPS:
+        eps = {a.value: epsilon_or_inf(mechanism, delta, a)
+               for a in (Accountant.RDP, Accountant.BEST, Accountant.PROFILE)}
+        eps["tightest"] = min(eps.values())
+        _PLAN_EPS[key] = eps
+    return dict(_PLAN_EPS[key])
 
 
 def run_oracle(space: Mapping[str, Any], grid_key: str, grid: list[float],

@@ -25,6 +25,17 @@ Selection scores: candidates report their raw partition-averaged utility
 reads a candidate's utility *only* inside :func:`above_threshold_rounds` (through the noisy
 comparisons). Nothing else — release, extras, fallbacks — depends on a raw utility; the
 number of rounds run is kept private. The final run's score is read by no selection.
+
+Choosing k, ϵ, g, T_max (measured in benchmarks/svt_diagnosis.py). A round compares
+u_s + Lap(4/(kϵ)) with u + step·g + Lap(2/(kϵ)); utilities are accuracies in [0, 1], so with
+k·ϵ ≈ 2 (e.g. k = 20, ϵ = 0.1) the query noise has sd 2.8 and s* is close to a uniform pick —
+the benchmark's SVT then did no better than one-shot random. Ding et al. (Fig. 3) ask for
+k·ϵ ≥ 5. Under RDP a pure ϵ-DP round costs ρ = ϵ²/2, so for a fixed selection budget fewer,
+stronger rounds are better than many weak ones; g and u0 should let the threshold
+u0 + g·(2^t − 1) reach the top of the utility range within T_max rounds (u0 = chance accuracy
+is a public lower bound). Even then a record's influence on a whole partition model (sensitivity
+1/k) makes SVT far noisier than a Laplace-noised validation score (sensitivity 1/n_val) unless
+the data allow a large k.
 """
 
 from __future__ import annotations

@@ -106,12 +106,60 @@ def test_linear_scaling_fit_and_final_run() -> None:
     r2 = cfgs[2]["lr"] * cfgs[2]["epochs"]  # type: ignore[index]
     assert fit["r1"] == pytest.approx(r1, rel=1e-9) and fit["r2"] == pytest.approx(r2, rel=1e-9)
     slope = (r2 - r1) / (0.2 - 0.1)
-    expected = min(max(r1 + slope * (s._final_eps - 0.1), 0.1), 100.0)  # noqa: SLF001
+    line = r1 + slope * (s._final_eps - 0.1)  # noqa: SLF001
+    assert fit["r_line"] == pytest.approx(line, rel=1e-9)
+    # clamped to the sweeps' support (factor 2 by default), then to [r_min, r_max]
+    expected = min(max(line, min(r1, r2) / 2, 0.1), 2 * max(r1, r2), 100.0)
     assert fit["r_star"] == pytest.approx(expected, rel=1e-9)
     assert final["lr"] * final["epochs"] == pytest.approx(expected, rel=1e-9)
     s.on_trial_complete("t4", {"acc": 0.5})
     assert s.suggest("t5") == Searcher.FINISHED
     assert s.release().trial_id == "t4"
+
+
+def _run_sweeps(s: LinearScalingSearch, n: int, pick: str) -> tuple[float, float, dict]:
+    """Run both sweeps of ``s`` (n runs each); in sweep 1 the run with the smallest r scores
+    best, in sweep 2 the one with the largest (``pick="up"``) or the reverse (``"down"``), so
+    the fitted line is as steep as the draws allow. Returns (r₁, r₂, final config)."""
+    cfgs = [s.suggest(f"t{i}") for i in range(2 * n)]
+    rs = [c["lr"] * c["epochs"] for c in cfgs]  # type: ignore[index]
+    sweeps = (rs[:n], rs[n:])
+    first, second = (min, max) if pick == "up" else (max, min)
+    r1, r2 = first(sweeps[0]), second(sweeps[1])
+    for i, r in enumerate(rs):
+        s.on_trial_complete(f"t{i}", {"acc": 0.9 if r in (r1, r2) else 0.1})
+    final = s.suggest(f"t{2 * n}")
+    assert isinstance(final, dict) and final["raydp"].phase == "final"
+    return r1, r2, final
+
+
+@pytest.mark.parametrize("pick", ["up", "down"])
+def test_linear_scaling_does_not_extrapolate_beyond_the_sweeps(pick: str) -> None:
+    """Regression (issue 12): a steep fitted line sent r* to r_max (lr = η_max for T_max steps,
+    full-batch GD diverged to chance accuracy) or to r_min (no training). r* must stay within a
+    factor max_extrapolation = 2 of the sweeps' best r values."""
+    # seed 29: the sweeps' best r stay below r_max / 2, so the old clip to [r_min, r_max]
+    # alone cannot keep r* within the factor 2 (checked: this test fails on the old code)
+    s = LinearScalingSearch({}, runs_per_sweep=3, steps_range=(10, 40), lr_range=(1e-3, 10.0),
+                            score_epsilon=None, **{**KW, "seed": 29})
+    r1, r2, final = _run_sweeps(s, 3, pick)
+    r_star = final["lr"] * final["epochs"]
+    assert min(r1, r2) / 2 * (1 - 1e-9) <= r_star <= 2 * max(r1, r2) * (1 + 1e-9)
+    # the paper's line would have left that support (else the case tests nothing)
+    line = r2 + (r2 - r1) / (0.2 - 0.1) * (s._final_eps - 0.2)  # noqa: SLF001
+    assert line > 2 * max(r1, r2) if pick == "up" else line < min(r1, r2) / 2
+    assert s._fit_result["clamped"] == 1.0  # noqa: SLF001
+
+
+def test_linear_scaling_unclamped_option_is_the_paper_rule() -> None:
+    """max_extrapolation=None: r* = α·x_f + b, clipped to [r_min, r_max] only (Panda et al.)."""
+    s = LinearScalingSearch({}, runs_per_sweep=3, steps_range=(10, 40), lr_range=(1e-3, 10.0),
+                            score_epsilon=None, max_extrapolation=None, **KW)
+    _, _, final = _run_sweeps(s, 3, "up")
+    line = s._fit_result["r_line"]  # noqa: SLF001
+    assert final["lr"] * final["epochs"] == pytest.approx(min(max(line, 1e-2), 400.0), rel=1e-9)
+    with pytest.raises(InvalidParameterError, match="max_extrapolation"):
+        LinearScalingSearch({}, max_extrapolation=0.5, **KW)
 
 
 def test_linear_scaling_refuses_bad_space_and_small_budget() -> None:

@@ -1,0 +1,71 @@
+"""The privacy-utility benchmark's statistics and its driver's admission memo (no training)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as st
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
+
+import _driver  # noqa: E402
+import privacy_utility as pu  # noqa: E402
+
+from raydp_hpo.accounting import Accountant, epsilon  # noqa: E402
+from raydp_hpo.budget import PrivacyBudget  # noqa: E402
+from raydp_hpo.ledger import Adaptivity, PrivacyLedger  # noqa: E402
+from raydp_hpo.mechanisms import SubsampledGaussian  # noqa: E402
+
+
+def _row(method: str, seed: int, acc: float | None, status: str = "ok") -> dict:
+    return {"dataset": "d", "epsilon": 3.0, "method": method, "seed": seed, "status": status,
+            "test_accuracy": acc, "plan_epsilons": {"rdp": 3.3, "tightest": 3.0},
+            "accountant": "profile"}
+
+
+def test_t_interval_matches_scipy() -> None:
+    xs = [0.81, 0.79, 0.85, 0.12, 0.88]
+    lo, hi = pu.t_interval(xs)
+    ref = st.t.interval(0.95, len(xs) - 1, loc=np.mean(xs), scale=st.sem(xs))
+    assert (lo, hi) == pytest.approx(ref, rel=1e-12)
+    assert all(math.isnan(v) for v in pu.t_interval([0.5]))
+
+
+def test_aggregate_counts_collapses_and_failures_apart() -> None:
+    rows = [_row("m", 0, 0.80), _row("m", 1, 0.15), _row("m", 2, 0.151),
+            _row("m", 3, None, "no_release")]
+    s = pu.aggregate(rows)[("d", 3.0, "m")]
+    # 0.15 = chance 0.1 + margin 0.05 is a collapse; 0.151 is not; a failure is not a collapse
+    assert s["collapses"] == 1 and s["ok"] == 3 and s["n"] == 4 and len(s["failures"]) == 1
+    assert s["eps_rdp"] == 3.3 and s["eps_tight"] == 3.0
+
+
+def test_rerr_point_and_bootstrap_interval() -> None:
+    rows = [_row("oracle", i, a) for i, a in enumerate([0.9, 0.88, 0.92, 0.9])]
+    rows += [_row("one_shot_random", i, a) for i, a in enumerate([0.5, 0.1, 0.8, 0.6])]
+    rows += [_row("m", i, a) for i, a in enumerate([0.8, 0.85, 0.75, 0.8])]
+    stats = pu.aggregate(rows)
+    r = pu.rerr(stats, "d", 3.0, "m")
+    assert r == pytest.approx((0.8 - 0.5) / (0.9 - 0.5), rel=1e-12)
+    lo, hi = pu.rerr_interval(stats, "d", 3.0, "m")
+    assert lo < r < hi
+    assert pu.rerr_interval(stats, "d", 3.0, "m") == (lo, hi)  # fixed RNG: reproducible
+
+
+def test_empty_ledger_admission_memo_is_exact_and_defers_after_a_charge() -> None:
+    budget = PrivacyBudget(3.0, 1e-5)
+    ledger = PrivacyLedger(budget, adaptivity=Adaptivity.FIXED_PLAN, accountant=Accountant.BEST)
+    rule = _driver.EmptyLedgerAdmission(ledger)
+    m = SubsampledGaussian(2.0, 0.1, 150)
+    assert rule.figure(m) == ledger.epsilon_if_charged(m)
+    assert rule(m) == ledger.would_admit(m)
+    assert rule.figure(m) == pytest.approx(epsilon(m, 1e-5, Accountant.BEST), rel=1e-9)
+    ledger.charge("plan", m)
+    # a second copy no longer fits: the memo of the empty ledger must not answer
+    assert rule(m) is False and rule(m) == ledger.would_admit(m)
