@@ -734,3 +734,8 @@ class Journal:
     @property
     def closed(self) -> bool:
         return self._fd is None
+
+    @property
+    def head(self) -> tuple[int, str | None]:
+        """(number of records written, chain hash after them; None for version 1)."""
+        return self._seq, self._chain
