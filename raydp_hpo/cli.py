@@ -292,13 +292,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         # Every check `run` makes before its first charge, without Ray or a ledger: the space
         # against the trainable, the search settings and the plan against the budget.
-        from raydp_hpo.experiment import load_data, validate_search
+        from raydp_hpo.experiment import preflight
 
-        train_size, val_size = spec.data.public_sizes()
-        if train_size is None:
-            data = load_data(spec.data, spec.split_seed)
-            train_size, val_size = len(data.train), val_size or max(1, len(data.val))
-        validate_search(spec, train_size, val_size)
+        preflight(spec)  # the same checks as run, every error at once
         print(f"experiment file {args.experiment} is valid: {spec.experiment} -> {spec.run_dir} "
               f"(ledger {spec.ledger_name}, journal {spec.ledger_journal()})")
         return EXIT_OK
