@@ -72,29 +72,33 @@ def clear_caches() -> None:
     pld_module._leaf_pld.cache_clear()  # noqa: SLF001
 
 
-def _mechanisms(rng: np.random.Generator, n: int) -> list[SubsampledGaussian]:
-    return [
+def _mechanisms(rng: np.random.Generator, n: int, distinct: int | None = None
+                ) -> list[SubsampledGaussian]:
+    """``n`` DP-SGD mechanisms, cycling over ``distinct`` different ones (all distinct: None)."""
+    k = n if distinct is None else min(n, distinct)
+    unique = [
         SubsampledGaussian(
             noise_multiplier=float(rng.uniform(5.0, 50.0)),
             sample_rate=float(rng.uniform(0.001, 0.05)),
             steps=int(rng.integers(50, 2000)),
         )
-        for _ in range(n)
+        for _ in range(k)
     ]
+    return [unique[i % k] for i in range(n)]
 
 
 def _journal(workdir: Path, size: int, label: str) -> Path:
     return workdir / f"n{size}-{label.replace(' ', '_')}.journal"
 
 
-def build(workdir: Path, size: int, pld_max: int) -> None:
+def build(workdir: Path, size: int, pld_max: int, distinct: int | None = None) -> None:
     """The adaptive journal of ``size`` distinct charges, its copies for the other modes, and
     the PLD snapshot of each PLD/best copy (what a ledger that ran in that mode leaves)."""
     base = _journal(workdir, size, "adaptive RDP filter")
     if not base.exists():
         start = time.perf_counter()
         with PrivacyLedger(BUDGET, base) as ledger:
-            for i, mech in enumerate(_mechanisms(np.random.default_rng(size), size)):
+            for i, mech in enumerate(_mechanisms(np.random.default_rng(size), size, distinct)):
                 ledger.charge(f"pre-{i}", mech)
         print(f"built {base.name}: {size} charges in {time.perf_counter() - start:.1f} s",
               flush=True)
@@ -239,6 +243,10 @@ def main() -> None:
                         help="largest size at which to time the eager (recompute-all) open")
     parser.add_argument("--pld-max", type=int, default=10000,
                         help="largest size at which to time PLD and best halting")
+    parser.add_argument("--distinct", type=int, default=None,
+                        help="charges in built journals cycle over this many distinct "
+                             "mechanisms (default: all distinct; building the PLD of 10,000 "
+                             "distinct ones takes ~10 min of one core)")
     parser.add_argument("--workdir", default=None, help="keep (and reuse) built journals here")
     parser.add_argument("--skip-open", action="store_true")
     parser.add_argument("--skip-admission", action="store_true")
@@ -247,7 +255,7 @@ def main() -> None:
         workdir = Path(args.workdir) if args.workdir else Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         for size in args.sizes:
-            build(workdir, size, args.pld_max)
+            build(workdir, size, args.pld_max, args.distinct)
         if not args.skip_open:
             bench_open(workdir, args.sizes, args.repeats, args.eager_max, args.pld_max)
         if not args.skip_admission:

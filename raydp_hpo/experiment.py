@@ -764,6 +764,42 @@ def load_data(spec: DataSpec, split_seed: int) -> Any:
     return split(dataset, spec.val_fraction, spec.test_fraction, seed=split_seed)
 
 
+def local_resources() -> dict[str, float]:
+    """CPUs, GPUs and memory (bytes) of this machine: what a local Ray started here has."""
+    cpus = float(os.cpu_count() or 1)
+    try:
+        memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        memory = math.inf
+    try:
+        import torch
+
+        gpus = float(torch.cuda.device_count())
+    except Exception:  # noqa: BLE001 - no usable CUDA: no GPU
+        gpus = 0.0
+    return {"cpu": cpus, "gpu": gpus, "memory": memory}
+
+
+def check_resources(spec: ExperimentSpec, available: Mapping[str, float], where: str) -> None:
+    """Refuse a per-trial request larger than everything ``available`` (the machine, or the
+    whole cluster's total): it can never be placed, and Tune would wait forever after the plan
+    was charged. A request that fits the total but no single node is not caught here.
+    ``available`` uses Ray's keys (CPU, GPU, memory) or ours (cpu, gpu, memory)."""
+    problems = _Problems()
+    for key, ray_key, unit in (("cpu", "CPU", ""), ("gpu", "GPU", ""), ("memory", "memory",
+                                                                        " bytes")):
+        asked = float(spec.resources.get(key, 0.0))
+        have = float(available.get(ray_key, available.get(key, 0.0)))
+        if asked > have:
+            problems.add(
+                f"resources.{key}",
+                f"resources.{key}={asked:g} per trial, but {where} has {have:g}{unit}: no trial "
+                "could ever start (Tune would wait forever); lower it, or run on a larger "
+                "cluster (RAY_ADDRESS, or --num-cpus for a local one)",
+            )
+    problems.raise_if_any(f"experiment {spec.experiment!r}")
+
+
 def validate_search(
     spec: ExperimentSpec, dataset_size: int, validation_size: int | None = None
 ) -> None:
@@ -828,6 +864,9 @@ def preflight(spec: ExperimentSpec) -> Preflight:
     the budget. ``raydp-hpo run --dry-run`` and ``run`` both call it, so they refuse the same
     files; every problem is reported in one :class:`ConfigError` with its path."""
     problems = _Problems()
+    if not os.environ.get("RAY_ADDRESS"):  # a cluster's resources are checked once attached
+        problems.run("resources", lambda: check_resources(
+            spec, local_resources(), "this machine (the local Ray `run` starts)"))
     data = problems.run("data", lambda: load_data(spec.data, spec.split_seed))
     train_size, val_size = spec.data.public_sizes()
     if data is not None:
@@ -1040,6 +1079,9 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
     train_size, val_size = spec.data.public_sizes()
     ledger_budget = _dataset_ledger_budget(spec, out)
     start_ray()
+    import ray
+
+    check_resources(spec, ray.cluster_resources(), "the Ray cluster")  # before any charge
     ledger = get_ledger(
         spec.ledger_name,
         ledger_budget,
