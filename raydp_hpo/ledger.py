@@ -118,7 +118,8 @@ class CurveCheck(Enum):
 
     ``BACKGROUND`` (default): a few records are recomputed at open (the last of each
     mechanism type and a random sample), the rest by a background thread; admission starts at
-    once. ``EAGER``: every record is recomputed before the constructor returns (slow, strict).
+    once. ``EAGER``: every record is recomputed before the constructor returns, and a PLD
+    snapshot is not used (the PLD is rebuilt from the charges; slow, strict).
     ``ON_DEMAND``: the spot checks only; the rest when
     :meth:`PrivacyLedger.verify_stored_curves` is called (short-lived readers, benchmarks).
     """
@@ -269,8 +270,10 @@ class PrivacyLedger:
         self._rdp = RdpProfile.zero()
         self._pld_composer: PldComposer | None = None  # built on first PLD use (see _pld)
         # the last admission check's composition with its candidate, reused by _commit:
-        # (composer it extended, number of charges then, candidate, composition)
-        self._pld_trial: tuple[PldComposer, int, Mechanism, PldComposer] | None = None
+        # (composer it extended, number of charges then, candidate, composition, its ε)
+        self._pld_trial: tuple[PldComposer, int, Mechanism, PldComposer, float] | None = None
+        # ε of the composition of every charge: (composer, number of charges, ε)
+        self._pld_spent: tuple[PldComposer, int, float] | None = None
         self._replayed_chains: tuple[str, ...] = ()  # chain hashes of the replayed journal
         self._pld_snapshot_seq = 0  # charges covered by the last PLD snapshot written/read
         self._pure: float | None = 0.0
@@ -368,6 +371,7 @@ class PrivacyLedger:
         self._pure = pure
         self._pld_composer = None
         self._pld_trial = None
+        self._pld_spent = None
         self._replayed_chains = scan.chains if scan.version == 2 else ()
 
     # -- checking stored curves ------------------------------------------------------------
@@ -573,12 +577,18 @@ class PrivacyLedger:
         return self._pld_composer
 
     def _pld_epsilon(self, extra: Mechanism | None) -> float:
-        if extra is None:
-            return self._pld.epsilon(self._budget.delta)
         base = self._pld
+        if extra is None:
+            cached = self._pld_spent
+            if cached is not None and cached[0] is base and cached[1] == len(self._charges):
+                return cached[2]
+            eps = base.epsilon(self._budget.delta)
+            self._pld_spent = (base, len(self._charges), eps)
+            return eps
         trial = base.with_candidate(extra)  # folds base once; convolves only extra's PLD
-        self._pld_trial = (base, len(self._charges), extra, trial)
-        return trial.epsilon(self._budget.delta)
+        eps = trial.epsilon(self._budget.delta)
+        self._pld_trial = (base, len(self._charges), extra, trial, eps)
+        return eps
 
     def _commit(self, charge: Charge, profile: RdpProfile) -> None:
         self._charges.append(charge)
@@ -592,6 +602,7 @@ class PrivacyLedger:
             if (trial is not None and trial[0] is self._pld_composer
                     and trial[1] == len(self._charges) - 1 and trial[2] == charge.mechanism):
                 self._pld_composer = trial[3]  # the admission check composed it already
+                self._pld_spent = (trial[3], len(self._charges), trial[4])  # and its ε
             else:
                 self._pld_composer.add(charge.mechanism)
             self._pld_trial = None
@@ -622,8 +633,8 @@ class PrivacyLedger:
         ignored (the PLD is then rebuilt from every charge)."""
         from raydp_hpo.pld import PldComposer, has_pld
 
-        if self._source is None:
-            return None, 0
+        if self._source is None or self._curve_check is CurveCheck.EAGER:
+            return None, 0  # EAGER trusts nothing derived: the PLD is rebuilt from the charges
         try:
             data = pld_snapshot_path(self._source).read_bytes()
         except OSError:

@@ -149,3 +149,36 @@ def test_foreign_or_damaged_snapshot_is_ignored(tmp_path: Path) -> None:
     pld_snapshot_path(b).write_bytes(bytes(raw))
     with PrivacyLedger.open(b) as led:
         assert led.spent() == pytest.approx(honest, rel=1e-9)
+
+
+def test_eager_open_rebuilds_instead_of_trusting_the_snapshot(tmp_path: Path) -> None:
+    from raydp_hpo.ledger import CurveCheck
+
+    journal = tmp_path / "l.journal"
+    with _pld_ledger(journal) as led:
+        for i, m in enumerate(CHARGES[:2]):
+            led.charge(f"c{i}", m)
+        live = led.spent()
+    _leaf_pld.cache_clear()
+    with PrivacyLedger.open(journal, curve_check=CurveCheck.EAGER) as again:
+        assert again.spent() == pytest.approx(live, rel=1e-9)
+        assert _leaf_pld.cache_info().misses == 2  # every charge's PLD was rebuilt
+
+
+def test_overlap_add_composition_matches_dp_accountings() -> None:
+    """_compose (overlap-add) against PrivacyLossDistribution.compose (FFT) on a wide
+    composed PLD and a narrow candidate: never below dp-accounting's own figure on its own
+    composition, and within 1e-8 relative of it (FFT rounding ~1e-10, plus the 1e-9 round-up
+    of epsilon_for_delta)."""
+    from raydp_hpo.pld import _compose
+
+    wide = _leaf_pld(SubsampledGaussian(2.0, 0.05, 2000))
+    for narrow in (_leaf_pld(SubsampledGaussian(8.0, 0.01, 100)), _leaf_pld(Laplace(0.2)),
+                   _leaf_pld(Gaussian(3.0))):
+        ours = _compose(wide, narrow)
+        theirs = wide.compose(narrow)
+        assert ours is not None
+        for delta in (1e-8, 1e-5, 1e-2):
+            reference = float(theirs.get_epsilon_for_delta(delta))
+            assert epsilon_for_delta(ours, delta) >= reference
+            assert epsilon_for_delta(ours, delta) == pytest.approx(reference, rel=1e-8)
