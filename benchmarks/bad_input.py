@@ -73,24 +73,31 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--pythonpath", default=str(ROOT))
     parser.add_argument("--only", default=None, help="only rows whose name contains this")
+    parser.add_argument("--kind", action="append", default=[],
+                        help="only rows of this kind (repeatable: experiment, data, cli, "
+                             "account, ledger, api)")
     parser.add_argument("--verbose", action="store_true", help="print every row")
     args = parser.parse_args()
-    cases = [c for c in CASES if args.only is None or args.only in c.name]
+    cases = [c for c in CASES if (args.only is None or args.only in c.name)
+             and (not args.kind or c.kind in args.kind)]
     with tempfile.TemporaryDirectory(prefix="bad-input-") as tmp_name:
         tmp = Path(tmp_name)
         make_data(tmp / "data")
+        def one(ic: tuple[int, Case]) -> tuple[Case, str, str, float]:
+            result = run_case(ic[1], tmp / f"case{ic[0]:03d}", tmp / "data", args.timeout,
+                              args.pythonpath)
+            case, outcome, why, elapsed = result
+            if args.verbose or outcome != "clear":
+                print(f"{outcome:<7} {case.kind:<10} {case.name:<45} {elapsed:6.1f} s  {why}",
+                      flush=True)
+            return result
+
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            results = list(pool.map(
-                lambda ic: run_case(ic[1], tmp / f"case{ic[0]:03d}", tmp / "data", args.timeout,
-                                    args.pythonpath),
-                enumerate(cases)))
+            results = list(pool.map(one, enumerate(cases)))
     counts = Counter(outcome for _, outcome, _, _ in results)
     by_kind: dict[str, Counter[str]] = {}
     for case, outcome, _, _ in results:
         by_kind.setdefault(case.kind, Counter())[outcome] += 1
-    for case, outcome, why, elapsed in results:
-        if args.verbose or outcome != "clear":
-            print(f"{outcome:<7} {case.kind:<10} {case.name:<45} {elapsed:6.1f} s  {why}")
     print(f"\n{len(results)} bad inputs through the CLI ({args.pythonpath}):")
     for outcome in ("clear", "vague", "silent", "hang"):
         print(f"  {outcome:<7} {counts.get(outcome, 0):>4}")
