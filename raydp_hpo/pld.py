@@ -428,7 +428,7 @@ class PldComposer:
                     "pessimistic": bool(dense._pessimistic_estimate),  # noqa: SLF001
                 }
         buf = io.BytesIO()
-        np.savez(buf, **arrays)
+        np.savez(buf, **arrays)  # type: ignore[arg-type]  # numpy stubs: **kwds as bool
         body = json.dumps(meta, sort_keys=True).encode() + b"\n" + buf.getvalue()
         return hashlib.sha256(body).hexdigest().encode() + b"\n" + body
 
