@@ -241,6 +241,12 @@ def _cmd_ledger_list(args: argparse.Namespace) -> int:
     from raydp_hpo.ledger_actor import DEFAULT_NAMESPACE, default_journal_path
 
     if args.dir:
+        if not Path(args.dir).is_dir():
+            what = "is not a directory" if Path(args.dir).exists() else "does not exist"
+            raise RayDPHPOError(
+                f"ledger list: {args.dir!r} {what}; pass the folder that holds the journals "
+                "(a run's storage_path, or ~/.raydp_hpo/ledgers)"
+            )
         roots = [Path(args.dir)]
     else:
         # Where ledgers are created by default: the actor's default journal folder, and the
@@ -292,13 +298,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         # Every check `run` makes before its first charge, without Ray or a ledger: the space
         # against the trainable, the search settings and the plan against the budget.
-        from raydp_hpo.experiment import load_data, validate_search
+        from raydp_hpo.experiment import preflight
 
-        train_size, val_size = spec.data.public_sizes()
-        if train_size is None:
-            data = load_data(spec.data, spec.split_seed)
-            train_size, val_size = len(data.train), val_size or max(1, len(data.val))
-        validate_search(spec, train_size, val_size)
+        preflight(spec)  # the same checks as run, every error at once
         print(f"experiment file {args.experiment} is valid: {spec.experiment} -> {spec.run_dir} "
               f"(ledger {spec.ledger_name}, journal {spec.ledger_journal()})")
         return EXIT_OK
@@ -386,9 +388,45 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (the message names the value)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def _probability(text: str) -> float:
+    """argparse type: a number strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1), got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1), got {text!r}")
+    return value
+
+
 def _build_parser() -> argparse.ArgumentParser:
+    # allow_abbrev=False: a misspelled or shortened flag (--noise for --noise-multiplier) is an
+    # error, not a silent match
     parser = argparse.ArgumentParser(
-        prog="raydp-hpo", description="Differentially private hyperparameter optimisation on Ray Tune"
+        prog="raydp-hpo", description="Differentially private hyperparameter optimisation on Ray Tune",
+        allow_abbrev=False,
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -448,14 +486,14 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("experiment", help="path to EXPERIMENT.yaml")
     run.add_argument("--storage-path", default=None, help="override the file's storage_path")
     run.add_argument("--dry-run", action="store_true", help="validate the file only")
-    run.add_argument("--num-cpus", type=int, default=None,
+    run.add_argument("--num-cpus", type=_positive_int, default=None,
                      help="CPUs of the local Ray this run starts (default: every core; "
                           "ignored when RAY_ADDRESS names a cluster)")
     run.add_argument("--ray-temp-dir", default=None,
                      help="temp/session dir of the local Ray this run starts (default /tmp/ray)")
     run.add_argument("--resume", action="store_true",
                      help="continue an interrupted run of this experiment (nothing is re-charged)")
-    run.add_argument("--progress-interval", type=float, default=5.0,
+    run.add_argument("--progress-interval", type=_positive_float, default=5.0,
                      help="seconds between progress lines")
     run.set_defaults(func=_cmd_run)
 
@@ -475,16 +513,19 @@ def _build_parser() -> argparse.ArgumentParser:
     aud = sub.add_parser("audit", help="empirical privacy audit of the search algorithms")
     aud.add_argument("--algorithm", action="append", default=[],
                      help="audit only this algorithm (repeatable; default: all)")
-    aud.add_argument("--runs", type=int, default=2000,
+    aud.add_argument("--runs", type=_positive_int, default=2000,
                      help="fresh searches per neighbouring dataset (default 2000)")
-    aud.add_argument("--selection-runs", type=int, default=None,
+    aud.add_argument("--selection-runs", type=_positive_int, default=None,
                      help="searches per dataset that choose the events (default runs/2)")
-    aud.add_argument("--alpha", type=float, default=0.05,
+    aud.add_argument("--alpha", type=_probability, default=0.05,
                      help="1 - confidence of each lower bound (default 0.05)")
     aud.add_argument("--skip-properties", action="store_true",
                      help="only the lower bounds, no property checks")
     aud.add_argument("--json", action="store_true")
     aud.set_defaults(func=_cmd_audit)
+    for name, subparser in [*sub.choices.items(), *led_sub.choices.items()]:
+        if name != "federated":  # federated parses its own options
+            subparser.allow_abbrev = False
     return parser
 
 

@@ -124,4 +124,17 @@ class SearchSpaceError(RayDPHPOError, ValueError):
 
 
 class ConfigError(RayDPHPOError, ValueError):
-    """An experiment configuration (file or dict) is invalid."""
+    """An experiment configuration (file or dict) is invalid.
+
+    ``problems`` lists every error found, each as (path, message) with ``path`` the key it is
+    about (``search.settings``, ``data.uri``, ``space.lr``; ``""`` for the whole file): the
+    experiment checks collect them all and raise one error (see
+    :mod:`raydp_hpo.experiment`). A single error has one problem.
+    """
+
+    def __init__(self, message: str, problems: tuple[tuple[str, str], ...] | None = None
+                 ) -> None:
+        super().__init__(message)
+        self.problems: tuple[tuple[str, str], ...] = (
+            problems if problems is not None else (("", message),)
+        )

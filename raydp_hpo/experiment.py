@@ -81,7 +81,7 @@ from pathlib import Path
 from typing import Any
 
 from raydp_hpo.budget import PrivacyBudget
-from raydp_hpo.errors import ConfigError
+from raydp_hpo.errors import BudgetTooSmallError, ConfigError, RayDPHPOError
 
 __all__ = [
     "DataSpec",
@@ -528,84 +528,167 @@ def build_param_space(spec: ExperimentSpec) -> dict[str, Any]:
     return space
 
 
+class _Problems:
+    """Collects every error of an experiment file: each check runs under the key it checks,
+    and an error there is recorded (path, message) instead of stopping the others."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, str]] = []
+        self.too_small: BudgetTooSmallError | None = None
+
+    def add(self, path: str, message: str) -> None:
+        self.items.append((path, message))
+
+    def run(self, path: str, check: Callable[[], Any]) -> Any:
+        """``check()``, or None after recording its error under ``path``."""
+        try:
+            return check()
+        except BudgetTooSmallError as exc:
+            self.too_small = exc
+            self.add(path, str(exc))
+        except ConfigError as exc:
+            for sub, message in exc.problems:
+                self.add(sub or path, message)
+        except (RayDPHPOError, ValueError, TypeError, OSError) as exc:
+            self.add(path, f"{type(exc).__name__}: {exc}" if not isinstance(
+                exc, RayDPHPOError) else str(exc))
+        return None
+
+    def raise_if_any(self, what: str) -> None:
+        if not self.items:
+            return
+        if len(self.items) == 1 and self.too_small is not None:
+            raise self.too_small  # alone: keeps its "budget exhausted" exit code
+        if len(self.items) == 1:
+            path, message = self.items[0]
+            raise ConfigError(message, ((path, message),))
+        lines = "\n".join(f"  - {path or '(file)'}: {message}" for path, message in self.items)
+        raise ConfigError(f"{len(self.items)} errors in {what}:\n{lines}", tuple(self.items))
+
+
 def parse_experiment(raw: Any, *, source_path: str | None = None) -> ExperimentSpec:
-    """Validate a parsed experiment mapping (raises :class:`ConfigError`)."""
+    """Validate a parsed experiment mapping; raises one :class:`ConfigError` listing every
+    error found (``problems``: (path, message) pairs), not just the first."""
+    what = f"experiment file {source_path!r}" if source_path else "the experiment"
     m = _mapping("the experiment file", raw)
+    problems = _Problems()
     if "seed" in m:
-        raise ConfigError(
+        problems.add("seed",
             "the key 'seed' is no longer accepted: it made the searcher's secrets public. Use "
             "'split_seed' (public: makes the train/val/test split reproducible) and omit "
             "'secret_seed' so every secret comes from OS entropy (set secret_seed only to "
             "reproduce a run, and keep the file as secret as the data)"
         )
-    _check_keys("the experiment file", m, _TOP_KEYS,
-                required=("experiment", "data", "model", "search", "space", "budget"))
-    experiment = _str("experiment", m["experiment"])
-    if experiment.strip(".") == "" or any(c in experiment for c in "/\\") or (
-        experiment.startswith(".")
-    ):
-        raise ConfigError(
-            f"experiment {experiment!r} must be a plain name (no '/', no leading '.'): it names "
-            "the run directory inside storage_path"
-        )
-    space = dict(_mapping("space", m["space"]))
-    if not space:
-        raise ConfigError("space must set at least one key")
-    for key in space:
+    for key in m:
+        if key != "seed":
+            problems.run(str(key), lambda key=key: _check_keys(
+                "the experiment file", {key: None}, _TOP_KEYS))
+    for key in ("experiment", "data", "model", "search", "space", "budget"):
+        if key not in m:
+            problems.add(key, f"the experiment file needs the key {key!r}")
+
+    def experiment_name() -> str:
+        experiment = _str("experiment", m["experiment"])
+        if experiment.strip(".") == "" or any(c in experiment for c in "/\\") or (
+            experiment.startswith(".")
+        ):
+            raise ConfigError(
+                f"experiment {experiment!r} must be a plain name (no '/', no leading '.'): it "
+                "names the run directory inside storage_path"
+            )
+        return experiment
+
+    def space_of() -> dict[str, Any]:
+        space = dict(_mapping("space", m["space"]))
+        if not space:
+            raise ConfigError("space must set at least one key")
+        return space
+
+    space = problems.run("space", space_of) if "space" in m else None
+    for key, value in (space or {}).items():
         if not isinstance(key, str):
-            raise ConfigError(f"space keys must be strings, got {key!r}")
-        if key in ("model", "model_kwargs", "raydp"):
-            raise ConfigError(f"space.{key} is reserved; set the model under model:")
+            problems.add("space", f"space keys must be strings, got {key!r}")
+        elif key in ("model", "model_kwargs", "raydp"):
+            problems.add(f"space.{key}", f"space.{key} is reserved; set the model under model:")
+        else:
+            problems.run(f"space.{key}", lambda key=key, value=value: _parse_domain(key, value))
     resources: dict[str, float] = {"cpu": 1.0, "gpu": 0.0}
     if "resources" in m:
-        res = _mapping("resources", m["resources"])
-        _check_keys("resources", res, _RESOURCE_KEYS)
-        for key, value in res.items():
-            number = _number(f"resources.{key}", value)
-            if number < 0:
-                raise ConfigError(f"resources.{key} must be >= 0, got {value!r}")
-            resources[key] = number
-    storage = _str("storage_path", m.get("storage_path", "raydp_results"))
-    if "://" in storage:
-        raise ConfigError(
-            f"storage_path {storage!r}: use a mounted shared file system path (NFS, a "
-            "fuse-mounted bucket); the ledger journal needs POSIX append + fsync"
+        res = problems.run("resources", lambda: _mapping("resources", m["resources"]))
+        for key, value in (res or {}).items():
+            where = f"resources.{key}"
+            if key not in _RESOURCE_KEYS:
+                problems.run(where, lambda key=key: _check_keys("resources", {key: None},
+                                                                _RESOURCE_KEYS))
+                continue
+            number = problems.run(where, lambda where=where, value=value: _number(where, value))
+            if number is not None and number < 0:
+                problems.add(where, f"{where} must be >= 0, got {value!r}")
+            elif number is not None:
+                resources[key] = number
+
+    def storage() -> str:
+        storage = _str("storage_path", m.get("storage_path", "raydp_results"))
+        if "://" in storage:
+            raise ConfigError(
+                f"storage_path {storage!r}: use a mounted shared file system path (NFS, a "
+                "fuse-mounted bucket); the ledger journal needs POSIX append + fsync"
+            )
+        return str(Path(storage).expanduser().resolve())  # relative: to the working dir
+
+    def optional(key: str, parse: Callable[[Any], Any]) -> Any:
+        return problems.run(key, lambda: parse(m[key])) if m.get(key) is not None else None
+
+    parts = {
+        "experiment": problems.run("experiment", experiment_name) if "experiment" in m else None,
+        "data": problems.run("data", lambda: DataSpec.parse(m["data"])) if "data" in m else None,
+        "model": problems.run("model", lambda: ModelSpec.parse(m["model"]))
+        if "model" in m else None,
+        "search": problems.run("search", lambda: SearchSpec.parse(m["search"]))
+        if "search" in m else None,
+        "budget": problems.run("budget", lambda: _budget("budget", m["budget"]))
+        if "budget" in m else None,
+    }
+    split_seed = problems.run("split_seed", lambda: _int("split_seed", m.get("split_seed", 0), 0))
+    secret_seed = optional("secret_seed", lambda v: _int("secret_seed", v, 0))
+    storage_path = problems.run("storage_path", storage)
+    ledger = optional("ledger", LedgerSpec.parse)
+    tensorboard = problems.run("tensorboard",
+                               lambda: _bool("tensorboard", m.get("tensorboard", False)))
+    test_eps = optional("test_accuracy_epsilon",
+                        lambda v: _number("test_accuracy_epsilon", v))
+    budget = parts["budget"]
+    if budget is not None and test_eps is not None and not 0 < test_eps < budget.epsilon:
+        problems.add(
+            "test_accuracy_epsilon",
+            f"test_accuracy_epsilon={test_eps:g} must be in (0, budget.epsilon="
+            f"{budget.epsilon:g}): it is taken from the experiment's budget",
         )
-    storage_path = str(Path(storage).expanduser().resolve())  # relative: to the working dir
-    spec = ExperimentSpec(
-        experiment=experiment,
-        data=DataSpec.parse(m["data"]),
-        model=ModelSpec.parse(m["model"]),
-        search=SearchSpec.parse(m["search"]),
-        space=space,
-        budget=_budget("budget", m["budget"]),
-        split_seed=_int("split_seed", m.get("split_seed", 0), 0),
-        secret_seed=_int("secret_seed", m["secret_seed"], 0)
-        if m.get("secret_seed") is not None else None,
+    if budget is not None and ledger is not None and ledger.budget is not None and (
+        ledger.budget.delta != budget.delta
+    ):
+        problems.add(
+            "ledger.budget.delta",
+            f"ledger.budget.delta={ledger.budget.delta:g} differs from budget.delta="
+            f"{budget.delta:g}; a shared ledger states ε at one δ",
+        )
+    problems.raise_if_any(what)
+    return ExperimentSpec(
+        experiment=parts["experiment"],
+        data=parts["data"],
+        model=parts["model"],
+        search=parts["search"],
+        space=space or {},
+        budget=budget,
+        split_seed=split_seed,
+        secret_seed=secret_seed,
         resources=resources,
         storage_path=storage_path,
-        ledger=LedgerSpec.parse(m["ledger"]) if m.get("ledger") is not None else None,
+        ledger=ledger,
         source_path=source_path,
-        tensorboard=_bool("tensorboard", m.get("tensorboard", False)),
-        test_accuracy_epsilon=_number("test_accuracy_epsilon", m["test_accuracy_epsilon"])
-        if m.get("test_accuracy_epsilon") is not None else None,
+        tensorboard=tensorboard,
+        test_accuracy_epsilon=test_eps,
     )
-    if spec.test_accuracy_epsilon is not None and not (
-        0 < spec.test_accuracy_epsilon < spec.budget.epsilon
-    ):
-        raise ConfigError(
-            f"test_accuracy_epsilon={spec.test_accuracy_epsilon:g} must be in (0, budget.epsilon="
-            f"{spec.budget.epsilon:g}): it is taken from the experiment's budget"
-        )
-    if spec.ledger is not None and spec.ledger.budget is not None and (
-        spec.ledger.budget.delta != spec.budget.delta
-    ):
-        raise ConfigError(
-            f"ledger.budget.delta={spec.ledger.budget.delta:g} differs from budget.delta="
-            f"{spec.budget.delta:g}; a shared ledger states ε at one δ"
-        )
-    build_param_space(spec)  # validates every domain
-    return spec
 
 
 def load_experiment(path: str | os.PathLike[str]) -> ExperimentSpec:
@@ -683,13 +766,58 @@ def load_data(spec: DataSpec, split_seed: int) -> Any:
     return split(dataset, spec.val_fraction, spec.test_fraction, seed=split_seed)
 
 
+def local_resources() -> dict[str, float]:
+    """CPUs, GPUs and memory (bytes) of this machine: what a local Ray started here has."""
+    cpus = float(os.cpu_count() or 1)
+    try:
+        memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        memory = math.inf
+    try:
+        import torch
+
+        gpus = float(torch.cuda.device_count())
+    except Exception:  # noqa: BLE001 - no usable CUDA: no GPU
+        gpus = 0.0
+    return {"cpu": cpus, "gpu": gpus, "memory": memory}
+
+
+def check_resources(spec: ExperimentSpec, available: Mapping[str, float], where: str) -> None:
+    """Refuse a per-trial request larger than everything ``available`` (the machine, or the
+    whole cluster's total): it can never be placed, and Tune would wait forever after the plan
+    was charged. A request that fits the total but no single node is not caught here.
+    ``available`` uses Ray's keys (CPU, GPU, memory) or ours (cpu, gpu, memory)."""
+    problems = _Problems()
+    for key, ray_key, unit in (("cpu", "CPU", ""), ("gpu", "GPU", ""), ("memory", "memory",
+                                                                        " bytes")):
+        asked = float(spec.resources.get(key, 0.0))
+        have = float(available.get(ray_key, available.get(key, 0.0)))
+        if asked > have:
+            problems.add(
+                f"resources.{key}",
+                f"resources.{key}={asked:g} per trial, but {where} has {have:g}{unit}: no trial "
+                "could ever start (Tune would wait forever); lower it, or run on a larger "
+                "cluster (RAY_ADDRESS, or --num-cpus for a local one)",
+            )
+    problems.raise_if_any(f"experiment {spec.experiment!r}")
+
+
 def validate_search(
     spec: ExperimentSpec, dataset_size: int, validation_size: int | None = None
 ) -> None:
     """Build the searcher once without Ray or a ledger: a space key the trainable does not
     read, a bad constant, a space the algorithm cannot use, an unknown setting or a budget too
     small for the plan fail here, before anything runs. ``dataset_size`` and
-    ``validation_size`` are the declared public sizes."""
+    ``validation_size`` are the declared public sizes. Raises one :class:`ConfigError` with
+    every problem found (or :class:`BudgetTooSmallError` when that is the only one)."""
+    problems = _Problems()
+    _validate_search(spec, dataset_size, validation_size, problems)
+    problems.raise_if_any(f"experiment {spec.experiment!r}")
+
+
+def _validate_search(spec: ExperimentSpec, dataset_size: int, validation_size: int | None,
+                     problems: _Problems) -> None:
+    from raydp_hpo.errors import SearchSpaceError
     from search_algs import make_searcher
     from trainables.training import validate_trial_space
 
@@ -697,7 +825,7 @@ def validate_search(
     try:
         validate_trial_space(space)
     except ValueError as exc:
-        raise ConfigError(f"space: {exc}") from None
+        problems.add("space", f"space: {exc}")
     try:
         make_searcher(
             spec.search.algorithm,
@@ -713,7 +841,46 @@ def validate_search(
             **dict(spec.search.settings),
         )
     except TypeError as exc:
-        raise ConfigError(f"search.settings: {exc}") from None
+        problems.add("search.settings", f"search.settings: {exc}")
+    except BudgetTooSmallError as exc:
+        problems.too_small = exc
+        problems.add("budget", str(exc))
+    except SearchSpaceError as exc:
+        problems.add("space", f"space ({spec.search.algorithm}): {exc}")
+    except (RayDPHPOError, ValueError) as exc:
+        problems.add("search.settings", str(exc))
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What :func:`preflight` checked: the loaded data and the public sizes used."""
+
+    data: Any
+    train_size: int
+    validation_size: int | None
+
+
+def preflight(spec: ExperimentSpec) -> Preflight:
+    """Every check ``run`` makes before its first charge, without Ray or a ledger: the data
+    (path, columns, labels), then the space against the trainable and the search plan against
+    the budget. ``raydp-hpo run --dry-run`` and ``run`` both call it, so they refuse the same
+    files; every problem is reported in one :class:`ConfigError` with its path."""
+    problems = _Problems()
+    if not os.environ.get("RAY_ADDRESS"):  # a cluster's resources are checked once attached
+        problems.run("resources", lambda: check_resources(
+            spec, local_resources(), "this machine (the local Ray `run` starts)"))
+    data = problems.run("data", lambda: load_data(spec.data, spec.split_seed))
+    train_size, val_size = spec.data.public_sizes()
+    if data is not None:
+        if train_size is None:
+            train_size = len(data.train)
+        if val_size is None:
+            val_size = max(1, len(data.val))
+    if train_size is not None:
+        _validate_search(spec, train_size, val_size, problems)
+    problems.raise_if_any(f"experiment {spec.experiment!r}")
+    assert data is not None and train_size is not None  # else a problem was raised
+    return Preflight(data, train_size, val_size)
 
 
 @dataclass(frozen=True)
@@ -909,12 +1076,14 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
             f"nothing to resume: experiment {spec.experiment!r} has no run in {run_dir}; run "
             "it without --resume"
         )
-    data = load_data(spec.data, spec.split_seed)
+    checked = preflight(spec)  # every check, all errors at once: before Ray and any ledger
+    data = checked.data
     train_size, val_size = spec.data.public_sizes()
-    dataset_size = train_size if train_size is not None else len(data.train)
-    validate_search(spec, dataset_size, val_size)  # before Ray, before any ledger
     ledger_budget = _dataset_ledger_budget(spec, out)
     start_ray()
+    import ray
+
+    check_resources(spec, ray.cluster_resources(), "the Ray cluster")  # before any charge
     ledger = get_ledger(
         spec.ledger_name,
         ledger_budget,

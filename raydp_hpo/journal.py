@@ -520,6 +520,33 @@ def _lock_exclusive(fd: int, path: Path) -> str:
     return "lockf"
 
 
+#: Test hook (set only by the fault tests, in a ledger actor's environment): a folder. While
+#: ``<folder>/arm`` holds ``after_write`` or ``mid_write``, an append writes its whole record
+#: (or its first half), creates ``<folder>/paused`` and sleeps before the rest and the fsync,
+#: so a test can kill the process inside that window.
+TEST_PAUSE_ENV = "RAYDP_HPO_TEST_PAUSE_IN_APPEND"
+_TEST_PAUSE_S = 60.0
+
+
+def _pause_for_tests(fd: int, data: bytes) -> bool:
+    """The :data:`TEST_PAUSE_ENV` hook: True if it wrote ``data`` (pausing on the way)."""
+    folder = os.environ.get(TEST_PAUSE_ENV)
+    if not folder:
+        return False
+    try:
+        mode = (Path(folder) / "arm").read_text().strip()
+    except OSError:
+        return False
+    if mode not in ("after_write", "mid_write"):
+        return False
+    first = data if mode == "after_write" else data[: len(data) // 2]
+    _write_all(fd, first)
+    (Path(folder) / "paused").write_text(str(os.getpid()))
+    time.sleep(_TEST_PAUSE_S)
+    _write_all(fd, data[len(first):])
+    return True
+
+
 class Journal:
     """The writer side of a journal file, holding an exclusive record lock while open.
 
@@ -696,7 +723,8 @@ class Journal:
             data, chain = _v2_line(body, self._chain)
         try:
             os.lseek(self._fd, self._end, os.SEEK_SET)
-            _write_all(self._fd, data)
+            if not _pause_for_tests(self._fd, data):
+                _write_all(self._fd, data)
             os.fsync(self._fd)
         except BaseException as exc:
             try:
@@ -734,3 +762,8 @@ class Journal:
     @property
     def closed(self) -> bool:
         return self._fd is None
+
+    @property
+    def head(self) -> tuple[int, str | None]:
+        """(number of records written, chain hash after them; None for version 1)."""
+        return self._seq, self._chain

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import math
 import random
 import threading
@@ -101,6 +102,8 @@ __all__ = [
     "filter_epsilon",
     "admits_as_first_charge",
     "tightest_halting_accountant",
+    "PLD_SNAPSHOT_EVERY",
+    "pld_snapshot_path",
 ]
 
 #: Most fresh starts :meth:`PrivacyLedger.try_charge_new_attempt` allows under one charge id.
@@ -119,6 +122,8 @@ assert np.allclose(DEFAULT_ORDERS[_HALT_INDEX], HALTING_ORDERS)
 ORDERS_FINGERPRINT = hashlib.sha256(np.asarray(DEFAULT_ORDERS, dtype="<f8").tobytes()).hexdigest()[
     :16
 ]
+#: A ledger with a PLD stores it beside the journal every this many charges, and at close.
+PLD_SNAPSHOT_EVERY = 256
 _SPOT_CHECKS = 4  # stored curves recomputed at open, before the ledger answers
 _CURVE_RTOL = 1e-9  # a recomputed curve above stored·(1 + rtol) + rtol is a mismatch
 
@@ -128,7 +133,8 @@ class CurveCheck(Enum):
 
     ``BACKGROUND`` (default): a few records are recomputed at open (the last of each
     mechanism type and a random sample), the rest by a background thread; admission starts at
-    once. ``EAGER``: every record is recomputed before the constructor returns (slow, strict).
+    once. ``EAGER``: every record is recomputed before the constructor returns, and a PLD
+    snapshot is not used (the PLD is rebuilt from the charges; slow, strict).
     ``ON_DEMAND``: the spot checks only; the rest when
     :meth:`PrivacyLedger.verify_stored_curves` is called (short-lived readers, benchmarks).
     """
@@ -175,6 +181,28 @@ def _excess(recomputed: RdpProfile, stored: RdpProfile) -> RdpProfile | None:
     if not (over > tol).any() and d_eps <= _CURVE_RTOL and d_delta <= 1e-300:
         return None
     return RdpProfile(np.maximum(over, 0.0), max(d_eps, 0.0), max(d_delta, 0.0))
+
+
+def pld_snapshot_path(journal: str | Path) -> Path:
+    """Where a ledger stores the PLD snapshot of ``journal``: ``<journal>.pld``.
+
+    The snapshot is a cache for restarts (PLD and BEST halting): the composed PLD of the first
+    n charges, bound to the journal's header hash, n, and the chain hash after n records, with
+    a SHA-256 of its contents. It is used only when all of these match the journal being
+    opened; otherwise it is ignored and the PLD rebuilt. Deleting it is always safe.
+    """
+    p = Path(journal)
+    return p.with_name(p.name + ".pld")
+
+
+def _snapshot_seq_candidates(data: bytes, charges: int) -> list[int]:
+    """The record count a snapshot claims (read from its metadata, checked later)."""
+    try:
+        head = data.split(b"\n", 2)[1]
+        seq = int(json.loads(head)["binding"]["seq"])
+    except (IndexError, ValueError, KeyError, TypeError):
+        return []
+    return [seq] if 0 < seq <= charges else []
 
 
 def filter_epsilon(profile: RdpProfile, delta: float) -> float:
@@ -273,6 +301,13 @@ class PrivacyLedger:
         self._by_id: dict[str, Charge] = {}
         self._rdp = RdpProfile.zero()
         self._pld_composer: PldComposer | None = None  # built on first PLD use (see _pld)
+        # the last admission check's composition with its candidate, reused by _commit:
+        # (composer it extended, number of charges then, candidate, composition, its ε)
+        self._pld_trial: tuple[PldComposer, int, Mechanism, PldComposer, float] | None = None
+        # ε of the composition of every charge: (composer, number of charges, ε)
+        self._pld_spent: tuple[PldComposer, int, float] | None = None
+        self._replayed_chains: tuple[str, ...] = ()  # chain hashes of the replayed journal
+        self._pld_snapshot_seq = 0  # charges covered by the last PLD snapshot written/read
         self._pure: float | None = 0.0
         self._journal: Journal | None = None
         self._source: Path | None = None  # the journal replayed (for messages)
@@ -367,6 +402,9 @@ class PrivacyLedger:
         self._rdp = RdpProfile(total, side_eps, side_delta)
         self._pure = pure
         self._pld_composer = None
+        self._pld_trial = None
+        self._pld_spent = None
+        self._replayed_chains = scan.chains if scan.version == 2 else ()
 
     # -- checking stored curves ------------------------------------------------------------
     def _start_curve_check(self) -> None:
@@ -511,8 +549,13 @@ class PrivacyLedger:
         return ledger
 
     def close(self) -> None:
-        """Stop the background curve check and release the journal. Charging afterwards
-        raises :class:`~raydp_hpo.errors.LedgerClosedError`; reading still works."""
+        """Stop the background curve check, store the PLD snapshot (if a PLD was built) and
+        release the journal. Charging afterwards raises
+        :class:`~raydp_hpo.errors.LedgerClosedError`; reading still works."""
+        with self._lock:
+            if (not self._closed and self._pld_composer is not None
+                    and self._pld_snapshot_seq != len(self._charges)):
+                self._write_pld_snapshot()
         self._closed = True
         self._verify_stop.set()
         if self._verifier is not None and self._verifier is not threading.current_thread():
@@ -568,24 +611,34 @@ class PrivacyLedger:
         """The PLD composition of every charge, built on first use.
 
         Only PLD halting, BEST halting and :meth:`report` need it; importing dp-accounting's
-        PLD stack costs ~1.2 s, which an RDP-halting ledger (actor) never pays.
+        PLD stack costs ~1.2 s, which an RDP-halting ledger (actor) never pays. A reopened
+        journal starts from its PLD snapshot (:meth:`_read_pld_snapshot`) when one matches,
+        and folds in only the charges after it.
         """
         if self._pld_composer is None:
             from raydp_hpo.pld import PldComposer
 
-            composer = PldComposer()
-            for charge in self._charges:
+            composer, start = self._read_pld_snapshot()
+            if composer is None:
+                composer, start = PldComposer(), 0
+            for charge in self._charges[start:]:
                 composer.add(charge.mechanism)
             self._pld_composer = composer
         return self._pld_composer
 
     def _pld_epsilon(self, extra: Mechanism | None) -> float:
+        base = self._pld
         if extra is None:
-            return self._pld.epsilon(self._budget.delta)
-        self._pld._fold()  # noqa: SLF001 - fold once, so candidates only add their own PLD
-        trial = self._pld.copy()
-        trial.add(extra)
-        return trial.epsilon(self._budget.delta)
+            cached = self._pld_spent
+            if cached is not None and cached[0] is base and cached[1] == len(self._charges):
+                return cached[2]
+            eps = base.epsilon(self._budget.delta)
+            self._pld_spent = (base, len(self._charges), eps)
+            return eps
+        trial = base.with_candidate(extra)  # folds base once; convolves only extra's PLD
+        eps = trial.epsilon(self._budget.delta)
+        self._pld_trial = (base, len(self._charges), extra, trial, eps)
+        return eps
 
     def _commit(self, charge: Charge, profile: RdpProfile) -> None:
         self._charges.append(charge)
@@ -595,7 +648,77 @@ class PrivacyLedger:
             p = pure_epsilon(charge.mechanism)
             self._pure = None if p is None else self._pure + p
         if self._pld_composer is not None:
-            self._pld_composer.add(charge.mechanism)
+            trial = self._pld_trial
+            if (trial is not None and trial[0] is self._pld_composer
+                    and trial[1] == len(self._charges) - 1 and trial[2] == charge.mechanism):
+                self._pld_composer = trial[3]  # the admission check composed it already
+                self._pld_spent = (trial[3], len(self._charges), trial[4])  # and its ε
+            else:
+                self._pld_composer.add(charge.mechanism)
+            self._pld_trial = None
+            if len(self._charges) - self._pld_snapshot_seq >= PLD_SNAPSHOT_EVERY:
+                self._write_pld_snapshot()
+
+    # -- PLD snapshots ------------------------------------------------------------------------
+    def _pld_binding(self, seq: int) -> dict[str, Any] | None:
+        """What a PLD snapshot of the first ``seq`` charges is bound to: the journal's header
+        hash and its chain hash after ``seq`` records (None without a version-2 journal)."""
+        if self._journal is not None:
+            if self._journal.version != 2:
+                return None
+            chains = self._journal.scan.chains
+            head_seq, head = self._journal.head
+            if seq == head_seq:
+                return {"header": chains[0], "seq": seq, "chain": head}
+        else:
+            chains = self._replayed_chains
+        if not chains or seq >= len(chains):
+            return None
+        return {"header": chains[0], "seq": seq, "chain": chains[seq]}
+
+    def _read_pld_snapshot(self) -> tuple[PldComposer | None, int]:
+        """The composer stored beside the journal and the number of charges it covers, or
+        (None, 0). Used only if it is bound to this journal's chain at its record count and
+        its PLD-capable count matches those records: a stale, foreign or damaged snapshot is
+        ignored (the PLD is then rebuilt from every charge)."""
+        from raydp_hpo.pld import PldComposer, has_pld
+
+        if self._source is None or self._curve_check is CurveCheck.EAGER:
+            return None, 0  # EAGER trusts nothing derived: the PLD is rebuilt from the charges
+        try:
+            data = pld_snapshot_path(self._source).read_bytes()
+        except OSError:
+            return None, 0
+        for seq in _snapshot_seq_candidates(data, len(self._charges)):
+            binding = self._pld_binding(seq)
+            if binding is None:
+                continue
+            composer = PldComposer.from_snapshot(data, binding)
+            if composer is None:
+                continue
+            if composer.folded_count != sum(has_pld(c.mechanism) for c in self._charges[:seq]):
+                continue
+            self._pld_snapshot_seq = seq
+            return composer, seq
+        return None, 0
+
+    def _write_pld_snapshot(self) -> None:
+        """Store the folded PLD beside the journal (atomically; a cache: failures only warn)."""
+        if self._journal is None or self._pld_composer is None or self._journal.closed:
+            return
+        seq = len(self._charges)
+        binding = self._pld_binding(seq)
+        if binding is None:
+            return
+        path = pld_snapshot_path(self._journal.path)
+        tmp = path.with_name(f".{path.name}.tmp-{threading.get_ident()}")
+        try:
+            tmp.write_bytes(self._pld_composer.snapshot(binding))
+            tmp.replace(path)
+            self._pld_snapshot_seq = seq
+        except (OSError, RayDPHPOError) as exc:
+            warnings.warn(f"journal {self._journal.path}: PLD snapshot not written ({exc}); the "
+                          "next restart rebuilds the PLD", RuntimeWarning, stacklevel=3)
 
     # -- public API ----------------------------------------------------------------------
     @property

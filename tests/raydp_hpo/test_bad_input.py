@@ -1,81 +1,80 @@
-"""Bad input against a live, journaled ledger: one row per case — the input, the error class,
-the words its message must contain — and the journal's bytes (and the ledger's spend) are
-unchanged afterwards. "Bad input gets a clear error and loses nothing" (issue #11)."""
+"""The bad-input catalogue (issue #11), one test per row of
+:data:`tests.raydp_hpo.bad_input_catalogue.CASES`: each malformed input — experiment file,
+data file, CLI flags, ``account`` arguments, ledger paths, ledger operations — gets its
+documented exit code (or error class), a message with the listed words and no traceback, and
+changes no journal (the seeded ledger's bytes are unchanged and no new journal appears).
+``benchmarks/bad_input.py`` runs the same rows through the real CLI in subprocesses."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import io
+import traceback
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from raydp_hpo.accounting import Accountant
 from raydp_hpo.budget import PrivacyBudget
-from raydp_hpo.errors import (
-    BudgetExhaustedError,
-    ChargeConflictError,
-    InvalidParameterError,
-    LedgerClosedError,
-    RayDPHPOError,
-)
+from raydp_hpo.cli import main
+from raydp_hpo.errors import InvalidParameterError
 from raydp_hpo.ledger import Adaptivity, PrivacyLedger
-from raydp_hpo.mechanisms import Gaussian, Laplace, SubsampledGaussian
-
-BUDGET = PrivacyBudget(3.0, 1e-5)
-TRIAL = SubsampledGaussian(1.0, 0.01, 100)
-
-
-def _charge(cid: str, mech: Any) -> Callable[[PrivacyLedger], Any]:
-    return lambda ledger: ledger.charge(cid, mech, owner="bad-input")
-
-
-def _closed(ledger: PrivacyLedger) -> Any:
-    ledger.close()
-    return ledger.charge("after-close", TRIAL)
+from tests.raydp_hpo.bad_input_catalogue import (
+    BUDGET,
+    CASES,
+    Case,
+    classify,
+    journals_under,
+    make_data,
+    prepare,
+    run_api,
+)
 
 
-CASES: list[tuple[str, Callable[[PrivacyLedger], Any], type[BaseException], tuple[str, ...]]] = [
-    ("budget exhausted", _charge("big", Gaussian(0.3, 10)), BudgetExhaustedError,
-     ("budget exhausted", "Nothing was charged")),
-    ("exhausted by a count", _charge("many", Laplace(0.5, count=10)), BudgetExhaustedError,
-     ("remaining",)),
-    ("same id, other mechanism", _charge("seed", Gaussian(5.0)), ChargeConflictError,
-     ("seed",)),
-    ("mechanism is not a mechanism", _charge("x", "gaussian"), RayDPHPOError, ("mechanism",)),
-    ("charge id empty", _charge("", TRIAL), InvalidParameterError, ("charge_id",)),
-    ("charge after close", _closed, LedgerClosedError, ("closed",)),
-]
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("bad-input-data")
+    make_data(folder)
+    return folder
 
 
-@pytest.mark.parametrize(("name", "action", "error", "words"), CASES, ids=[c[0] for c in CASES])
-def test_bad_input_is_a_clear_error_and_changes_nothing(tmp_path: Path, name: str,
-                                                        action: Callable[[PrivacyLedger], Any],
-                                                        error: type[BaseException],
-                                                        words: tuple[str, ...]) -> None:
-    journal = tmp_path / "ledger.journal"
-    ledger = PrivacyLedger(BUDGET, journal)
-    ledger.charge("seed", TRIAL, owner="setup")
-    before_bytes, before_spent = journal.read_bytes(), ledger.spent()
-    with pytest.raises(error) as info:
-        action(ledger)
-    message = str(info.value)
-    for word in words:
-        assert word in message, (name, message)
-    assert journal.read_bytes() == before_bytes, name
-    reopened = PrivacyLedger.read_only(journal)
-    assert [c.charge_id for c in reopened.charges()] == ["seed"]
-    assert reopened.spent() == pytest.approx(before_spent, rel=1e-12)
+def _run_cli(argv: list[str]) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # argparse
+            code = exc.code if isinstance(exc.code, int) else 2
+        except Exception:  # noqa: BLE001 - a traceback is what the catalogue looks for
+            traceback.print_exc()
+            code = 1
+    return code, out.getvalue() + err.getvalue()
 
 
-@pytest.mark.parametrize(("kwargs", "error", "words"), [
-    ({"epsilon": -1.0, "delta": 1e-5}, InvalidParameterError, ("epsilon",)),
-    ({"epsilon": 1.0, "delta": 1.5}, InvalidParameterError, ("delta",)),
-    ({"epsilon": float("nan"), "delta": 1e-5}, InvalidParameterError, ("epsilon",)),
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_input_is_a_clear_error_and_changes_nothing(case: Case, tmp_path: Path,
+                                                        data_dir: Path) -> None:
+    argv, journal = prepare(case, tmp_path, data_dir)
+    before = journals_under(tmp_path)
+    spent_before = PrivacyLedger.read_only(journal).spent()
+    if case.kind == "api":
+        code, output, error = run_api(case, tmp_path)
+        assert error == case.error, (case.name, error, output)
+    else:
+        code, output = _run_cli(argv)
+    outcome, why = classify(case, code, output, before, journals_under(tmp_path))
+    assert outcome == "clear", f"{case.name}: {outcome} ({why}); output:\n{output[-2000:]}"
+    assert PrivacyLedger.read_only(journal).spent() == spent_before
+
+
+@pytest.mark.parametrize(("kwargs", "words"), [
+    ({"epsilon": -1.0, "delta": 1e-5}, ("epsilon",)),
+    ({"epsilon": 1.0, "delta": 1.5}, ("delta",)),
+    ({"epsilon": float("nan"), "delta": 1e-5}, ("epsilon",)),
 ])
-def test_bad_budgets_are_refused_by_name(kwargs: dict[str, float], error: type[BaseException],
+def test_bad_budgets_are_refused_by_name(kwargs: dict[str, float],
                                         words: tuple[str, ...]) -> None:
-    with pytest.raises(error) as info:
+    with pytest.raises(InvalidParameterError) as info:
         PrivacyBudget(**kwargs)
     assert all(w in str(info.value) for w in words)
 
@@ -84,10 +83,10 @@ def test_bad_budgets_are_refused_by_name(kwargs: dict[str, float], error: type[B
     ({"adaptivity": Adaptivity.ADAPTIVE, "accountant": Accountant.PLD}, ("fixed",)),
     ({"adaptivity": Adaptivity.ADAPTIVE, "accountant": Accountant.PROFILE}, ("profile", "fixed")),
 ])
-def test_halting_rules_without_a_theorem_are_refused_up_front(tmp_path: Path, kwargs: Any,
+def test_halting_rules_without_a_theorem_are_refused_up_front(tmp_path: Path, kwargs: object,
                                                               words: tuple[str, ...]) -> None:
     journal = tmp_path / "ledger.journal"
     with pytest.raises(InvalidParameterError) as info:
-        PrivacyLedger(BUDGET, journal, **kwargs)
+        PrivacyLedger(PrivacyBudget(*BUDGET), journal, **kwargs)  # type: ignore[arg-type]
     assert all(w in str(info.value) for w in words)
     assert not journal.exists()  # nothing was created

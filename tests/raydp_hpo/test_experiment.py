@@ -295,3 +295,39 @@ def test_test_accuracy_epsilon_is_taken_from_the_budget(raw: dict[str, Any]) -> 
     assert spec.data.public_test_size() == 200  # 10 % of the public 2000 records
     with pytest.raises(ConfigError, match="test_accuracy_epsilon"):
         parse_experiment({**raw, "test_accuracy_epsilon": 8.0})  # the whole budget
+
+
+def test_every_error_of_a_file_is_reported_at_once_with_its_path(raw: dict[str, Any]) -> None:
+    """Five independent mistakes: one ConfigError naming all five paths (before: the first)."""
+    raw["budget"] = {"epsilon": 8.0, "delta": 2.0}
+    raw["search"]["algorithm"] = "random_stoping"
+    raw["space"]["lr"] = {"loguniform": [0, 1]}
+    raw["resources"] = {"cpu": -1, "gpu": 0}
+    raw["tensorbord"] = True
+    with pytest.raises(ConfigError) as info:
+        parse_experiment(raw)
+    paths = {path for path, _ in info.value.problems}
+    assert {"budget", "search", "space.lr", "resources.cpu", "tensorbord"} <= paths
+    message = str(info.value)
+    assert "5 errors" in message
+    for words in ("delta", "random_stoping", "space.lr", "resources.cpu", "tensorbord"):
+        assert words in message
+
+
+def test_search_plan_errors_are_reported_together(raw: dict[str, Any], tmp_path: Path) -> None:
+    """A space key the trainable ignores and an unknown search setting: both, in one error,
+    from --dry-run and from run alike (run before creating any journal)."""
+    raw["space"]["not_a_knob"] = 3
+    raw["search"]["settings"]["no_such_setting"] = 1
+    raw["storage_path"] = str(tmp_path / "store")
+    spec = parse_experiment(raw)
+    with pytest.raises(ConfigError) as info:
+        validate_search(spec, 1600, 200)
+    paths = {path for path, _ in info.value.problems}
+    assert paths == {"space", "search.settings"}, info.value.problems
+    assert "not_a_knob" in str(info.value) and "no_such_setting" in str(info.value)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["run", str(path), "--dry-run"]) == EXIT_BAD_INPUT
+    assert main(["run", str(path)]) == EXIT_BAD_INPUT
+    assert not (tmp_path / "store" / "ledgers").exists()  # nothing charged, no journal

@@ -95,3 +95,56 @@ def test_attach_rules(ray_session, tmp_path: Path) -> None:
     with pytest.raises(RayDPHPOError):
         get_ledger(_name(), PrivacyBudget(5.0, 1e-5), tmp_path / "j", namespace="tests")
     assert (tmp_path / "j").read_bytes() == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["after_write", "mid_write"])
+def test_actor_killed_inside_the_fsync_of_a_charge(ray_session, tmp_path: Path,
+                                                   where: str) -> None:
+    """SIGKILL the ledger actor between a record's write (whole, or half of it) and its fsync
+    (journal.TEST_PAUSE_ENV hook), then let it restart: the charge is either in the journal
+    once and acknowledged, or absent and never acknowledged (a half record is moved aside as
+    a torn tail), the chain checks, and the spend never shrinks."""
+    from raydp_hpo.journal import TEST_PAUSE_ENV, scan_journal
+    from raydp_hpo.ledger import PrivacyLedger
+    from raydp_hpo.ledger_actor import LedgerHandle, _remote_ledger_class
+    from raydp_hpo.ledger_records import Adaptivity
+
+    hooks, journal, name = tmp_path / "hooks", tmp_path / "j", _name()
+    hooks.mkdir()
+    actor = _remote_ledger_class().options(
+        name=name, namespace="tests", lifetime="detached", num_cpus=0, max_restarts=-1,
+        max_task_retries=-1, runtime_env={"env_vars": {TEST_PAUSE_ENV: str(hooks)}},
+    ).remote(BUDGET, str(journal), Adaptivity.ADAPTIVE.value, "rdp")
+    ledger = LedgerHandle(name, "tests", actor, created=True)
+    try:
+        ledger.charge("a", TRIAL)
+        spent_before = ledger.spent()
+        pid = ray.get(actor.pid.remote())
+        (hooks / "arm").write_text(where)
+        ref = actor.try_charge.remote("b", TRIAL, "fault-test")
+        deadline = time.time() + 60
+        while not (hooks / "paused").exists():
+            assert time.time() < deadline, "the append never reached the hook"
+            time.sleep(0.05)
+        (hooks / "arm").unlink()  # the restarted actor appends normally
+        os.kill(pid, signal.SIGKILL)  # inside the write → fsync window
+        try:
+            decision = ray.get(ref, timeout=120)  # retried on the restarted actor
+            acknowledged = decision.admitted
+        except ray.exceptions.RayActorError:
+            acknowledged = False
+        spent_after = ledger.spent()
+        ids = [c.charge_id for c in ledger.charges()]
+    finally:
+        ledger.kill()
+    scan = scan_journal(journal)  # every complete record passes the chain check
+    on_disk = [r["charge_id"] for r in scan.records]
+    assert on_disk == ids
+    assert on_disk.count("a") == 1 and on_disk.count("b") <= 1
+    assert ("b" in on_disk) == acknowledged  # acknowledged ⟺ durable, never half
+    assert scan.torn is None  # a half record was moved to a side file on restart
+    torn_files = list(tmp_path.glob("j.torn-*"))
+    assert len(torn_files) == (1 if where == "mid_write" else 0)
+    assert spent_after >= spent_before
+    assert PrivacyLedger.read_only(journal).spent() == pytest.approx(spent_after, rel=1e-12)
