@@ -79,6 +79,7 @@ from raydp_hpo.errors import (
     LedgerCorruptedError,
     LedgerMismatchError,
     RayDPHPOError,
+    UnsupportedMechanismError,
 )
 from raydp_hpo.journal import Journal, JournalScan, read_header, scan_journal
 from raydp_hpo.ledger_records import Adaptivity, Charge, ChargeDecision, LedgerReport
@@ -579,7 +580,13 @@ class PrivacyLedger:
             if self._accountant in (Accountant.RDP, Accountant.BEST, Accountant.PROFILE):
                 candidates.append(rdp.epsilon(delta))
             if self._accountant in (Accountant.PLD, Accountant.BEST, Accountant.PROFILE):
-                candidates.append(self._pld_epsilon(extra))
+                try:
+                    candidates.append(self._pld_epsilon(extra))
+                except UnsupportedMechanismError:
+                    # No PLD figure for this composition (a near-noiseless mechanism needs a
+                    # grid the others cannot share): the other accountants decide, and a
+                    # PLD-only ledger refuses (ε = inf) instead of raising.
+                    candidates.append(math.inf)
             if self._accountant is Accountant.PROFILE:
                 candidates.append(self._profile_epsilon(extra))
             eps = min(candidates)
@@ -594,7 +601,6 @@ class PrivacyLedger:
         """ε of every charge (and ``extra``) with random stopping accounted by privacy profiles
         (:func:`raydp_hpo.profiles.profile_epsilon`); ``inf`` when no charge has a part without
         a PLD (the profile figure is then the PLD composition, already a candidate)."""
-        from raydp_hpo.errors import UnsupportedMechanismError
         from raydp_hpo.pld import count_non_pld
         from raydp_hpo.profiles import profile_epsilon
 

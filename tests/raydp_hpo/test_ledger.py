@@ -205,3 +205,23 @@ def test_profile_accountant_is_refused_with_adaptive_charges_at_construction() -
         PrivacyLedger(BUDGET, adaptivity=Adaptivity.ADAPTIVE, accountant=Accountant.PROFILE)
     ledger = PrivacyLedger(BUDGET, adaptivity=Adaptivity.FIXED_PLAN, accountant=Accountant.PROFILE)
     assert ledger.halting_accountant is Accountant.PROFILE
+
+
+@pytest.mark.parametrize("accountant", ["best", "pld", "profile"])
+def test_near_noiseless_charge_is_refused_not_raised(accountant):
+    """A near-noiseless mechanism has no PLD composable with the others (its grid differs):
+    the PLD candidate is inf, so the other accountants decide (here: far over budget), the
+    charge is refused cleanly and the ledger is unchanged (used to raise
+    UnsupportedMechanismError out of try_charge)."""
+    from raydp_hpo.accounting import Accountant
+    from raydp_hpo.mechanisms import Gaussian, SubsampledGaussian
+
+    ledger = PrivacyLedger(
+        PrivacyBudget(3.0, 1e-5), adaptivity=Adaptivity.FIXED_PLAN,
+        accountant=Accountant(accountant),
+    )
+    assert ledger.try_charge("a", SubsampledGaussian(1.0, 0.01, 100)).admitted
+    before = ledger.spent()
+    decision = ledger.try_charge("b", Gaussian(1e-4, 1))
+    assert not decision.admitted
+    assert ledger.spent() == before and len(ledger.charges()) == 1
