@@ -152,16 +152,16 @@ def test_search_validation_before_anything_runs(raw: dict[str, Any]) -> None:
 def test_gaussian_score_noise_in_search_settings(raw: dict[str, Any]) -> None:
     """search.settings.score_noise: gaussian (with its score_delta) reaches the searcher; a
     Gaussian score without δ_s or an unknown noise is refused before anything runs."""
-    from raydp_hpo.errors import InvalidParameterError
+    from raydp_hpo.errors import ConfigError
 
     raw["search"]["settings"] = {**raw["search"].get("settings", {}), "score_noise": "gaussian",
                                  "score_delta": 1.0e-6}
     validate_search(parse_experiment(raw), 1600)
     del raw["search"]["settings"]["score_delta"]
-    with pytest.raises(InvalidParameterError, match="needs score_delta"):
+    with pytest.raises(ConfigError, match="needs score_delta"):
         validate_search(parse_experiment(raw), 1600)
     raw["search"]["settings"]["score_noise"] = "cauchy"
-    with pytest.raises(InvalidParameterError, match="unknown score_noise 'cauchy'"):
+    with pytest.raises(ConfigError, match="unknown score_noise 'cauchy'"):
         validate_search(parse_experiment(raw), 1600)
 
 
