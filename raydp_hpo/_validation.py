@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterable
 from enum import Enum
 from typing import TypeVar
 
@@ -65,3 +66,21 @@ def positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
         raise InvalidParameterError(f"{name} must be an integer >= 1, got {name}={value!r}")
     return int(value)
+
+
+def closest_match(name: str, candidates: Iterable[str], cutoff: float = 0.6) -> str | None:
+    """The candidate closest to ``name`` (difflib ratio ≥ ``cutoff``), or None."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), list(candidates), n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
+def did_you_mean(name: str, candidates: Iterable[str], cutoff: float = 0.6) -> str:
+    """``"; did you mean 'x'?"`` for the closest candidate, or ``""`` when none is close.
+
+    >>> did_you_mean("epsilom", ["epsilon", "delta"])
+    "; did you mean 'epsilon'?"
+    """
+    close = closest_match(name, candidates, cutoff)
+    return f"; did you mean {close!r}?" if close else ""

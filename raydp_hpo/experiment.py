@@ -69,7 +69,6 @@ the cluster a ``ray job submit`` job runs on), else starts a local Ray; runs
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import os
@@ -80,8 +79,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from raydp_hpo._atomic_io import atomic_write_json
+from raydp_hpo._validation import did_you_mean
 from raydp_hpo.budget import PrivacyBudget
 from raydp_hpo.errors import BudgetTooSmallError, ConfigError, RayDPHPOError
+from raydp_hpo.ray_runtime import ensure_ray
 
 __all__ = [
     "DataSpec",
@@ -130,8 +132,7 @@ def _check_keys(where: str, mapping: Mapping[str, Any], allowed: tuple[str, ...]
                 required: tuple[str, ...] = ()) -> None:
     for key in mapping:
         if not isinstance(key, str) or key not in allowed:
-            close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(str(key), allowed)
             raise ConfigError(
                 f"unknown key {key!r} in {where}{hint} (valid keys: {', '.join(allowed)})"
             )
@@ -266,8 +267,7 @@ class DataSpec:
         _check_keys("data", m, _DATA_KEYS, required=("source",))
         source = _str("data.source", m["source"])
         if source not in DATA_SOURCES:
-            close = difflib.get_close_matches(source, DATA_SOURCES, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(source, DATA_SOURCES)
             raise ConfigError(
                 f"data.source {source!r} is not one of {', '.join(DATA_SOURCES)}{hint}"
             )
@@ -347,8 +347,7 @@ class ModelSpec:
         from trainables.models import MODEL_NAMES
 
         if name not in MODEL_NAMES and ":" not in name:
-            close = difflib.get_close_matches(name, list(MODEL_NAMES), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(name, list(MODEL_NAMES))
             raise ConfigError(
                 f"model.name {name!r} is not one of {', '.join(MODEL_NAMES)} and not a "
                 f"'package.module:Class' path{hint}"
@@ -373,8 +372,7 @@ class SearchSpec:
         algorithm = _str("search.algorithm", m["algorithm"])
         names = [a.value for a in SearchAlgorithm]
         if algorithm not in names:
-            close = difflib.get_close_matches(algorithm, names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(algorithm, names)
             raise ConfigError(
                 f"search.algorithm {algorithm!r} is not one of {', '.join(names)}{hint}"
             )
@@ -477,8 +475,7 @@ def _parse_domain(key: str, value: Any) -> Any:
         return value
     ((kind, args),) = value.items()
     if kind not in DOMAIN_KINDS:
-        close = difflib.get_close_matches(str(kind), DOMAIN_KINDS, n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(str(kind), DOMAIN_KINDS)
         raise ConfigError(
             f"unknown domain {kind!r} in space.{key}{hint} (valid: {', '.join(DOMAIN_KINDS)})"
         )
@@ -975,33 +972,6 @@ class ProgressMonitor:
                 self._out(f"[raydp-hpo] progress monitor: {exc!r}")
 
 
-def ensure_ray(num_cpus: int | None = None, temp_dir: str | None = None) -> bool:
-    """Connect to ``RAY_ADDRESS`` when set, else start a local Ray (``num_cpus`` CPUs, default
-    every core; ``temp_dir`` default Ray's /tmp/ray). True if this call started it (the
-    caller then shuts it down: nothing is left behind)."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    address = os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address, log_to_driver=False)
-        return False
-    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-             _temp_dir=None if temp_dir is None else str(Path(temp_dir).expanduser().resolve()))
-    return True
-
-
-def _atomic_json(path: Path, payload: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(payload, fh, indent=2, default=str)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def _dataset_ledger_budget(spec: ExperimentSpec, out: Callable[[str], None]) -> PrivacyBudget:
     """The total budget of the ledger this experiment charges (see the module docstring)."""
     journal = spec.ledger_journal()
@@ -1124,7 +1094,7 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
         "started": time.time(),
         "status": "running",
     }
-    _atomic_json(run_dir / "run.json", meta)
+    atomic_write_json(run_dir / "run.json", meta)
     out(f"[raydp-hpo] experiment {spec.experiment}: {spec.search.algorithm}, budget "
         f"ε={spec.budget.epsilon:g} δ={spec.budget.delta:g}, run dir {run_dir}")
     monitor = ProgressMonitor(run_dir / "audit.jsonl", spec.budget.epsilon, spec.search.metric,
@@ -1134,16 +1104,16 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
             result = tuner.fit(resume=resume)
     except BaseException as exc:
         meta.update(status="failed", error=repr(exc)[:500], finished=time.time())
-        _atomic_json(run_dir / "run.json", meta)
+        atomic_write_json(run_dir / "run.json", meta)
         raise
-    _atomic_json(run_dir / "certificate.json", result.certificate.to_dict())
+    atomic_write_json(run_dir / "certificate.json", result.certificate.to_dict())
     errors = sum(1 for t in result.private_trials if t.get("error"))
     meta.update(
         status="budget_exhausted" if result.budget_exhausted else "finished",
         finished=time.time(),
         selected=result.hyperparameters is not None,
     )
-    _atomic_json(run_dir / "run.json", meta)
+    atomic_write_json(run_dir / "run.json", meta)
     return RunOutcome(run_dir=run_dir, result=result, journal=journal, trial_errors=errors)
 
 

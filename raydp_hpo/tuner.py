@@ -51,6 +51,7 @@ from raydp_hpo.errors import BudgetExhaustedError, InvalidParameterError, RayDPH
 from raydp_hpo.ledger import Adaptivity
 from raydp_hpo.ledger_actor import DEFAULT_NAMESPACE, LedgerHandle, get_ledger
 from raydp_hpo.mechanisms import Mechanism, mechanism_to_dict
+from raydp_hpo.ray_runtime import ensure_ray
 
 __all__ = ["DPTuner", "DPResult", "PrivacyCertificate"]
 
@@ -342,18 +343,6 @@ class DPTuner:
         return self._experiment
 
     # ------------------------------------------------------------------ pieces
-    def _ensure_ray(self) -> None:
-        import ray
-
-        if not ray.is_initialized():
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-            ray.init(
-                address=os.environ.get("RAY_ADDRESS") or "local",
-                include_dashboard=False,
-                log_to_driver=False,
-                ignore_reinit_error=True,
-            )
-
     @property
     def ledger_name(self) -> str:
         """Name of the ledger actor trials charge/check (the shared one, or the dedicated)."""
@@ -492,7 +481,7 @@ class DPTuner:
         secret draws) is restored, and unfinished trials continue from their checkpoints
         inside their admitted charges (a trial that must start over pays again).
         """
-        self._ensure_ray()
+        ensure_ray()
         ledger, dedicated = self._start_ledger()
         try:
             return self._fit(ledger, dedicated, resume=resume)

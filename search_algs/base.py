@@ -30,10 +30,8 @@ from __future__ import annotations
 import abc
 import itertools
 import math
-import os
 import pickle
 import secrets
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +40,7 @@ import numpy as np
 from ray.tune.search import Searcher
 from ray.tune.search.sample import Categorical, Domain, Function
 
+from raydp_hpo._atomic_io import atomic_write_bytes
 from raydp_hpo._validation import coerce_enum, positive_float, positive_int
 from raydp_hpo.accounting import Accountant, epsilon, smallest_noise_multiplier
 from raydp_hpo.budget import PrivacyBudget
@@ -233,23 +232,6 @@ def _check_space(param_space: Mapping[str, Any], *, requires_epochs: bool = True
             "trial depends on it"
         )
     return space
-
-
-def atomic_write_bytes(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temp file in the same folder, then replace)."""
-    folder = os.path.dirname(os.path.abspath(path)) or "."
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-searcher-")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 # --------------------------------------------------------------------------------------------
