@@ -1,8 +1,8 @@
 """Sequential in-process driver for the privacy-utility benchmark (no Ray Tune).
 
 It runs the REAL searchers of :mod:`search_algs` and the REAL trainable
-:func:`trainables.training.train_dp` one trial after the other, following the lifecycle of
-:class:`search_algs.base.DPSearcher` exactly as ``DPTuner`` does:
+:func:`raydp_hpo.trainables.training.train_dp` one trial after the other, following the lifecycle of
+:class:`raydp_hpo.searchers.base.DPSearcher` exactly as ``DPTuner`` does:
 
 1. build the searcher with a :class:`~raydp_hpo.ledger.PrivacyLedger` (FIXED_PLAN; halting
    accountant ``accountant``, default: the one DPTuner's dedicated ledger uses,
@@ -27,15 +27,15 @@ from typing import Any
 
 from torch import nn
 
-from raydp_hpo.accounting import Accountant, epsilon_or_inf
-from raydp_hpo.budget import PrivacyBudget
+from raydp_hpo.accounting.accountants import Accountant, epsilon_or_inf
+from raydp_hpo.accounting.budget import PrivacyBudget
+from raydp_hpo.accounting.mechanisms import Mechanism
 from raydp_hpo.errors import BudgetExhaustedError, RayDPHPOError
-from raydp_hpo.ledger import Adaptivity, PrivacyLedger, tightest_halting_accountant
-from raydp_hpo.mechanisms import Mechanism
-from search_algs import make_searcher
-from trainables.data import DataSplits
-from trainables.models import MLP
-from trainables.training import declared_privacy, train_dp
+from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger, tightest_halting_accountant
+from raydp_hpo.searchers import make_searcher
+from raydp_hpo.trainables.data import DataSplits
+from raydp_hpo.trainables.models import MLP
+from raydp_hpo.trainables.training import declared_privacy, train_dp
 
 __all__ = ["SearchOutcome", "run_search", "run_oracle", "plan_epsilons", "mlp64", "mlp128",
            "mlp256"]

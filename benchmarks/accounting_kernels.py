@@ -12,7 +12,7 @@ Every round draws fresh parameters and times, interleaved (A, B, C, ... then aga
   are golden-tested against).
 
 Reports the median and the range (min–max) in milliseconds over the rounds. The import of
-:mod:`raydp_hpo.rdp` is timed separately (mostly numpy/scipy; its constant log-binomial tables
+:mod:`raydp_hpo.accounting.rdp` is timed separately (mostly numpy/scipy; its constant log-binomial tables
 take ~6 ms): it is paid once per process.
 
 Results (2-core machine shared with other jobs, load average 3–6 during the runs; two runs,
@@ -47,10 +47,14 @@ def main() -> None:
     args = parser.parse_args()
 
     t0 = time.perf_counter()
-    from raydp_hpo.rdp import DEFAULT_ORDERS, rdp_profile
+    from raydp_hpo.accounting.rdp import DEFAULT_ORDERS, rdp_profile
 
     import_ms = (time.perf_counter() - t0) * 1e3
-    from raydp_hpo.mechanisms import RandomStopping, StoppingDistribution, SubsampledGaussian
+    from raydp_hpo.accounting.mechanisms import (
+        RandomStopping,
+        StoppingDistribution,
+        SubsampledGaussian,
+    )
 
     variants: dict[str, Callable[[float, float, int], object]] = {
         "dpsgd curve": lambda s, q, t: rdp_profile(SubsampledGaussian(s, q, t)),
@@ -90,7 +94,7 @@ def main() -> None:
             t = time.perf_counter()
             fn(*params)
             times[label].append((time.perf_counter() - t) * 1e3)
-    print(f"import raydp_hpo.rdp (incl. tables): {import_ms:.0f} ms, once per process")
+    print(f"import raydp_hpo.accounting.rdp (incl. tables): {import_ms:.0f} ms, once per process")
     print(f"{len(DEFAULT_ORDERS)} orders, {args.rounds} interleaved rounds, cold curves")
     print(f"{'curve':34} {'median ms':>10} {'range ms':>18}")
     for label, ts in times.items():

@@ -1,5 +1,5 @@
 """Bad input through the real CLI: every row of the bad-input catalogue
-(``tests/raydp_hpo/bad_input_catalogue.py``, the same rows as ``tests/raydp_hpo/test_bad_input.py``)
+(``tests/raydp_hpo/cli/bad_input_catalogue.py``, the same rows as ``tests/raydp_hpo/cli/test_bad_input.py``)
 run as ``python -m raydp_hpo.cli ARGS`` in a subprocess with a timeout, classified:
 
 * **clear** — the documented exit code (2 bad input, 3 budget cannot pay), every listed word
@@ -9,7 +9,7 @@ run as ``python -m raydp_hpo.cli ARGS`` in a subprocess with a timeout, classifi
 * **hang** — no exit within ``--timeout`` seconds.
 
 Ledger-operation rows (kind ``api``) run in a subprocess of their own
-(``python -m tests.raydp_hpo.bad_input_catalogue``), which maps errors as the CLI does.
+(``python -m tests.raydp_hpo.cli.bad_input_catalogue``), which maps errors as the CLI does.
 
     python benchmarks/bad_input.py [--jobs 2] [--timeout 120] [--pythonpath DIR] [--only WORD]
 
@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.raydp_hpo.bad_input_catalogue import (  # noqa: E402
+from tests.raydp_hpo.cli.bad_input_catalogue import (  # noqa: E402
     CASES,
     Case,
     classify,
@@ -50,9 +50,9 @@ def run_case(case: Case, tmp: Path, data: Path, timeout: float, pythonpath: str
            "RAY_USAGE_STATS_ENABLED": "0"}
     if case.kind == "api":
         env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{pythonpath}"
-        cmd = [sys.executable, "-m", "tests.raydp_hpo.bad_input_catalogue", case.name, str(tmp)]
+        cmd = [sys.executable, "-m", "tests.raydp_hpo.cli.bad_input_catalogue", case.name, str(tmp)]
     else:
-        cmd = [sys.executable, "-m", "raydp_hpo.cli", *argv]
+        cmd = [sys.executable, "-m", "raydp_hpo.cli.main", *argv]
     start = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True,

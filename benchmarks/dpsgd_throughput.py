@@ -53,8 +53,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from trainables.dp_step import GaussianNoise, OpacusClipper, make_clipper, poisson_batch
-from trainables.models import build_model
+from raydp_hpo.trainables.dp_step import GaussianNoise, OpacusClipper, make_clipper, poisson_batch
+from raydp_hpo.trainables.models import build_model
 
 SHAPES = {"mlp": (40,), "cnn1d": (40,), "cnn2d": (1, 28, 28), "linear": (40,)}
 NONPRIVATE = "non-private"

@@ -3,7 +3,7 @@ vs Adam, as the client data go from pathological to iid (Koskela & Honkela 2020,
 
 Setting (the paper's, scaled down): 5 clients, every client in every round (C = 1), one
 local epoch per round (the paper: |B|·E = 10,000 = one epoch of a client's data), |B| = 10,
-the class-pathological split of :func:`trainables.federated.pathological_split` (client k
+the class-pathological split of :func:`raydp_hpo.trainables.federated.pathological_split` (client k
 holds classes {2k, 2k+1}) with a fraction p of the records dealt at random instead
 (p = 1: iid). Methods, as in the paper:
 
@@ -49,8 +49,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainables.data import DataSplits, load_digits, load_mnist1d, split
-from trainables.federated import ClientOptimizer, FedSettings, pathological_split, run_federated
+from raydp_hpo.trainables.data import DataSplits, load_digits, load_mnist1d, split
+from raydp_hpo.trainables.federated import (
+    ClientOptimizer,
+    FedSettings,
+    pathological_split,
+    run_federated,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FRACTIONS = (0.0, 1 / 3, 2 / 3, 1.0)  # the paper's Fig. 3 uses 33 %

@@ -16,8 +16,13 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 import torch
 
-from trainables.data import load_digits, split
-from trainables.federated import ClientOptimizer, FedSettings, pathological_split, run_federated
+from raydp_hpo.trainables.data import load_digits, split
+from raydp_hpo.trainables.federated import (
+    ClientOptimizer,
+    FedSettings,
+    pathological_split,
+    run_federated,
+)
 
 ROUNDS = 40
 

@@ -40,20 +40,20 @@ from pathlib import Path
 
 import numpy as np
 
-from raydp_hpo import pld as pld_module
-from raydp_hpo import rdp as rdp_module
-from raydp_hpo.accounting import Accountant
-from raydp_hpo.budget import PrivacyBudget
-from raydp_hpo.journal import Journal, scan_journal, seal_path
-from raydp_hpo.ledger import (
+from raydp_hpo.accounting import pld as pld_module
+from raydp_hpo.accounting import rdp as rdp_module
+from raydp_hpo.accounting.accountants import Accountant
+from raydp_hpo.accounting.budget import PrivacyBudget
+from raydp_hpo.accounting.mechanisms import SubsampledGaussian, mechanism_from_dict
+from raydp_hpo.accounting.pld import PldComposer
+from raydp_hpo.ledger.filter import (
     ORDERS_FINGERPRINT,
     Adaptivity,
     CurveCheck,
     PrivacyLedger,
     pld_snapshot_path,
 )
-from raydp_hpo.mechanisms import SubsampledGaussian, mechanism_from_dict
-from raydp_hpo.pld import PldComposer
+from raydp_hpo.ledger.journal import Journal, scan_journal, seal_path
 
 BUDGET = PrivacyBudget(epsilon=1e6, delta=1e-5)  # large: every charge is admitted
 MODES = {

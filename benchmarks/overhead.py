@@ -10,7 +10,7 @@ side alike), each reported as median and range, and the ratio to plain Tune per 
 * ``plain`` — plain Ray Tune random search, ``num_samples`` = the DPTuner run's trial count;
 * ``dp`` — DPTuner with ``--search`` (default ``random_stopping``: one plan charge admitted
   before Tune starts; every trial is covered by it and checks the plan's receipt against the
-  journal locally, :mod:`raydp_hpo.plan_receipt`, with no ledger round trip);
+  journal locally, :mod:`raydp_hpo.ledger.plan_receipt`, with no ledger round trip);
 * ``dp-round-trip`` — the same DPTuner run, but every trial drops its receipt and asks the
   ledger actor (actor look-up + ``has_charge``), as every plan-covered trial did before plan
   receipts: the "before" figure, measured in the same session.
@@ -64,8 +64,8 @@ def tiny_trainable(config: dict[str, Any]) -> None:
     trainable does."""
     from ray import tune
 
-    from raydp_hpo.trial_privacy import privacy_from_config
-    from trainables.privacy_gate import RaydpSettings, admit, resolve_ledger
+    from raydp_hpo.trainables.privacy_gate import RaydpSettings, admit, resolve_ledger
+    from raydp_hpo.trial.privacy import privacy_from_config
 
     settings = RaydpSettings.from_config(config)
     if config.get("bench_round_trip"):  # the "before" side: ask the ledger actor, as before
@@ -77,7 +77,7 @@ def tiny_trainable(config: dict[str, Any]) -> None:
 
 
 def _data() -> Any:
-    from trainables.data import Dataset, split
+    from raydp_hpo.trainables.data import Dataset, split
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(1250, 4)).astype(np.float32)
@@ -108,7 +108,7 @@ def run_plain(n: int, storage: str, concurrency: int, name: str = "plain",
     default loggers; ``tensorboard=False`` leaves its TensorBoard logger out)."""
     from ray import tune
 
-    from raydp_hpo.tune_hooks import NoTensorBoardLogger
+    from raydp_hpo.tune.hooks import NoTensorBoardLogger
 
     space = {"lr": tune.uniform(0.0, 1.0), "epochs": 1, "sample_rate": 0.01,
              "noise_multiplier": 50.0}
@@ -135,8 +135,8 @@ def run_dp(n: int, storage: str, concurrency: int, name: str = "bench",
     one plan charge. ``grid_composed``: ``n`` grid points, each trial charged by itself."""
     from ray import tune
 
-    from raydp_hpo.budget import PrivacyBudget
-    from raydp_hpo.tuner import DPTuner
+    from raydp_hpo.accounting.budget import PrivacyBudget
+    from raydp_hpo.tune.tuner import DPTuner
 
     space: dict[str, Any] = {"epochs": 1, "sample_rate": 0.01, "noise_multiplier": 50.0}
     if round_trip:

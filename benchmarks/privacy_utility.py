@@ -38,7 +38,7 @@ independent run a disjoint seed set) and reports, over seeds:
 * wall time of a search and its gradient evaluations.
 
 **Driver.** The benchmark drives the same searchers (:mod:`search_algs`) and the same trainable
-(:func:`trainables.training.train_dp`) *sequentially, in process, without Ray Tune*
+(:func:`raydp_hpo.trainables.training.train_dp`) *sequentially, in process, without Ray Tune*
 (``benchmarks/_driver.py``): a :class:`~raydp_hpo.ledger.PrivacyLedger` (FIXED_PLAN, halting
 on the run's accountant) admits the plan charge exactly as ``DPTuner`` does, then ``suggest`` →
 ``train_dp`` → ``on_trial_complete`` until ``FINISHED``, then ``release()``. Ray Tune's
@@ -60,7 +60,7 @@ from "every draw of K was a bad lr" — 8% instead of 12% at P(bad draw) ≈ 0.4
 bound keeps σ low); SVT ε' = 0.1·ε, T_max = 2, g = 0.2, u0 = 0.1 (chance), chosen from the
 diagnosis of benchmarks/svt_diagnosis.py on VALIDATION utilities; linear scaling clamps r* to a
 factor 2 of the sweeps' best r (a change of the searcher's default, see
-:mod:`search_algs.linear_scaling`). Methods whose plan does not fit a budget are reported as
+:mod:`raydp_hpo.searchers.linear_scaling`). Methods whose plan does not fit a budget are reported as
 ``refused: <reason>``; a crash as ``error: <reason>``.
 
 Outputs: ``benchmarks/results/privacy_utility[_TAG].md`` (table), ``.png`` (accuracy vs ε per
@@ -176,7 +176,7 @@ def load(dataset: str, mnist1d_samples: int) -> Any:
     per benchmark seed; the searchers' and trainings' randomness is)."""
     key = (dataset, mnist1d_samples)
     if key not in _DATA:
-        from trainables.data import load_digits, load_mnist1d, split
+        from raydp_hpo.trainables.data import load_digits, load_mnist1d, split
 
         raw = load_digits() if dataset == "digits" else load_mnist1d(mnist1d_samples, seed=42)
         _DATA[key] = split(raw, val_fraction=0.15, test_fraction=0.15, seed=0)
@@ -241,7 +241,7 @@ def oracle_sigma(size: dict[str, Any], epsilon: float, accountant: str) -> float
     """σ of ONE DP-SGD run of the shared settings at (ε, δ), calibrated on ``accountant`` —
     the accounting the one-shot baseline is calibrated with, so the oracle's runs are as
     noisy as one-shot random's and RERR compares like with like."""
-    from raydp_hpo.accounting import Accountant, calibrate_noise
+    from raydp_hpo.accounting.accountants import Accountant, calibrate_noise
 
     q = float(size["sample_rate"])
     steps = max(1, math.ceil(float(size["epochs"]) / q - 1e-9))
@@ -256,8 +256,8 @@ def task(kind: str, dataset: str, epsilon: float | None, method: str, seed: int,
     """One search (or one oracle grid); never raises: failures are recorded."""
     from _driver import run_oracle, run_search
 
-    from raydp_hpo.accounting import Accountant
-    from raydp_hpo.budget import PrivacyBudget
+    from raydp_hpo.accounting.accountants import Accountant
+    from raydp_hpo.accounting.budget import PrivacyBudget
 
     size = sizing(mode)
     row: dict[str, Any] = {"kind": kind, "dataset": dataset, "epsilon": epsilon,
@@ -574,10 +574,10 @@ def plot(stats: dict[tuple, dict[str, Any]], datasets: list[str], epsilons: list
 def resolve_accountant(name: str) -> str:
     """``auto``: the tightest accountant a fixed-plan ledger halts on here (PROFILE once the
     ledger supports it, else BEST); otherwise the named one."""
-    from raydp_hpo.accounting import Accountant
-    from raydp_hpo.budget import PrivacyBudget
+    from raydp_hpo.accounting.accountants import Accountant
+    from raydp_hpo.accounting.budget import PrivacyBudget
     from raydp_hpo.errors import RayDPHPOError
-    from raydp_hpo.ledger import Adaptivity, PrivacyLedger
+    from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger
 
     if name != "auto":
         return Accountant(name).value

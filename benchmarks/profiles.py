@@ -3,7 +3,7 @@
 Base: Poisson-subsampled Gaussian DP-SGD (default σ = 1, q = 0.01, T = 1000, the reference
 setting of ../shared/papers/koskela-redberg-wang-2024-privacy-profiles-private-selection.txt,
 section 7 A), E[K] = 10, δ = 1e-5. For each law of K prints ε (RDP, P&S Thm. 2/6), ε (profile,
-:mod:`raydp_hpo.profiles` alone), the reported minimum, and the time of the profile figure:
+:mod:`raydp_hpo.accounting.profiles` alone), the reported minimum, and the time of the profile figure:
 
 * "cold": the base's PLD, its profile on the t-grid and the G envelope (once per base);
   caches are cleared before each repeat;
@@ -20,9 +20,9 @@ import argparse
 import statistics
 import time
 
-from raydp_hpo import pld, profiles
-from raydp_hpo.mechanisms import RandomStopping, StoppingDistribution, SubsampledGaussian
-from raydp_hpo.rdp import rdp_profile
+from raydp_hpo.accounting import pld, profiles
+from raydp_hpo.accounting.mechanisms import RandomStopping, StoppingDistribution, SubsampledGaussian
+from raydp_hpo.accounting.rdp import rdp_profile
 
 DIST = StoppingDistribution
 

@@ -1,7 +1,7 @@
 """Compute saved by Koskela & Kulkarni's subsampled tuning: the formula and the wall time.
 
 Random stopping on all the data trains E[K] = μ trials on the n training records. Subsampled
-transfer (:mod:`search_algs.subsampled_transfer`) trains the μ tuning trials on a Poisson
+transfer (:mod:`raydp_hpo.searchers.subsampled_transfer`) trains the μ tuning trials on a Poisson
 subsample X₁ of rate q and one final run on the complement X ∖ X₁. Every trial keeps the
 sampling ratio γ and runs the same ⌈epochs/γ⌉ steps, so a trial on X₁ has a q-times smaller
 *expected batch*, not fewer steps. Two figures:
@@ -10,7 +10,7 @@ sampling ratio γ and runs the same ⌈epochs/γ⌉ steps, so a trial on X₁ ha
   μ/(μq + 1) (their bound; the exact expectation counts (1 − q)·n for the final run:
   μ/(μq + 1 − q)); 10/(10·0.1 + 1) = 5× at μ = 10, q = 0.1;
 * the **measured wall time**: μ·T(all data) / (μ·T(subsample) + T(complement)), with T the
-  wall time of one real trial (:func:`trainables.training.train_dp`: Poisson sampling,
+  wall time of one real trial (:func:`raydp_hpo.trainables.training.train_dp`: Poisson sampling,
   book-keeping clipping, noise, optimiser, per-epoch validation) on the subsample's,
   complement's and whole data view. Per-step costs that do not shrink with the batch (noise
   over every parameter, the optimiser step, sampling, hooks, Python) keep it well below the
@@ -43,8 +43,8 @@ from typing import Any
 
 import torch
 
-from trainables.data import load_mnist1d, split
-from trainables.training import train_dp
+from raydp_hpo.trainables.data import load_mnist1d, split
+from raydp_hpo.trainables.training import train_dp
 
 VIEWS = ("all", "subsample", "complement")
 

@@ -7,7 +7,7 @@ validation data only): for each dataset, the partition-averaged validation accur
 grid learning rates (non-private partition models, k ∈ {10, 20, 40}) and the validation accuracy
 of ONE DP-SGD run per grid lr at ε = 2.6 (≈ the final run's share of ε = 3).
 
-For a setting (k, ε', T_max, g, u0), the REAL :func:`search_algs.svt_threshold.above_threshold_rounds`
+For a setting (k, ε', T_max, g, u0), the REAL :func:`raydp_hpo.searchers.svt_threshold.above_threshold_rounds`
 is run many times on the measured u_s: the result is the law P(s* = s) of the selected
 candidate (a uniform pick when nothing ever passes, as the searcher does), and E[DP val acc of
 s*]. Compared: the old benchmark setting, the new one, and a uniform pick over the grid (what
@@ -50,7 +50,7 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from search_algs.svt_threshold import above_threshold_rounds  # noqa: E402
+from raydp_hpo.searchers.svt_threshold import above_threshold_rounds  # noqa: E402
 
 RESULTS = HERE / "results"
 SETTINGS = {

@@ -24,7 +24,7 @@ if str(_ROOT) not in sys.path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from raydp_hpo.cli import main as cli_main
+    from raydp_hpo.cli.main import main as cli_main
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     args = list(sys.argv[1:] if argv is None else argv)

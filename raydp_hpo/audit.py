@@ -2,7 +2,7 @@
 
 A formula test pins a bound; it cannot see a partition that changes with one record, a secret
 drawn from a public seed, or a trial that runs more releases than it declares. This module runs
-the *real* searcher code (``search_algs.make_searcher`` without a seed, driven through
+the *real* searcher code (``raydp_hpo.searchers.make_searcher`` without a seed, driven through
 ``suggest`` / ``on_trial_complete`` / ``release`` exactly as Ray Tune drives it) on two
 neighbouring datasets, many times, and turns the output distributions into a statistically
 valid lower bound on ε that must stay below the ε the plan claims (DESIGN.md, "Secrets and
@@ -15,7 +15,7 @@ the same in X and X': ``n_val`` records with features spread over (0, 1] and lab
 
 **Cheap trial** (:func:`run_cheap_trial`) in place of DP-SGD, with exactly the trial's declared
 privacy parameters: the records it trains on are those of
-:func:`trainables.training.training_sets` (the view / partition code the DP trainable uses);
+:func:`raydp_hpo.trainables.training.training_sets` (the view / partition code the DP trainable uses);
 the statistic is the clipped sum s = Σ clip(xᵢ, −1, 1) (ℓ₂ sensitivity 1 under add/remove).
 Full-batch GD (``optimizer="gd"``) releases s + N(0, σ²) at each of its T steps; other
 optimisers release the clipped sum over a Poisson(q) batch plus N(0, σ²) at each gradient
@@ -60,7 +60,7 @@ cent too small; that is what the formula tests against independent references ar
 two searchers built from identical public inputs and no seed must hold different secrets),
 :func:`check_one_record_one_partition` (one added record changes exactly one SVT partition, and
 a subsample and its complement by at most that record), :func:`check_train_dp_releases` (a
-tiny real :func:`trainables.training.train_dp` run's releases equal its declared mechanism).
+tiny real :func:`raydp_hpo.trainables.training.train_dp` run's releases equal its declared mechanism).
 """
 
 from __future__ import annotations
@@ -77,11 +77,10 @@ from typing import Any
 import numpy as np
 from scipy.stats import beta
 
-from raydp_hpo.accounting import Accountant, epsilon
-from raydp_hpo.budget import PrivacyBudget
-from raydp_hpo.calibration import calibrate_analytic_gaussian
-from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
-from raydp_hpo.mechanisms import (
+from raydp_hpo.accounting.accountants import Accountant, epsilon
+from raydp_hpo.accounting.budget import PrivacyBudget
+from raydp_hpo.accounting.calibration import calibrate_analytic_gaussian
+from raydp_hpo.accounting.mechanisms import (
     Composition,
     Gaussian,
     Laplace,
@@ -89,8 +88,9 @@ from raydp_hpo.mechanisms import (
     SubsampledGaussian,
     mechanism_from_dict,
 )
-from raydp_hpo.trial_privacy import Optimizer, ScoreNoise, trial_mechanism
-from raydp_hpo.trial_settings import RAYDP_KEY, RaydpSettings
+from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
+from raydp_hpo.trial.privacy import Optimizer, ScoreNoise, trial_mechanism
+from raydp_hpo.trial.settings import RAYDP_KEY, RaydpSettings
 
 __all__ = [
     "AuditError",
@@ -142,7 +142,7 @@ class AuditError(RayDPHPOError):
 
 
 def _val_set(n_val: int) -> Any:
-    from trainables.data import Dataset
+    from raydp_hpo.trainables.data import Dataset
 
     v = np.linspace(1.0 / n_val, 1.0, n_val, dtype=np.float32).reshape(-1, 1)
     return Dataset(v, np.ones(n_val, dtype=np.int64), 2)
@@ -157,7 +157,7 @@ def neighbouring_datasets(
     ``train_features`` (length ``n_train``, values in [−1, 1)) replaces the all-zero training
     records (the partition check uses distinct values to identify records).
     """
-    from trainables.data import Dataset, DataSplits
+    from raydp_hpo.trainables.data import Dataset, DataSplits
 
     if isinstance(n_train, bool) or not isinstance(n_train, int) or n_train < 1:
         raise InvalidParameterError(f"n_train must be an integer >= 1, got {n_train=!r}")
@@ -209,13 +209,13 @@ def run_cheap_trial(
 ) -> CheapTrial:
     """Run one trial with a cheap mechanism of exactly its declared privacy (module doc): the
     privacy settings and the public validation size come from the DP trainable's own
-    :func:`trainables.training.declared_privacy` and :func:`~trainables.training.public_sizes`.
+    :func:`raydp_hpo.trainables.training.declared_privacy` and :func:`~raydp_hpo.trainables.training.public_sizes`.
 
     Raises :class:`AuditError` when the releases it ran differ from the declared mechanism or
     are not covered by the block's ``base``.
     """
-    from raydp_hpo.coverage import is_covered
-    from trainables.training import declared_privacy, public_sizes, training_sets
+    from raydp_hpo.ledger.coverage import is_covered
+    from raydp_hpo.trainables.training import declared_privacy, public_sizes, training_sets
 
     settings = RaydpSettings.from_config(config)
     lr = float(config.get("lr", 1.0))
@@ -303,8 +303,8 @@ class AuditScenario:
     train_features: tuple[float, ...] | None = None
 
     def build_searcher(self) -> Any:
-        from search_algs import make_searcher
-        from search_algs.base import DPSearcher
+        from raydp_hpo.searchers import make_searcher
+        from raydp_hpo.searchers.base import DPSearcher
 
         kwargs = dict(self.searcher_kwargs)
         if "validation_size" in inspect.signature(DPSearcher.__init__).parameters:
@@ -452,7 +452,7 @@ def craft_partition_canary(scenario: AuditScenario) -> tuple[AuditScenario, int]
     """
     from ray.tune.search import Searcher
 
-    from trainables.training import training_sets
+    from raydp_hpo.trainables.training import training_sets
 
     config = scenario.build_searcher().suggest("craft_00000")
     if config is None or config == Searcher.FINISHED:
@@ -791,14 +791,14 @@ def check_one_record_one_partition(
     scenario: AuditScenario, *, searches: int = 20
 ) -> PartitionCheck:
     """Run ``searches`` real searches, and for every data view they emit compare the training
-    sets (:func:`trainables.training.training_sets`) on X (distinct records) and on
+    sets (:func:`raydp_hpo.trainables.training.training_sets`) on X (distinct records) and on
     X' = X + canary under the same view: exactly one training set may change, and only by
     gaining the canary (partitions); a subsample / complement may differ by at most the canary.
 
     The coupling (same view seed, canary appended last) is the natural one: records are
     assigned to partitions / subsamples independently, so every other record keeps its place.
     """
-    from trainables.training import training_sets
+    from raydp_hpo.trainables.training import training_sets
 
     n = scenario.n_train
     feats = np.linspace(-0.9, 0.9, n)
@@ -849,12 +849,12 @@ class ReleaseCheck:
 
 
 def check_train_dp_releases(*, num_partitions: int = 2) -> ReleaseCheck:
-    """Run :func:`trainables.training.train_dp` once on 40 records (``num_partitions`` models,
+    """Run :func:`raydp_hpo.trainables.training.train_dp` once on 40 records (``num_partitions`` models,
     Poisson-sampled DP-SGD, 1 epoch at q = 0.5) and compare each model's counted noisy
     releases with ``privacy_from_config(config, n).mechanism()``."""
-    from raydp_hpo.ledger import PrivacyLedger
-    from trainables.data import Dataset, DataSplits
-    from trainables.training import declared_privacy, train_dp
+    from raydp_hpo.ledger.filter import PrivacyLedger
+    from raydp_hpo.trainables.data import Dataset, DataSplits
+    from raydp_hpo.trainables.training import declared_privacy, train_dp
 
     rng = _fresh_rng()
     x = rng.uniform(-1, 1, (40, 1)).astype(np.float32)

@@ -129,7 +129,7 @@ class ConfigError(RayDPHPOError, ValueError):
     ``problems`` lists every error found, each as (path, message) with ``path`` the key it is
     about (``search.settings``, ``data.uri``, ``space.lr``; ``""`` for the whole file): the
     experiment checks collect them all and raise one error (see
-    :mod:`raydp_hpo.experiment`). A single error has one problem.
+    :mod:`raydp_hpo.cli.experiment`). A single error has one problem.
     """
 
     def __init__(self, message: str, problems: tuple[tuple[str, str], ...] | None = None

@@ -1,45 +1,20 @@
-"""DP training for Ray Tune trials: data, models, Opacus-backed DP-SGD / ADADP, the privacy
-gate and the Tune trainable. Imports the core (:mod:`raydp_hpo`) only.
+"""Compatibility shim (_SHIM_): ``trainables`` moved to :mod:`raydp_hpo.trainables`.
 
-Re-exported lazily (PEP 562): ``from trainables.privacy_gate import admit`` or
-``trainables.data`` never pulls in torch unless the name needs it.
+The design card names ``trainables/`` as a top-level package. It now lives inside ``raydp_hpo`` so
+that ``pip install raydp-hpo`` creates no generic top-level package; this shim keeps
+``import trainables`` and ``from trainables.<module> import ...`` working in a source checkout (for
+example a ``ray job submit`` working_dir). It is not installed. Each ``trainables.<module>`` *is*
+the module object of ``raydp_hpo.trainables.<module>``, so classes, isinstance checks and pickles are shared.
 """
 
 from __future__ import annotations
 
-from raydp_hpo._lazy_exports import lazy_exports
+import importlib
+from typing import Any
 
-_EXPORTS: dict[str, str] = {
-    "Dataset": "trainables.data",
-    "DataSplits": "trainables.data",
-    "load_parquet": "trainables.data",
-    "load_digits": "trainables.data",
-    "load_mnist1d": "trainables.data",
-    "split": "trainables.data",
-    "select_view": "trainables.data",
-    "MODEL_NAMES": "trainables.models",
-    "build_model": "trainables.models",
-    "validate_model": "trainables.models",
-    "RaydpSettings": "trainables.privacy_gate",
-    "admit": "trainables.privacy_gate",
-    "TrainResult": "trainables.training",
-    "ReleaseLog": "trainables.training",
-    "declared_privacy": "trainables.training",
-    "load_checkpoint": "trainables.training",
-    "train_dp": "trainables.training",
-    "ClientOptimizer": "trainables.federated",
-    "FedSettings": "trainables.federated",
-    "FedResult": "trainables.federated",
-    "fed_avg": "trainables.federated",
-    "pathological_split": "trainables.federated",
-    "run_federated": "trainables.federated",
-    "run_federated_ray": "trainables.federated",
-    "dp_trainable": "trainables.tune_trainable",
-    "make_trainable": "trainables.tune_trainable",
-    "with_data": "trainables.tune_trainable",
-}
-
-__all__ = list(_EXPORTS)
+_target = importlib.import_module("raydp_hpo.trainables")
+__all__ = list(getattr(_target, "__all__", []))
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+def __getattr__(name: str) -> Any:
+    return getattr(_target, name)

@@ -17,10 +17,10 @@ if str(BENCH) not in sys.path:
 import _driver  # noqa: E402
 import privacy_utility as pu  # noqa: E402
 
-from raydp_hpo.accounting import Accountant, epsilon  # noqa: E402
-from raydp_hpo.budget import PrivacyBudget  # noqa: E402
-from raydp_hpo.ledger import Adaptivity, PrivacyLedger  # noqa: E402
-from raydp_hpo.mechanisms import SubsampledGaussian  # noqa: E402
+from raydp_hpo.accounting.accountants import Accountant, epsilon  # noqa: E402
+from raydp_hpo.accounting.budget import PrivacyBudget  # noqa: E402
+from raydp_hpo.accounting.mechanisms import SubsampledGaussian  # noqa: E402
+from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger  # noqa: E402
 
 
 def _row(method: str, seed: int, acc: float | None, status: str = "ok") -> dict:

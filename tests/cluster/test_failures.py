@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
-from raydp_hpo.accounting import Accountant, epsilon
-from raydp_hpo.experiment import parse_experiment, run_experiment
-from raydp_hpo.report import replay_spend
+from raydp_hpo.accounting.accountants import Accountant, epsilon
+from raydp_hpo.cli.experiment import parse_experiment, run_experiment
+from raydp_hpo.cli.report import replay_spend
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -128,7 +128,7 @@ def test_ledger_actor_killed_mid_search_restarts_from_its_journal(cluster: Any,
                                                                  tmp_path: Path) -> None:
     """Per-trial charges (grid_composed): kill the ledger actor's process while trials charge;
     it restarts (max_restarts=-1), replays its journal, and every trial is charged once."""
-    from raydp_hpo.ledger_actor import get_ledger
+    from raydp_hpo.ledger.actor import get_ledger
 
     spec = parse_experiment(_spec_dict(
         "actor-kill", tmp_path / "res",
@@ -170,8 +170,8 @@ def test_ledger_actor_killed_mid_search_restarts_from_its_journal(cluster: Any,
     _, points = replay_spend(outcome.journal)
     assert [p.charge_id for p in points[1:]] == ids
     mechs = [c.mechanism for c in live]
-    from raydp_hpo.ledger import filter_epsilon
-    from raydp_hpo.rdp import rdp_profile
+    from raydp_hpo.accounting.rdp import rdp_profile
+    from raydp_hpo.ledger.filter import filter_epsilon
 
     profile = rdp_profile(mechs[0])
     for m in mechs[1:]:
@@ -195,7 +195,7 @@ def test_two_runs_share_one_ledger_without_exceeding_it(cluster: Any, tmp_path: 
         path.write_text(yaml.safe_dump(raw))
         files.append(path)
     env = {**os.environ, "RAY_ADDRESS": cluster.address, "RAY_AUTH_MODE": "disabled"}
-    procs = [subprocess.Popen([sys.executable, "-m", "raydp_hpo.cli", "run", str(f),
+    procs = [subprocess.Popen([sys.executable, "-m", "raydp_hpo.cli.main", "run", str(f),
                                "--progress-interval", "3"],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for f in files]

@@ -12,11 +12,11 @@ import pytest
 from ray import tune
 
 from raydp_hpo import audit
-from raydp_hpo.accounting import Accountant, epsilon
-from raydp_hpo.budget import PrivacyBudget
-from raydp_hpo.cli import EXIT_OK, main
-from raydp_hpo.mechanisms import Gaussian, mechanism_to_dict
-from raydp_hpo.trial_settings import RaydpSettings
+from raydp_hpo.accounting.accountants import Accountant, epsilon
+from raydp_hpo.accounting.budget import PrivacyBudget
+from raydp_hpo.accounting.mechanisms import Gaussian, mechanism_to_dict
+from raydp_hpo.cli.main import EXIT_OK, main
+from raydp_hpo.trial.settings import RaydpSettings
 
 SCENARIOS = audit.default_scenarios()
 ALGORITHMS = sorted(SCENARIOS)
@@ -74,8 +74,8 @@ def test_cheap_trial_gaussian_score_runs_its_declared_mechanism():
     analytic-Gaussian σ for (ε_s, δ_s), builds what ran from that draw, and it equals the
     declared trial_mechanism — Composition(training, Gaussian(σ_s)) — and is covered by a base
     that holds it, not by one with a Laplace score at the same ε_s."""
-    from raydp_hpo.calibration import calibrate_analytic_gaussian
-    from raydp_hpo.mechanisms import Composition, Laplace
+    from raydp_hpo.accounting.calibration import calibrate_analytic_gaussian
+    from raydp_hpo.accounting.mechanisms import Composition, Laplace
 
     x, _ = audit.neighbouring_datasets(50, 10)
     sigma_s = calibrate_analytic_gaussian(0.5, 1e-6)

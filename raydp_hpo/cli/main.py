@@ -1,0 +1,549 @@
+"""The ``raydp-hpo`` command line.
+
+Subcommands:
+
+* ``account``  — ε of DP-SGD settings under every accountant; with ``--mechanism laplace|gaussian``
+  the noise scale that makes a one-shot release (ε[, δ])-DP (:mod:`raydp_hpo.accounting.calibration`).
+* ``ledger show JOURNAL`` / ``ledger list [DIR]`` — a ledger's budget, spend and charges.
+* ``ledger verify JOURNAL`` — integrity of a journal, read-only (exit 0 intact, 2 corrupted).
+* ``demo``     — the main job on the built-in default (see :mod:`raydp_hpo.cli.demo`).
+* ``run EXPERIMENT.yaml`` — run an experiment file (:mod:`raydp_hpo.cli.experiment`).
+* ``report RUN_DIR`` — certificate, plots and ``report.md`` of a run (:mod:`raydp_hpo.cli.report`).
+* ``audit``    — empirical privacy audit of every search algorithm (:mod:`raydp_hpo.audit`):
+  an ε lower bound per algorithm against its claim, plus the property checks; exit 1 when any
+  bound exceeds its claim or a check fails.
+
+Exit codes: 0 success; 2 bad input (nothing charged); 3 the budget cannot pay (the plan does
+not fit the experiment's or the dataset's budget, so nothing ran, or the ledger refused trials
+mid-search); 1 anything else (a crash, or a failed final run: nothing released).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from raydp_hpo.errors import BudgetExhaustedError, BudgetTooSmallError, RayDPHPOError
+
+__all__ = ["main", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_BUDGET_EXHAUSTED"]
+
+EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_BUDGET_EXHAUSTED = 0, 1, 2, 3
+
+
+_SGD_ARGS = ("noise_multiplier", "sample_rate", "steps")
+_RELEASE_ARGS = ("epsilon", "sensitivity")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _round_up(value: float, digits: int = 6) -> str:
+    """``value`` rounded *up* to ``digits`` significant digits (a printed scale never
+    understates the calibrated noise)."""
+    exponent = math.floor(math.log10(value)) - digits + 1
+    up = math.ceil(value / 10.0**exponent) * 10.0**exponent
+    while up < value:  # float error of the scaling
+        up = math.nextafter(up, math.inf)
+    return f"{up:.{digits}g}"
+
+
+def _cmd_account_release(args: argparse.Namespace) -> int:
+    """Noise scale of a one-shot Laplace or Gaussian release (``--mechanism``)."""
+    from raydp_hpo.accounting.calibration import (
+        calibrate_analytic_gaussian,
+        calibrate_laplace,
+        classic_gaussian_sigma,
+    )
+
+    sensitivity = 1.0 if args.sensitivity is None else args.sensitivity
+    classic: float | None = None
+    if args.mechanism == "laplace":
+        if args.delta is not None:
+            raise RayDPHPOError("--mechanism laplace is pure ε-DP (δ = 0): drop --delta, or use "
+                                "--mechanism gaussian for an (ε, δ) release")
+        delta = 0.0
+        scale = calibrate_laplace(args.epsilon, sensitivity)
+        label = ("Laplace scale b = Δ₁/ε (Dwork, McSherry, Nissim & Smith 2006)", "b")
+    else:
+        if args.delta is None:
+            raise RayDPHPOError("--mechanism gaussian needs --delta (in (0, 1))")
+        delta = args.delta
+        scale = calibrate_analytic_gaussian(args.epsilon, delta, sensitivity)
+        if args.epsilon < 1.0:
+            classic = classic_gaussian_sigma(args.epsilon, delta, sensitivity)
+        label = ("analytic Gaussian σ (Balle & Wang 2018, Thm. 8)", "σ")
+    if args.json:
+        print(json.dumps({"mechanism": args.mechanism, "epsilon": args.epsilon, "delta": delta,
+                          "sensitivity": sensitivity, "scale": scale, "classic_sigma": classic}))
+        return EXIT_OK
+    norm = "ℓ₁" if args.mechanism == "laplace" else "ℓ₂"
+    target = f"ε={args.epsilon:g}" + (f", δ={delta:g}" if delta else " (pure DP)")
+    print(f"{args.mechanism} release, {norm} sensitivity {sensitivity:g}, {target}")
+    print(f"  {label[0]:<62} {label[1]} = {_round_up(scale)}")
+    if classic is not None:
+        print(f"  {'classic σ = Δ√(2 ln(1.25/δ))/ε (Dwork & Roth 2014, Thm. A.1)':<62} "
+              f"σ = {_round_up(classic)}")
+    print("  (printed values are rounded up; --json gives the exact float)")
+    return EXIT_OK
+
+
+def _cmd_account(args: argparse.Namespace) -> int:
+    """ε of DP-SGD settings, or of a random-stopping search over them (``--search``); with
+    ``--mechanism``, the calibrated noise of a one-shot release instead."""
+    if args.mechanism is not None:
+        extra = [_flag(n) for n in _SGD_ARGS if getattr(args, n) is not None]
+        if args.search is not None or args.mean is not None or args.shape is not None:
+            extra.append("--search/--mean/--shape")
+        if extra:
+            raise RayDPHPOError(f"--mechanism {args.mechanism} prices a one-shot release: "
+                                f"{', '.join(extra)} belong to DP-SGD accounting; drop them")
+        if args.epsilon is None:
+            raise RayDPHPOError(f"--mechanism {args.mechanism} needs --epsilon (> 0)")
+        return _cmd_account_release(args)
+    given = [_flag(n) for n in _RELEASE_ARGS if getattr(args, n) is not None]
+    if given:
+        raise RayDPHPOError(f"{', '.join(given)} calibrate a one-shot release: add "
+                            "--mechanism laplace|gaussian")
+    missing = [_flag(n) for n in (*_SGD_ARGS, "delta") if getattr(args, n) is None]
+    if missing:
+        raise RayDPHPOError(f"DP-SGD accounting needs {', '.join(missing)} (or use --mechanism "
+                            "laplace|gaussian to calibrate a one-shot release)")
+    from raydp_hpo.accounting.accountants import Accountant, epsilon, epsilon_or_inf
+    from raydp_hpo.accounting.mechanisms import (
+        Gaussian,
+        Mechanism,
+        RandomStopping,
+        StoppingDistribution,
+        SubsampledGaussian,
+    )
+    from raydp_hpo.accounting.rdp import classic_rdp_to_epsilon, rdp_profile
+
+    trial: Gaussian | SubsampledGaussian
+    if args.sample_rate == 1.0:
+        trial = Gaussian(args.noise_multiplier, args.steps)
+    else:
+        trial = SubsampledGaussian(args.noise_multiplier, args.sample_rate, args.steps)
+    mech: Mechanism = trial
+    if args.search == "random_stopping":
+        if args.mean is None:
+            raise RayDPHPOError("--search random_stopping needs --mean (E[K], >= 1)")
+        mech = RandomStopping(trial, StoppingDistribution(args.distribution), args.mean,
+                              args.shape)
+    elif args.mean is not None or args.shape is not None:
+        raise RayDPHPOError("--mean/--shape/--distribution price a search: add "
+                            "--search random_stopping")
+
+    # PLD in bounded memory for every valid input (raydp_hpo.accounting.pld.discretisation_interval);
+    # inf (no claim) where an accountant cannot bound the mechanism
+    rows = {
+        "rdp": epsilon(mech, args.delta, Accountant.RDP),
+        "rdp_classic": classic_rdp_to_epsilon(rdp_profile(mech).values, args.delta),
+        "pld": epsilon_or_inf(mech, args.delta, Accountant.PLD),
+    }
+    if isinstance(mech, RandomStopping):
+        rows["profile"] = epsilon_or_inf(mech, args.delta, Accountant.PROFILE)
+    rows["best"] = min(rows.values())  # every row is a valid upper bound
+    if args.json:
+        print(json.dumps({"mechanism": repr(mech), "delta": args.delta, "epsilon": rows}))
+        return EXIT_OK
+    print(f"{mech!r} at δ={args.delta:g}")
+    labels = {
+        "rdp": "RDP (Canonne–Kamath–Steinke conversion)"
+        + (", P&S 2022 selection" if isinstance(mech, RandomStopping) else ""),
+        "rdp_classic": "RDP (classic conversion, Mironov 2017)",
+        "pld": "PLD (dp-accounting, pessimistic)"
+        + (": selection via its RDP (ε, δ) point" if isinstance(mech, RandomStopping) else ""),
+        "profile": "privacy profiles (Koskela, Redberg & Wang 2024)",
+        "best": "best valid bound",
+    }
+    for key, value in rows.items():
+        print(f"  {labels[key]:<58} ε = {value:.4f}")
+    return EXIT_OK
+
+
+def _cmd_ledger_show(args: argparse.Namespace) -> int:
+    from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
+
+    path = Path(args.journal)
+    # Default: read-only replay (no lock, no writes), so a live ledger's journal can be shown.
+    # Stored curves are spot-checked only (`ledger verify` checks them all).
+    check = CurveCheck.ON_DEMAND
+    ledger = (PrivacyLedger.open(path, curve_check=check) if args.lock
+              else PrivacyLedger.read_only(path, curve_check=check))
+    report = ledger.report()
+    ledger.close()
+    print(json.dumps(report.to_dict(), indent=2) if args.json else f"ledger {path}\n{report.format()}")
+    return EXIT_OK
+
+
+def _cmd_ledger_verify(args: argparse.Namespace) -> int:
+    """Check a journal without changing it: every line's checksum/chain and sequence, its seal,
+    and (unless ``--quick``) every stored RDP curve against a recomputation."""
+    from raydp_hpo.errors import LedgerCorruptedError
+    from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
+    from raydp_hpo.ledger.journal import read_seal, scan_journal, seal_path
+
+    path = Path(args.journal)
+    result: dict[str, object] = {"journal": str(path)}
+    try:
+        scan = scan_journal(path)
+        ledger = PrivacyLedger.from_scan(scan, curve_check=CurveCheck.ON_DEMAND)
+        issues = () if args.quick else ledger.verify_stored_curves()
+    except LedgerCorruptedError as exc:
+        result.update(ok=False, reason=str(exc))
+        print(json.dumps(result) if args.json else f"journal {path}: CORRUPTED\n  {exc}")
+        return EXIT_BAD_INPUT
+    claim = read_seal(path)
+    stored = scan.header.get("rdp_orders") is not None
+    result.update(
+        ok=not issues,
+        version=scan.version,
+        charges=len(scan.records),
+        bytes=scan.end + (scan.torn.length if scan.torn else 0),
+        seal_records=None if claim is None else claim.records,
+        torn_tail=None if scan.torn is None else {"offset": scan.torn.offset,
+                                                  "length": scan.torn.length},
+        curves="not checked (--quick)" if args.quick else (
+            "stored curves match a recomputation" if stored else "recomputed (none stored)"),
+        curve_issues=list(issues),
+        spent_epsilon=ledger.spent(),
+        budget=ledger.budget.to_dict(),
+    )
+    if args.json:
+        print(json.dumps(result))
+    else:
+        chain = "hash-chained" if scan.version >= 2 else "CRC-32 per record, no chain"
+        lines = [
+            f"journal {path}: {'ok' if not issues else 'CORRUPTED'}",
+            f"  format      version {scan.version} ({chain}), {len(scan.records)} charge records",
+            "  seal        " + (f"vouches for {claim.records} records ({seal_path(path)})"
+                                if claim else "none (no truncation check)"),
+            "  torn tail   " + ("none" if scan.torn is None else
+                                f"{scan.torn.length} bytes at byte offset {scan.torn.offset}: an "
+                                "interrupted, never-acknowledged write (opening the ledger moves "
+                                "it to a side file)"),
+            f"  RDP curves  {result['curves'] if not issues else 'MISMATCH'}",
+            *(f"    {issue}" for issue in issues),
+            f"  spent       ε={ledger.spent():.4f} of ε={ledger.budget.epsilon:g} "
+            f"(δ={ledger.budget.delta:g})",
+        ]
+        print("\n".join(lines))
+    return EXIT_OK if not issues else EXIT_BAD_INPUT
+
+
+def _cmd_ledger_list(args: argparse.Namespace) -> int:
+    from raydp_hpo.ledger.actor import DEFAULT_NAMESPACE, default_journal_path
+    from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
+
+    if args.dir:
+        if not Path(args.dir).is_dir():
+            what = "is not a directory" if Path(args.dir).exists() else "does not exist"
+            raise RayDPHPOError(
+                f"ledger list: {args.dir!r} {what}; pass the folder that holds the journals "
+                "(a run's storage_path, or ~/.raydp_hpo/ledgers)"
+            )
+        roots = [Path(args.dir)]
+    else:
+        # Where ledgers are created by default: the actor's default journal folder, and the
+        # default storage_path of `raydp-hpo run` / DPTuner (./raydp_results) in this folder.
+        roots = [default_journal_path("x", DEFAULT_NAMESPACE).parent.parent,
+                 Path.cwd() / "raydp_results"]
+    journals = sorted({p.resolve() for root in roots if root.is_dir()
+                       for p in root.rglob("*.journal")})
+    if not journals:
+        where = " or ".join(str(r) for r in roots)
+        print(f"no ledger journals under {where}; pass the storage path: "
+              "raydp-hpo ledger list DIR")
+        return EXIT_OK
+    print(f"{'journal':<60} {'ε budget':>9} {'δ':>9} {'spent':>8} {'remaining':>9} {'charges':>7}")
+    for path in journals:
+        try:
+            report = PrivacyLedger.read_only(path, curve_check=CurveCheck.ON_DEMAND).report()
+        except RayDPHPOError as exc:
+            print(f"{str(path):<60} unreadable: {exc}")
+            continue
+        print(
+            f"{str(path):<60} {report.budget.epsilon:>9.4g} {report.budget.delta:>9.2g} "
+            f"{report.spent_epsilon:>8.4f} {report.remaining_epsilon:>9.4f} "
+            f"{len(report.charges):>7}"
+        )
+    return EXIT_OK
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from raydp_hpo.cli.demo import run_accounting_walkthrough, run_demo
+
+    if args.accounting:
+        return run_accounting_walkthrough(quick=args.quick)
+    return run_demo(quick=args.quick, storage_path=args.storage_path)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    """Exit codes: 0 released, 2 bad input (nothing ran), 3 budget exhausted (plan refused:
+    nothing ran; or the search was cut short by the ledger: the release is still written),
+    1 crash (Ray / trial failures with nothing released)."""
+    from raydp_hpo.cli.experiment import format_summary, load_experiment, run_experiment
+    from raydp_hpo.errors import ConfigError, LedgerMismatchError
+
+    spec = load_experiment(args.experiment)  # ConfigError -> EXIT_BAD_INPUT, before anything
+    if args.storage_path:
+        from dataclasses import replace
+
+        spec = replace(spec, storage_path=str(Path(args.storage_path).expanduser().resolve()))
+    if args.dry_run:
+        # Every check `run` makes before its first charge, without Ray or a ledger: the space
+        # against the trainable, the search settings and the plan against the budget.
+        from raydp_hpo.cli.experiment import preflight
+
+        preflight(spec)  # the same checks as run, every error at once
+        print(f"experiment file {args.experiment} is valid: {spec.experiment} -> {spec.run_dir} "
+              f"(ledger {spec.ledger_name}, journal {spec.ledger_journal()})")
+        return EXIT_OK
+    try:
+        outcome = run_experiment(spec, progress_interval_s=args.progress_interval,
+                                 resume=args.resume, num_cpus=args.num_cpus,
+                                 ray_temp_dir=args.ray_temp_dir)
+    except (BudgetExhaustedError, ConfigError, LedgerMismatchError, ValueError):
+        raise  # mapped by main(): 3 / 2
+    except Exception as exc:  # Ray or system failure: not the user's input
+        print(f"raydp-hpo: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    print(format_summary(outcome))
+    result = outcome.result
+    if result.budget_exhausted:
+        print("raydp-hpo: the ledger refused further trials (budget exhausted); the release "
+              "above covers what ran", file=sys.stderr)
+        return EXIT_BUDGET_EXHAUSTED
+    if result.hyperparameters is None and (outcome.trial_errors or result.extras.get("final_failed")):
+        print(f"raydp-hpo: {outcome.trial_errors} trial(s) failed and nothing was released "
+              f"(privacy spent: ε={result.certificate.epsilon:.4f}); see the private Tune dir "
+              f"{outcome.run_dir / 'tune'}", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+def _cmd_federated(args: argparse.Namespace) -> int:
+    """``federated --config FILE.yaml`` runs a federated experiment file
+    (:mod:`raydp_hpo.cli.federated_experiment`); other options go to raydp_hpo.trainables.federated."""
+    rest = list(args.args)
+    rest = rest[1:] if rest[:1] == ["--"] else rest
+    if any(a == "--config" or a.startswith("--config=") for a in rest):
+        cfg = argparse.ArgumentParser(prog="raydp-hpo federated")
+        cfg.add_argument("--config", required=True, help="federated experiment YAML file")
+        cfg.add_argument("--dry-run", action="store_true",
+                         help="only validate the file, run nothing")
+        opts = cfg.parse_args(rest)
+        from raydp_hpo.cli.federated_experiment import load_federated, run_federated_experiment
+
+        spec = load_federated(opts.config)  # ConfigError -> EXIT_BAD_INPUT in main()
+        if opts.dry_run:
+            print(f"{opts.config}: valid federated experiment {spec.experiment!r} "
+                  f"({spec.clients.count} clients, {spec.training.rounds} rounds)")
+            return EXIT_OK
+        run_federated_experiment(spec)
+        return EXIT_OK
+    from raydp_hpo.trainables.federated import main as federated_main
+
+    return int(federated_main(rest))
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from raydp_hpo.cli.report import write_report
+
+    files = write_report(args.run_dir, args.out)
+    print(Path(args.run_dir, "release.json").read_text(encoding="utf-8")
+          if args.json else files.markdown.read_text(encoding="utf-8"))
+    print(f"\nwrote {files.markdown}, {files.budget_plot}"
+          + (f", {files.trials_plot} (PRIVATE ARTEFACT)" if files.trials_plot else ""))
+    return EXIT_OK
+
+
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from raydp_hpo.audit import format_report, run_audit
+
+    report = run_audit(
+        args.algorithm or None,
+        runs=args.runs,
+        selection_runs=args.selection_runs,
+        alpha=args.alpha,
+        properties=not args.skip_properties,
+        progress=None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True)),
+    )
+    if args.json:
+        from dataclasses import asdict
+
+        print(json.dumps({"passed": report.passed, "failures": report.failures,
+                          "results": [asdict(r) for r in report.results]}, default=str))
+    else:
+        print(format_report(report))
+    if not report.passed:
+        for failure in report.failures:
+            print(f"raydp-hpo: audit failed: {failure}", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (the message names the value)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def _probability(text: str) -> float:
+    """argparse type: a number strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1), got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1), got {text!r}")
+    return value
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    # allow_abbrev=False: a misspelled or shortened flag (--noise for --noise-multiplier) is an
+    # error, not a silent match
+    parser = argparse.ArgumentParser(
+        prog="raydp-hpo", description="Differentially private hyperparameter optimisation on Ray Tune",
+        allow_abbrev=False,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    acc = sub.add_parser(
+        "account", help="ε of DP-SGD settings under every accountant, or (--mechanism) the "
+                        "noise of a one-shot Laplace/Gaussian release")
+    acc.add_argument("--noise-multiplier", type=float, default=None, help="DP-SGD only")
+    acc.add_argument("--sample-rate", type=float, default=None, help="DP-SGD only")
+    acc.add_argument("--steps", type=int, default=None, help="DP-SGD only")
+    acc.add_argument("--delta", type=float, default=None,
+                     help="target δ (DP-SGD and --mechanism gaussian)")
+    acc.add_argument("--mechanism", choices=["laplace", "gaussian"], default=None,
+                     help="calibrate a one-shot release instead: Laplace b or analytic Gaussian σ")
+    acc.add_argument("--epsilon", type=float, default=None, help="target ε of --mechanism")
+    acc.add_argument("--sensitivity", type=float, default=None,
+                     help="ℓ₁ (laplace) / ℓ₂ (gaussian) sensitivity of the release (default 1)")
+    acc.add_argument("--search", choices=["random_stopping"], default=None,
+                     help="price a Papernot–Steinke search over these trials instead of one run")
+    acc.add_argument("--mean", type=float, default=None, help="E[K] of the search")
+    acc.add_argument("--distribution", default="geometric",
+                     choices=["geometric", "logarithmic", "poisson", "truncated_negative_binomial",
+                              "binomial"],
+                     help="law of the secret number of trials K")
+    acc.add_argument("--shape", type=float, default=None,
+                     help="η of the truncated negative binomial, or m (draws) of the binomial")
+    acc.add_argument("--json", action="store_true")
+    acc.set_defaults(func=_cmd_account)
+
+    led = sub.add_parser("ledger", help="inspect privacy ledgers")
+    led_sub = led.add_subparsers(dest="ledger_command", required=True)
+    show = led_sub.add_parser("show", help="budget, spend and charges of a ledger journal")
+    show.add_argument("journal")
+    show.add_argument("--json", action="store_true")
+    show.add_argument("--lock", action="store_true", help="open with the writer lock (no live ledger)")
+    show.set_defaults(func=_cmd_ledger_show)
+    ver = led_sub.add_parser(
+        "verify", help="check a journal's integrity without changing it (exit 0 ok, 2 corrupted)"
+    )
+    ver.add_argument("journal")
+    ver.add_argument("--json", action="store_true")
+    ver.add_argument("--quick", action="store_true",
+                     help="skip recomputing the stored RDP curves (checksums, chain, seal only)")
+    ver.set_defaults(func=_cmd_ledger_verify)
+    lst = led_sub.add_parser("list", help="every ledger journal under a directory")
+    lst.add_argument("dir", nargs="?", default=None,
+                     help="folder to search (default: ~/.raydp_hpo/ledgers and ./raydp_results)")
+    lst.set_defaults(func=_cmd_ledger_list)
+
+    demo = sub.add_parser("demo", help="run the main job on the built-in default")
+    demo.add_argument("--quick", action="store_true", help="smaller run (for smoke tests)")
+    demo.add_argument("--accounting", action="store_true",
+                      help="accounting walkthrough only (no training)")
+    demo.add_argument("--storage-path", default=None, help="where the run directory goes")
+    demo.set_defaults(func=_cmd_demo)
+
+    run = sub.add_parser("run", help="run an experiment file (YAML)")
+    run.add_argument("experiment", help="path to EXPERIMENT.yaml")
+    run.add_argument("--storage-path", default=None, help="override the file's storage_path")
+    run.add_argument("--dry-run", action="store_true", help="validate the file only")
+    run.add_argument("--num-cpus", type=_positive_int, default=None,
+                     help="CPUs of the local Ray this run starts (default: every core; "
+                          "ignored when RAY_ADDRESS names a cluster)")
+    run.add_argument("--ray-temp-dir", default=None,
+                     help="temp/session dir of the local Ray this run starts (default /tmp/ray)")
+    run.add_argument("--resume", action="store_true",
+                     help="continue an interrupted run of this experiment (nothing is re-charged)")
+    run.add_argument("--progress-interval", type=_positive_float, default=5.0,
+                     help="seconds between progress lines")
+    run.set_defaults(func=_cmd_run)
+
+    fed = sub.add_parser(
+        "federated", add_help=False,
+        help="federated averaging with adaptive (ADADP) client learning rates on Ray; not DP "
+             "(raydp-hpo federated --help for its options, or --config FILE.yaml)")
+    fed.add_argument("args", nargs=argparse.REMAINDER)
+    fed.set_defaults(func=_cmd_federated)
+
+    rep = sub.add_parser("report", help="certificate, plots and report.md of a run dir")
+    rep.add_argument("run_dir", help="<storage_path>/<experiment>")
+    rep.add_argument("--out", default=None, help="output dir (default RUN_DIR/report)")
+    rep.add_argument("--json", action="store_true", help="print release.json instead of report.md")
+    rep.set_defaults(func=_cmd_report)
+
+    aud = sub.add_parser("audit", help="empirical privacy audit of the search algorithms")
+    aud.add_argument("--algorithm", action="append", default=[],
+                     help="audit only this algorithm (repeatable; default: all)")
+    aud.add_argument("--runs", type=_positive_int, default=2000,
+                     help="fresh searches per neighbouring dataset (default 2000)")
+    aud.add_argument("--selection-runs", type=_positive_int, default=None,
+                     help="searches per dataset that choose the events (default runs/2)")
+    aud.add_argument("--alpha", type=_probability, default=0.05,
+                     help="1 - confidence of each lower bound (default 0.05)")
+    aud.add_argument("--skip-properties", action="store_true",
+                     help="only the lower bounds, no property checks")
+    aud.add_argument("--json", action="store_true")
+    aud.set_defaults(func=_cmd_audit)
+    for name, subparser in [*sub.choices.items(), *led_sub.choices.items()]:
+        if name != "federated":  # federated parses its own options
+            subparser.allow_abbrev = False
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["federated"]:  # its own options (python -m raydp_hpo.trainables.federated)
+        argv = ["federated", "--", *argv[1:]]
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (BudgetExhaustedError, BudgetTooSmallError) as exc:
+        print(f"raydp-hpo: budget: {exc}", file=sys.stderr)
+        return EXIT_BUDGET_EXHAUSTED
+    except (RayDPHPOError, ValueError) as exc:
+        print(f"raydp-hpo: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,893 @@
+"""The privacy ledger: a privacy filter that admits each charge before its mechanism runs.
+
+The budget (ε, δ) is fixed up front. :meth:`PrivacyLedger.try_charge` admits a mechanism only
+if the guarantee of everything admitted so far *plus* the new mechanism stays within the
+budget; otherwise it refuses and nothing changes (check, then commit). Charges are never
+refunded, reordered or lost: a crashed trial still spent its privacy.
+
+Halting rules (:class:`Adaptivity`):
+
+``ADAPTIVE`` (default) — an RDP privacy filter valid when each charge's mechanism is chosen
+adaptively from earlier outputs. Feldman & Zrnic (2021, "Individual Privacy Accounting via a
+Rényi Filter", Thm. 3.1) prove that for a *fixed* order α, halting before Σₜ εₜ(α) exceeds B
+yields (α, B)-RDP under fully adaptive composition. Choosing the best α afterwards is not
+covered by that theorem, so this filter uses a union bound over the finite halting grid
+Λ = :data:`HALTING_ORDERS`: each α ∈ Λ gets δ/|Λ|, and a charge is admitted iff
+
+    ε_filter = min_{α∈Λ} [ Σₜ εₜ(α) + log(1 − 1/α) − log(α·δ/|Λ|)/(α − 1) ] ≤ ε_budget
+
+(conversion of Canonne, Kamath & Steinke 2020, Prop. 12). Proof sketch: partition outcomes by
+the first α ∈ Λ whose budget was never exceeded on that run; on that part the ledger behaves
+exactly like the fixed-α Feldman–Zrnic filter, which is (ε, δ/|Λ|)-DP; summing over the
+partition gives (ε, δ)-DP. A charge is also admitted when basic composition of pure-DP charges
+stays within ε (a valid filter for pure DP, Rogers et al. 2016); the same partition argument
+covers "either rule admits" (the pure part adds δ = 0), since both running totals only grow. This costs ≈ log|Λ|/(α − 1) in ε against a fixed-sequence
+analysis — the conservative choice; the report states both figures.
+(ε, δ)-only mechanisms (:class:`~raydp_hpo.accounting.mechanisms.ApproxDP`) are refused in this mode.
+
+``FIXED_PLAN`` — the caller asserts that the sequence of mechanisms is fixed before any data
+is touched (e.g. a whole search plan admitted in one charge). Then standard composition
+theorems apply and any :class:`~raydp_hpo.accounting.Accountant` may halt, PLD included.
+``PROFILE`` halts on the minimum of three figures for all charges plus the candidate: the RDP
+composition, the PLD composition and the composition in which every random stopping is
+accounted by privacy profiles (:func:`raydp_hpo.accounting.profiles.profile_epsilon`: each selection
+enters as one (εᵢ, δᵢ) point at an explicit δ split, composed as the PLD of its dominating
+pair). Validity: the admission decision depends on the mechanisms only, never on data or on
+outputs, so the admitted charges are a fixed, data-independent sequence M₁, …, M_k; each of
+the three figures is an upper bound on ε at the budget's δ for that fixed composition (RDP:
+Mironov 2017, Prop. 1 with Canonne, Kamath & Steinke 2020, Prop. 12; PLD: dp-accounting's
+pessimistic composition; profiles: :mod:`raydp_hpo.accounting.profiles`' theorem with the dominating
+pairs of Kairouz, Oh & Viswanath 2015, Thm. 2.1), so their minimum is one, and the ledger
+admits only while it is within budget. ``PROFILE`` is refused with ``ADAPTIVE``: the δ split
+gives δᵢ = s·δ/n to each of the n selections of the *whole* sequence, which is not known
+while charges are still being chosen from earlier outputs, and no filter theorem (as
+Feldman & Zrnic's for RDP) covers halting on a PLD or profile figure under adaptivity.
+
+Restart: each journal record stores the charge's RDP curve on :data:`DEFAULT_ORDERS`
+(float64, covered by the record's chain hash), so opening a journal sums stored curves instead
+of recomputing every mechanism's (62 s for 10,000 distinct DP-SGD charges before; see
+``benchmarks/ledger.py``). A stored curve is what was charged when the record was admitted;
+that it is also what the current code gives for the mechanism is checked lazily
+(:class:`CurveCheck`): a few records at open, the rest in a background thread or on
+:meth:`PrivacyLedger.verify_stored_curves`. A curve the current code finds larger is folded in
+on top (the spend only ever goes up) with a warning. A journal written on another order grid,
+or a version-1 journal, is replayed by recomputing every curve.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+import random
+import threading
+import time
+import warnings
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from raydp_hpo.accounting.accountant_kind import Accountant
+from raydp_hpo.accounting.budget import PrivacyBudget
+from raydp_hpo.accounting.mechanisms import Mechanism, mechanism_from_dict, mechanism_to_dict
+from raydp_hpo.accounting.pure import pure_epsilon
+from raydp_hpo.accounting.rdp import DEFAULT_ORDERS, RdpProfile, rdp_profile
+from raydp_hpo.errors import (
+    ChargeConflictError,
+    InvalidParameterError,
+    LedgerClosedError,
+    LedgerCorruptedError,
+    LedgerMismatchError,
+    RayDPHPOError,
+    UnsupportedMechanismError,
+)
+from raydp_hpo.ledger.journal import Journal, JournalScan, read_header, scan_journal
+from raydp_hpo.ledger.records import Adaptivity, Charge, ChargeDecision, LedgerReport
+
+if TYPE_CHECKING:
+    from raydp_hpo.accounting.pld import PldComposer
+
+__all__ = [
+    "Adaptivity",
+    "HALTING_ORDERS",
+    "MAX_ATTEMPTS",
+    "Charge",
+    "ChargeDecision",
+    "CurveCheck",
+    "ORDERS_FINGERPRINT",
+    "LedgerReport",
+    "PrivacyLedger",
+    "filter_epsilon",
+    "admits_as_first_charge",
+    "tightest_halting_accountant",
+    "PLD_SNAPSHOT_EVERY",
+    "pld_snapshot_path",
+]
+
+#: Most fresh starts :meth:`PrivacyLedger.try_charge_new_attempt` allows under one charge id.
+MAX_ATTEMPTS = 10_000
+
+#: Orders of the adaptive RDP filter's union bound (each gets δ/|Λ|).
+HALTING_ORDERS: tuple[float, ...] = (
+    1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 32, 48, 64, 96, 128, 256,
+    512, 1024,
+)
+_HALT_INDEX = np.array([int(np.argmin(np.abs(DEFAULT_ORDERS - a))) for a in HALTING_ORDERS])
+assert np.allclose(DEFAULT_ORDERS[_HALT_INDEX], HALTING_ORDERS)
+
+
+#: Identifies :data:`DEFAULT_ORDERS` in a journal header: stored curves are used only on it.
+ORDERS_FINGERPRINT = hashlib.sha256(np.asarray(DEFAULT_ORDERS, dtype="<f8").tobytes()).hexdigest()[
+    :16
+]
+#: A ledger with a PLD stores it beside the journal every this many charges, and at close.
+PLD_SNAPSHOT_EVERY = 256
+_SPOT_CHECKS = 4  # stored curves recomputed at open, before the ledger answers
+_CURVE_RTOL = 1e-9  # a recomputed curve above stored·(1 + rtol) + rtol is a mismatch
+
+
+class CurveCheck(Enum):
+    """How a reopened ledger checks the RDP curves stored in its journal.
+
+    ``BACKGROUND`` (default): a few records are recomputed at open (the last of each
+    mechanism type and a random sample), the rest by a background thread; admission starts at
+    once. ``EAGER``: every record is recomputed before the constructor returns, and a PLD
+    snapshot is not used (the PLD is rebuilt from the charges; slow, strict).
+    ``ON_DEMAND``: the spot checks only; the rest when
+    :meth:`PrivacyLedger.verify_stored_curves` is called (short-lived readers, benchmarks).
+    """
+
+    BACKGROUND = "background"
+    EAGER = "eager"
+    ON_DEMAND = "on_demand"
+
+
+def _encode_profile(profile: RdpProfile) -> dict[str, Any]:
+    return {
+        "orders": ORDERS_FINGERPRINT,
+        "f64le": base64.b64encode(np.asarray(profile.values, dtype="<f8").tobytes()).decode(),
+        "side_epsilon": profile.side_epsilon,
+        "side_delta": profile.side_delta,
+    }
+
+
+_Curve = tuple[np.ndarray, float, float]  # RDP values on DEFAULT_ORDERS, side ε, side δ
+
+
+def _decode_curve(data: dict[str, Any]) -> _Curve:
+    """A stored curve (checked: right length, no NaN, nothing negative), without copying."""
+    values = np.frombuffer(base64.b64decode(data["f64le"], validate=True), dtype="<f8")
+    side_eps, side_delta = float(data["side_epsilon"]), float(data["side_delta"])
+    if values.shape != DEFAULT_ORDERS.shape or not values.min() >= 0:  # min is NaN if any is
+        raise ValueError(
+            f"stored RDP curve has {values.size} values (want {DEFAULT_ORDERS.size}), some NaN "
+            "or negative"
+        )
+    if not (side_eps >= 0 and 0 <= side_delta <= 1):
+        raise ValueError(f"stored side (ε, δ) = ({side_eps}, {side_delta}) is invalid")
+    return values, side_eps, side_delta
+
+
+def _excess(recomputed: RdpProfile, stored: RdpProfile) -> RdpProfile | None:
+    """What ``recomputed`` has above ``stored`` (beyond rounding), or None if nothing."""
+    with np.errstate(invalid="ignore"):
+        over = recomputed.values - stored.values
+        over = np.where(np.isnan(over), 0.0, over)  # inf - inf: equal
+    tol = _CURVE_RTOL * (1.0 + np.abs(np.where(np.isinf(stored.values), 0.0, stored.values)))
+    d_eps = recomputed.side_epsilon - stored.side_epsilon
+    d_delta = recomputed.side_delta - stored.side_delta
+    if not (over > tol).any() and d_eps <= _CURVE_RTOL and d_delta <= 1e-300:
+        return None
+    return RdpProfile(np.maximum(over, 0.0), max(d_eps, 0.0), max(d_delta, 0.0))
+
+
+def pld_snapshot_path(journal: str | Path) -> Path:
+    """Where a ledger stores the PLD snapshot of ``journal``: ``<journal>.pld``.
+
+    The snapshot is a cache for restarts (PLD and BEST halting): the composed PLD of the first
+    n charges, bound to the journal's header hash, n, and the chain hash after n records, with
+    a SHA-256 of its contents. It is used only when all of these match the journal being
+    opened; otherwise it is ignored and the PLD rebuilt. Deleting it is always safe.
+    """
+    p = Path(journal)
+    return p.with_name(p.name + ".pld")
+
+
+def _snapshot_seq_candidates(data: bytes, charges: int) -> list[int]:
+    """The record count a snapshot claims (read from its metadata, checked later)."""
+    try:
+        head = data.split(b"\n", 2)[1]
+        seq = int(json.loads(head)["binding"]["seq"])
+    except (IndexError, ValueError, KeyError, TypeError):
+        return []
+    return [seq] if 0 < seq <= charges else []
+
+
+def filter_epsilon(profile: RdpProfile, delta: float) -> float:
+    """ε guaranteed by the adaptive RDP filter (union bound over :data:`HALTING_ORDERS`)."""
+    if profile.side_delta > 0 or profile.side_epsilon > 0:
+        return math.inf
+    alphas = DEFAULT_ORDERS[_HALT_INDEX]
+    rdp = profile.values[_HALT_INDEX]
+    delta_each = delta / len(HALTING_ORDERS)
+    with np.errstate(invalid="ignore"):
+        eps = rdp + np.log1p(-1.0 / alphas) - np.log(delta_each * alphas) / (alphas - 1.0)
+    eps = np.where(np.isnan(eps), np.inf, eps)
+    return float(max(0.0, np.min(eps)))
+
+
+def tightest_halting_accountant(adaptivity: Adaptivity) -> Accountant:
+    """The tightest accountant a ledger with this halting rule may halt on.
+
+    ``FIXED_PLAN``: :attr:`Accountant.PROFILE`, the minimum of the RDP, PLD and privacy-profile
+    figures (each valid for the fixed sequence the plan is; see the module docstring).
+    ``ADAPTIVE``: :attr:`Accountant.RDP`, the only one with a filter theorem (Feldman & Zrnic
+    2021). Searchers calibrate on the same accountant the ledger then halts on, so the σ
+    they calibrate is exactly what the ledger admits.
+    """
+    if not isinstance(adaptivity, Adaptivity):
+        raise InvalidParameterError(f"adaptivity must be an Adaptivity, got {adaptivity!r}")
+    return Accountant.PROFILE if adaptivity is Adaptivity.FIXED_PLAN else Accountant.RDP
+
+
+def admits_as_first_charge(
+    budget: PrivacyBudget,
+    mechanism: Mechanism,
+    *,
+    adaptivity: Adaptivity,
+    accountant: Accountant = Accountant.RDP,
+) -> bool:
+    """Whether a fresh ledger with these settings would admit ``mechanism`` (no actor call)."""
+    return PrivacyLedger(budget, adaptivity=adaptivity, accountant=accountant).would_admit(
+        mechanism
+    )
+
+
+class PrivacyLedger:
+    """A privacy filter over one dataset's budget, optionally backed by a durable journal.
+
+    Lifecycle: construct (replays the journal if it exists, else creates it atomically with
+    its header) → :meth:`try_charge` / :meth:`charge` any number of times → :meth:`close`
+    (charging afterwards raises :class:`~raydp_hpo.errors.LedgerClosedError`).
+    ``curve_check`` says when the RDP curves stored in a reopened journal are recomputed and
+    compared (:class:`CurveCheck`).
+
+    Concurrency: methods are serialised by an internal lock, so check-and-charge is atomic
+    within a process; across processes use one ledger actor (:mod:`raydp_hpo.ledger.actor`).
+    The journal holds an exclusive record lock (NFS-safe, see :mod:`raydp_hpo.ledger.journal`), so a
+    second live ledger cannot open the same file, and every append first checks that the
+    journal's path still names that file.
+    """
+
+    def __init__(
+        self,
+        budget: PrivacyBudget,
+        journal: str | Path | None = None,
+        *,
+        adaptivity: Adaptivity = Adaptivity.ADAPTIVE,
+        accountant: Accountant = Accountant.RDP,
+        curve_check: CurveCheck = CurveCheck.BACKGROUND,
+    ) -> None:
+        if not isinstance(curve_check, CurveCheck):
+            raise InvalidParameterError(f"curve_check must be a CurveCheck, got {curve_check!r}")
+        if not isinstance(budget, PrivacyBudget):
+            raise InvalidParameterError(f"budget must be a PrivacyBudget, got {budget!r}")
+        if not isinstance(adaptivity, Adaptivity):
+            raise InvalidParameterError(f"adaptivity must be an Adaptivity, got {adaptivity!r}")
+        if not isinstance(accountant, Accountant):
+            raise InvalidParameterError(f"accountant must be an Accountant, got {accountant!r}")
+        if adaptivity is Adaptivity.ADAPTIVE and accountant is Accountant.PROFILE:
+            raise InvalidParameterError(
+                "halting with accountant='profile' is only valid for a plan fixed before any "
+                "data is touched: its composition gives each selection one (ε, δ) point at a "
+                "δ split over the selections of the whole sequence, which adaptively chosen "
+                "charges do not fix in advance, and no privacy-filter theorem covers it; use "
+                "adaptivity=Adaptivity.FIXED_PLAN, or accountant=Accountant.RDP (adaptive RDP "
+                "filter)"
+            )
+        if adaptivity is Adaptivity.ADAPTIVE and accountant is not Accountant.RDP:
+            raise InvalidParameterError(
+                f"halting with accountant={accountant.value!r} is only justified for a plan "
+                "fixed up front; use accountant=Accountant.RDP (adaptive RDP filter) or "
+                "adaptivity=Adaptivity.FIXED_PLAN"
+            )
+        self._budget = budget
+        self._adaptivity = adaptivity
+        self._accountant = accountant
+        self._lock = threading.RLock()
+        self._charges: list[Charge] = []
+        self._by_id: dict[str, Charge] = {}
+        self._rdp = RdpProfile.zero()
+        self._pld_composer: PldComposer | None = None  # built on first PLD use (see _pld)
+        # the last admission check's composition with its candidate, reused by _commit:
+        # (composer it extended, number of charges then, candidate, composition, its ε)
+        self._pld_trial: tuple[PldComposer, int, Mechanism, PldComposer, float] | None = None
+        # ε of the composition of every charge: (composer, number of charges, ε)
+        self._pld_spent: tuple[PldComposer, int, float] | None = None
+        self._replayed_chains: tuple[str, ...] = ()  # chain hashes of the replayed journal
+        self._pld_snapshot_seq = 0  # charges covered by the last PLD snapshot written/read
+        self._pure: float | None = 0.0
+        self._journal: Journal | None = None
+        self._source: Path | None = None  # the journal replayed (for messages)
+        self._closed = False
+        self._curve_check = curve_check
+        # stored curves not yet recomputed: charge index -> stored profile
+        self._unverified: dict[int, _Curve] = {}
+        self._verify_lock = threading.Lock()
+        self._verify_stop = threading.Event()
+        self._verifier: threading.Thread | None = None
+        self._curve_issues: list[str] = []
+        if journal is not None:
+            header = {**self._settings(), "created": time.time(), "rdp_orders": ORDERS_FINGERPRINT}
+            self._journal = Journal.open(journal, create_header=header)
+            self._source = self._journal.path
+            try:
+                self._load()
+            except BaseException:
+                self._journal.close()
+                raise
+            self._start_curve_check()
+
+    # -- persistence -------------------------------------------------------------------
+    def _settings(self) -> dict[str, Any]:
+        return {
+            "budget": self._budget.to_dict(),
+            "adaptivity": self._adaptivity.value,
+            "accountant": self._accountant.value,
+        }
+
+    def _load(self) -> None:
+        assert self._journal is not None
+        header = self._journal.header
+        stored = {k: header.get(k) for k in ("budget", "adaptivity", "accountant")}
+        if stored != self._settings():
+            raise LedgerMismatchError(
+                f"journal {self._journal.path} was created with {stored}, but this ledger was "
+                f"opened with {self._settings()}. A budget cannot be changed after charges; "
+                "open it with the journal's settings (or use `raydp-hpo ledger show`)."
+            )
+        self._replay(self._journal.scan)
+
+    def _replay(self, scan: JournalScan) -> None:
+        """Rebuild the state from a checked journal, in order (no admission checks: these
+        charges were admitted when they were written).
+
+        Uses each record's stored RDP curve when it is on this ledger's order grid; otherwise
+        (version-1 journal, a curve on another grid) recomputes it. Every failure names the
+        journal, line, record and byte offset.
+        """
+        total = np.zeros_like(DEFAULT_ORDERS)
+        side_eps = side_delta = 0.0
+        pure: float | None = 0.0
+        for i, rec in enumerate(scan.records):
+            try:
+                mech = mechanism_from_dict(rec["mechanism"])
+                charge = Charge(
+                    seq=int(rec["seq"]),
+                    charge_id=str(rec["charge_id"]),
+                    owner=str(rec.get("owner", "")),
+                    time=float(rec["time"]),
+                    mechanism=mech,
+                    epsilon_after=float(rec["epsilon_after"]),
+                )
+                stored = rec.get("rdp")
+                if isinstance(stored, dict) and stored.get("orders") == ORDERS_FINGERPRINT:
+                    curve = _decode_curve(stored)
+                    self._unverified[i] = curve
+                else:
+                    profile = rdp_profile(mech)
+                    curve = (profile.values, profile.side_epsilon, profile.side_delta)
+            except (KeyError, TypeError, ValueError, RayDPHPOError) as exc:
+                raise LedgerCorruptedError(
+                    f"journal {scan.path}: {scan.where(i)} passes its checksum but is not a "
+                    f"valid charge record ({type(exc).__name__}: {exc}). It was written by "
+                    "something other than a raydp-hpo ledger; restore the journal from a backup."
+                ) from None
+            if charge.charge_id in self._by_id:
+                raise LedgerCorruptedError(
+                    f"journal {scan.path}: {scan.where(i)} repeats charge id "
+                    f"{charge.charge_id!r} (record {self._by_id[charge.charge_id].seq}); a "
+                    "ledger never writes an id twice: restore the journal from a backup."
+                )
+            self._charges.append(charge)
+            self._by_id[charge.charge_id] = charge
+            total += curve[0]  # in charge order, as the live ledger summed: same floats
+            side_eps += curve[1]
+            side_delta += curve[2]
+            if pure is not None:
+                p = pure_epsilon(mech)
+                pure = None if p is None else pure + p
+        self._rdp = RdpProfile(total, side_eps, side_delta)
+        self._pure = pure
+        self._pld_composer = None
+        self._pld_trial = None
+        self._pld_spent = None
+        self._replayed_chains = scan.chains if scan.version == 2 else ()
+
+    # -- checking stored curves ------------------------------------------------------------
+    def _start_curve_check(self) -> None:
+        if not self._unverified:
+            return
+        if self._curve_check is CurveCheck.EAGER:
+            self.verify_stored_curves()
+            return
+        by_type: dict[type, int] = {}
+        for i in self._unverified:
+            by_type[type(self._charges[i].mechanism)] = i  # the last of each type
+        picks = set(by_type.values())
+        rest = [i for i in self._unverified if i not in picks]
+        picks.update(random.sample(rest, min(len(rest), max(0, _SPOT_CHECKS - len(picks)))))
+        for i in sorted(picks):
+            self._verify_one(i)
+        if self._unverified and self._curve_check is CurveCheck.BACKGROUND:
+            self._verifier = threading.Thread(
+                target=self._verify_pending, name="ledger-curve-check", daemon=True
+            )
+            self._verifier.start()
+
+    def _verify_one(self, index: int) -> None:
+        with self._verify_lock:
+            curve = self._unverified.pop(index, None)
+        if curve is None:
+            return
+        charge = self._charges[index]
+        try:
+            recomputed = rdp_profile(charge.mechanism)
+        except RayDPHPOError as exc:  # the stored curve stays: it is what was charged
+            issue = (
+                f"charge #{charge.seq} {charge.charge_id!r}: its stored RDP curve cannot be "
+                f"checked, the current code gives none ({exc})"
+            )
+            with self._lock:
+                self._curve_issues.append(issue)
+            warnings.warn(f"journal {self._source}: {issue}", RuntimeWarning, stacklevel=2)
+            return
+        excess = _excess(recomputed, RdpProfile(*curve))
+        if excess is None:
+            return
+        issue = (
+            f"charge #{charge.seq} {charge.charge_id!r}: the RDP curve stored in the journal is "
+            f"below what {type(charge.mechanism).__name__} gives now (at up to "
+            f"{float(np.max(excess.values)):.3g} per order); the difference is added to the "
+            "spend"
+        )
+        with self._lock:
+            self._rdp = self._rdp + excess
+            self._curve_issues.append(issue)
+        warnings.warn(f"journal {self._source}: {issue}", RuntimeWarning, stacklevel=2)
+
+    def _verify_pending(self) -> None:
+        while not self._verify_stop.is_set():
+            with self._verify_lock:
+                if not self._unverified:
+                    return
+                index = next(iter(self._unverified))
+            self._verify_one(index)
+
+    def verify_stored_curves(self) -> tuple[str, ...]:
+        """Recompute every stored RDP curve not checked yet (in this thread; blocks).
+
+        Returns one line per record whose stored curve was below the recomputed one (its
+        excess is then part of the spend); empty when every stored curve checks out.
+        """
+        self._verify_pending_sync()
+        with self._lock:
+            return tuple(self._curve_issues)
+
+    def _verify_pending_sync(self) -> None:
+        while True:
+            with self._verify_lock:
+                if not self._unverified:
+                    break
+                index = next(iter(self._unverified))
+            self._verify_one(index)
+        if self._verifier is not None and self._verifier is not threading.current_thread():
+            self._verifier.join()
+
+    @property
+    def curves_verified(self) -> bool:
+        """Whether every stored curve has been recomputed and checked."""
+        with self._verify_lock:
+            return not self._unverified
+
+    @staticmethod
+    def _settings_of(
+        journal: str | Path, header: dict[str, Any]
+    ) -> tuple[PrivacyBudget, Adaptivity, Accountant]:
+        try:
+            return (
+                PrivacyBudget.from_dict(header["budget"]),
+                Adaptivity(header["adaptivity"]),
+                Accountant(header["accountant"]),
+            )
+        except (KeyError, TypeError, ValueError, RayDPHPOError) as exc:
+            raise LedgerCorruptedError(
+                f"journal {journal}: the header (line 1, byte offset 0) passes its checksum but "
+                f"its settings are invalid ({type(exc).__name__}: {exc}); restore the journal "
+                "from a backup"
+            ) from None
+
+    @classmethod
+    def open(cls, journal: str | Path, *, curve_check: CurveCheck = CurveCheck.BACKGROUND
+             ) -> PrivacyLedger:
+        """Open an existing journal for writing, with the settings stored in its header."""
+        budget, adaptivity, accountant = cls._settings_of(journal, read_header(journal))
+        return cls(
+            budget, journal, adaptivity=adaptivity, accountant=accountant, curve_check=curve_check
+        )
+
+    @classmethod
+    def read_only(cls, journal: str | Path, *, curve_check: CurveCheck = CurveCheck.BACKGROUND
+                  ) -> PrivacyLedger:
+        """An in-memory copy of a journal's ledger: no lock, no writes, so it can inspect a
+        journal that a live ledger holds open. Charges made on it are not persisted."""
+        scan = scan_journal(journal)
+        if scan.torn is not None:
+            warnings.warn(
+                f"journal {scan.path}: skipping an incomplete final line ({scan.torn.length} "
+                f"bytes at byte offset {scan.torn.offset}), an interrupted write that was never "
+                "acknowledged (read-only: the file is left as it is)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return cls.from_scan(scan, curve_check=curve_check)
+
+    @classmethod
+    def from_scan(
+        cls, scan: JournalScan, *, curve_check: CurveCheck = CurveCheck.BACKGROUND
+    ) -> PrivacyLedger:
+        """An in-memory ledger replayed from a checked journal (see :func:`scan_journal`)."""
+        budget, adaptivity, accountant = cls._settings_of(scan.path, scan.header)
+        ledger = cls(
+            budget, None, adaptivity=adaptivity, accountant=accountant, curve_check=curve_check
+        )
+        ledger._source = scan.path
+        ledger._replay(scan)
+        ledger._start_curve_check()
+        return ledger
+
+    def close(self) -> None:
+        """Stop the background curve check, store the PLD snapshot (if a PLD was built) and
+        release the journal. Charging afterwards raises
+        :class:`~raydp_hpo.errors.LedgerClosedError`; reading still works."""
+        with self._lock:
+            if (not self._closed and self._pld_composer is not None
+                    and self._pld_snapshot_seq != len(self._charges)):
+                self._write_pld_snapshot()
+        self._closed = True
+        self._verify_stop.set()
+        if self._verifier is not None and self._verifier is not threading.current_thread():
+            self._verifier.join()
+        if self._journal is not None:
+            self._journal.close()
+
+    def __enter__(self) -> PrivacyLedger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- accounting ----------------------------------------------------------------------
+    def _halting_epsilon(self, rdp: RdpProfile, extra: Mechanism | None) -> float:
+        delta = self._budget.delta
+        if self._adaptivity is Adaptivity.ADAPTIVE:
+            eps = filter_epsilon(rdp, delta)
+        else:
+            candidates = []
+            if self._accountant in (Accountant.RDP, Accountant.BEST, Accountant.PROFILE):
+                candidates.append(rdp.epsilon(delta))
+            if self._accountant in (Accountant.PLD, Accountant.BEST, Accountant.PROFILE):
+                try:
+                    candidates.append(self._pld_epsilon(extra))
+                except UnsupportedMechanismError:
+                    # No PLD figure for this composition (a near-noiseless mechanism needs a
+                    # grid the others cannot share): the other accountants decide, and a
+                    # PLD-only ledger refuses (ε = inf) instead of raising.
+                    candidates.append(math.inf)
+            if self._accountant is Accountant.PROFILE:
+                candidates.append(self._profile_epsilon(extra))
+            eps = min(candidates)
+        pure = self._pure
+        if pure is not None and extra is not None:
+            extra_pure = pure_epsilon(extra)
+            pure = None if extra_pure is None else pure + extra_pure
+        # Basic composition of pure-DP charges is a valid filter too (Rogers et al. 2016).
+        return eps if pure is None else min(eps, pure)
+
+    def _profile_epsilon(self, extra: Mechanism | None) -> float:
+        """ε of every charge (and ``extra``) with random stopping accounted by privacy profiles
+        (:func:`raydp_hpo.accounting.profiles.profile_epsilon`); ``inf`` when no charge has a part without
+        a PLD (the profile figure is then the PLD composition, already a candidate)."""
+        from raydp_hpo.accounting.pld import count_non_pld
+        from raydp_hpo.accounting.profiles import profile_epsilon
+
+        mechs = [c.mechanism for c in self._charges] + ([] if extra is None else [extra])
+        if not any(count_non_pld(m) for m in mechs):
+            return math.inf
+        try:
+            return profile_epsilon(mechs, self._budget.delta)
+        except UnsupportedMechanismError:
+            return math.inf
+
+    @property
+    def _pld(self) -> PldComposer:
+        """The PLD composition of every charge, built on first use.
+
+        Only PLD halting, BEST halting and :meth:`report` need it; importing dp-accounting's
+        PLD stack costs ~1.2 s, which an RDP-halting ledger (actor) never pays. A reopened
+        journal starts from its PLD snapshot (:meth:`_read_pld_snapshot`) when one matches,
+        and folds in only the charges after it.
+        """
+        if self._pld_composer is None:
+            from raydp_hpo.accounting.pld import PldComposer
+
+            composer, start = self._read_pld_snapshot()
+            if composer is None:
+                composer, start = PldComposer(), 0
+            for charge in self._charges[start:]:
+                composer.add(charge.mechanism)
+            self._pld_composer = composer
+        return self._pld_composer
+
+    def _pld_epsilon(self, extra: Mechanism | None) -> float:
+        base = self._pld
+        if extra is None:
+            cached = self._pld_spent
+            if cached is not None and cached[0] is base and cached[1] == len(self._charges):
+                return cached[2]
+            eps = base.epsilon(self._budget.delta)
+            self._pld_spent = (base, len(self._charges), eps)
+            return eps
+        trial = base.with_candidate(extra)  # folds base once; convolves only extra's PLD
+        eps = trial.epsilon(self._budget.delta)
+        self._pld_trial = (base, len(self._charges), extra, trial, eps)
+        return eps
+
+    def _commit(self, charge: Charge, profile: RdpProfile) -> None:
+        self._charges.append(charge)
+        self._by_id[charge.charge_id] = charge
+        self._rdp = self._rdp + profile
+        if self._pure is not None:
+            p = pure_epsilon(charge.mechanism)
+            self._pure = None if p is None else self._pure + p
+        if self._pld_composer is not None:
+            trial = self._pld_trial
+            if (trial is not None and trial[0] is self._pld_composer
+                    and trial[1] == len(self._charges) - 1 and trial[2] == charge.mechanism):
+                self._pld_composer = trial[3]  # the admission check composed it already
+                self._pld_spent = (trial[3], len(self._charges), trial[4])  # and its ε
+            else:
+                self._pld_composer.add(charge.mechanism)
+            self._pld_trial = None
+            if len(self._charges) - self._pld_snapshot_seq >= PLD_SNAPSHOT_EVERY:
+                self._write_pld_snapshot()
+
+    # -- PLD snapshots ------------------------------------------------------------------------
+    def _pld_binding(self, seq: int) -> dict[str, Any] | None:
+        """What a PLD snapshot of the first ``seq`` charges is bound to: the journal's header
+        hash and its chain hash after ``seq`` records (None without a version-2 journal)."""
+        if self._journal is not None:
+            if self._journal.version != 2:
+                return None
+            chains = self._journal.scan.chains
+            head_seq, head = self._journal.head
+            if seq == head_seq:
+                return {"header": chains[0], "seq": seq, "chain": head}
+        else:
+            chains = self._replayed_chains
+        if not chains or seq >= len(chains):
+            return None
+        return {"header": chains[0], "seq": seq, "chain": chains[seq]}
+
+    def _read_pld_snapshot(self) -> tuple[PldComposer | None, int]:
+        """The composer stored beside the journal and the number of charges it covers, or
+        (None, 0). Used only if it is bound to this journal's chain at its record count and
+        its PLD-capable count matches those records: a stale, foreign or damaged snapshot is
+        ignored (the PLD is then rebuilt from every charge)."""
+        from raydp_hpo.accounting.pld import PldComposer, has_pld
+
+        if self._source is None or self._curve_check is CurveCheck.EAGER:
+            return None, 0  # EAGER trusts nothing derived: the PLD is rebuilt from the charges
+        try:
+            data = pld_snapshot_path(self._source).read_bytes()
+        except OSError:
+            return None, 0
+        for seq in _snapshot_seq_candidates(data, len(self._charges)):
+            binding = self._pld_binding(seq)
+            if binding is None:
+                continue
+            composer = PldComposer.from_snapshot(data, binding)
+            if composer is None:
+                continue
+            if composer.folded_count != sum(has_pld(c.mechanism) for c in self._charges[:seq]):
+                continue
+            self._pld_snapshot_seq = seq
+            return composer, seq
+        return None, 0
+
+    def _write_pld_snapshot(self) -> None:
+        """Store the folded PLD beside the journal (atomically; a cache: failures only warn)."""
+        if self._journal is None or self._pld_composer is None or self._journal.closed:
+            return
+        seq = len(self._charges)
+        binding = self._pld_binding(seq)
+        if binding is None:
+            return
+        path = pld_snapshot_path(self._journal.path)
+        tmp = path.with_name(f".{path.name}.tmp-{threading.get_ident()}")
+        try:
+            tmp.write_bytes(self._pld_composer.snapshot(binding))
+            tmp.replace(path)
+            self._pld_snapshot_seq = seq
+        except (OSError, RayDPHPOError) as exc:
+            warnings.warn(f"journal {self._journal.path}: PLD snapshot not written ({exc}); the "
+                          "next restart rebuilds the PLD", RuntimeWarning, stacklevel=3)
+
+    # -- public API ----------------------------------------------------------------------
+    @property
+    def budget(self) -> PrivacyBudget:
+        return self._budget
+
+    @property
+    def adaptivity(self) -> Adaptivity:
+        return self._adaptivity
+
+    @property
+    def halting_accountant(self) -> Accountant:
+        return self._accountant
+
+    @property
+    def journal_path(self) -> Path | None:
+        return None if self._journal is None else self._journal.path
+
+    def epsilon_if_charged(self, mechanism: Mechanism) -> float:
+        """ε the ledger would report after admitting ``mechanism`` (changes nothing)."""
+        with self._lock:
+            profile = rdp_profile(mechanism)
+            self._check_supported(profile)
+            return self._halting_epsilon(self._rdp + profile, mechanism)
+
+    def would_admit(self, mechanism: Mechanism) -> bool:
+        return self.epsilon_if_charged(mechanism) <= self._budget.epsilon
+
+    def _check_open(self) -> None:
+        """Refuse to charge a closed ledger, or one whose journal path no longer names its
+        file (changes nothing)."""
+        if self._closed:
+            where = f"on journal {self.journal_path}" if self._journal is not None else "(in memory)"
+            raise LedgerClosedError(
+                f"the ledger {where} is closed; open it again (PrivacyLedger.open) to charge it"
+            )
+        if self._journal is not None:
+            self._journal.check_writable()
+
+    def _check_supported(self, profile: RdpProfile) -> None:
+        if self._adaptivity is Adaptivity.ADAPTIVE and (
+            profile.side_delta > 0 or profile.side_epsilon > 0
+        ):
+            raise InvalidParameterError(
+                "an ApproxDP (ε, δ)-only mechanism has no RDP curve, so the adaptive RDP filter "
+                "cannot admit it; use a ledger with adaptivity=Adaptivity.FIXED_PLAN"
+            )
+
+    def try_charge(self, charge_id: str, mechanism: Mechanism, owner: str = "") -> ChargeDecision:
+        """Admit ``mechanism`` under ``charge_id`` iff the budget still covers it.
+
+        Repeating an admitted ``charge_id`` with the same mechanism returns the original
+        admission (``replayed=True``) without charging again; with a different mechanism it
+        raises :class:`~raydp_hpo.errors.ChargeConflictError`. A refusal changes nothing.
+        """
+        if not isinstance(charge_id, str) or not charge_id:
+            raise InvalidParameterError(f"charge_id must be a non-empty string, got {charge_id!r}")
+        mechanism_to_dict(mechanism)  # validates the type
+        with self._lock:
+            self._check_open()
+            existing = self._by_id.get(charge_id)
+            if existing is not None:
+                if existing.mechanism != mechanism:
+                    raise ChargeConflictError(
+                        f"charge id {charge_id!r} was already used for {existing.mechanism!r}; "
+                        f"a different mechanism {mechanism!r} needs a new id"
+                    )
+                return ChargeDecision(
+                    True, charge_id, existing.epsilon_after, self._spent(), self._budget, True
+                )
+            profile = rdp_profile(mechanism)
+            self._check_supported(profile)
+            after = self._halting_epsilon(self._rdp + profile, mechanism)
+            spent = self._spent()
+            if not (after <= self._budget.epsilon):
+                return ChargeDecision(False, charge_id, after, spent, self._budget)
+            charge = Charge(
+                seq=len(self._charges) + 1,
+                charge_id=charge_id,
+                owner=str(owner),
+                time=time.time(),
+                mechanism=mechanism,
+                epsilon_after=after,
+            )
+            if self._journal is not None:
+                record = charge.to_dict()
+                record.pop("seq")
+                record["rdp"] = _encode_profile(profile)
+                self._journal.append_charge(record)  # durable before we acknowledge
+            self._commit(charge, profile)
+            return ChargeDecision(True, charge_id, after, after, self._budget)
+
+    def charge(self, charge_id: str, mechanism: Mechanism, owner: str = "") -> ChargeDecision:
+        """Like :meth:`try_charge` but raises :class:`BudgetExhaustedError` on refusal."""
+        return self.try_charge(charge_id, mechanism, owner).raise_if_refused()
+
+    def try_charge_new_attempt(
+        self, charge_id: str, mechanism: Mechanism, owner: str = ""
+    ) -> ChargeDecision:
+        """:meth:`try_charge` under ``f"{charge_id}/attempt-{k}"``, k the smallest unused.
+
+        For runs that may start over under the same id (a Tune trial retried from scratch):
+        every fresh start pays, instead of replaying the first attempt's charge. Finding k and
+        charging is one atomic step, so two concurrent starts can never share one charge. The
+        decision's ``charge_id`` is the attempt id charged (or refused).
+        """
+        if not isinstance(charge_id, str) or not charge_id:
+            raise InvalidParameterError(f"charge_id must be a non-empty string, got {charge_id!r}")
+        with self._lock:
+            for attempt in range(MAX_ATTEMPTS):
+                attempt_id = f"{charge_id}/attempt-{attempt}"
+                if attempt_id not in self._by_id:
+                    return self.try_charge(attempt_id, mechanism, owner)
+        raise RayDPHPOError(f"more than {MAX_ATTEMPTS} attempts of charge {charge_id!r}")
+
+    def has_charge(self, charge_id: str) -> bool:
+        with self._lock:
+            return charge_id in self._by_id
+
+    def _spent(self) -> float:
+        if not self._charges:
+            return 0.0
+        return self._halting_epsilon(self._rdp, None)
+
+    def spent(self) -> float:
+        """ε spent so far under the ledger's halting rule (at the budget's δ)."""
+        with self._lock:
+            return self._spent()
+
+    def remaining(self) -> float:
+        """ε still available under the halting rule (never negative)."""
+        with self._lock:
+            return max(0.0, self._budget.epsilon - self._spent())
+
+    def charges(self) -> tuple[Charge, ...]:
+        with self._lock:
+            return tuple(self._charges)
+
+    def report(self) -> LedgerReport:
+        """Budget, spend and every charge; ε under RDP and PLD as fixed-sequence figures."""
+        with self._lock:
+            delta = self._budget.delta
+            by_acc: dict[str, float] = {}
+            if self._charges:
+                by_acc["rdp_filter"] = filter_epsilon(self._rdp, delta)
+                by_acc["rdp"] = self._rdp.epsilon(delta)
+                try:
+                    by_acc["pld"] = self._pld.epsilon(delta)
+                except RayDPHPOError:
+                    by_acc["pld"] = math.inf
+                if self._pure is not None:
+                    by_acc["pure"] = self._pure
+                if self._accountant is Accountant.PROFILE:
+                    profile = self._profile_epsilon(None)
+                    if math.isfinite(profile):
+                        by_acc["profile"] = profile
+            spent = self._spent()
+            return LedgerReport(
+                budget=self._budget,
+                adaptivity=self._adaptivity,
+                halting_accountant=self._accountant,
+                spent_epsilon=spent,
+                remaining_epsilon=max(0.0, self._budget.epsilon - spent),
+                epsilon_by_accountant=by_acc,
+                charges=tuple(self._charges),
+            )

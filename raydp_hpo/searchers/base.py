@@ -1,0 +1,841 @@
+"""Common base of every differentially private searcher: the plan, the release, the lifecycle.
+
+A :class:`DPSearcher` is a Ray Tune :class:`~ray.tune.search.Searcher` that states its *whole*
+privacy cost as a :class:`PrivacyPlan` before any trial runs. The orchestrator (``DPTuner``)
+charges ``plan.mechanism`` to the privacy ledger under the id ``f"{experiment}/plan"`` and only
+then starts Ray Tune with ``search_alg=searcher, num_samples=-1``.
+
+Searchers talk to trials only through the trial config: the sampled hyperparameters plus the
+reserved key ``"raydp"``, a :class:`~raydp_hpo.trial.settings.RaydpSettings` (see
+:meth:`DPSearcher.suggest`). They never import ``trainables``.
+
+Privacy-relevant hyperparameters (those read by :func:`raydp_hpo.trial.privacy.
+privacy_from_config`: ``noise_multiplier``, ``target_epsilon``, ``target_delta``, ``mu``,
+``sample_rate``, ``batch_size``, ``epochs``, ``optimizer``) may vary in the space only over a
+finite set (``tune.choice``, ``tune.grid_search`` or a constant). Where they vary, a trial's
+base mechanism is :class:`~raydp_hpo.accounting.mechanisms.WorstCase` over their grid (pointwise maximum
+of RDP curves; Papernot & Steinke 2022, Sec. 3.5). When the space sets no noise at all, the
+searcher calibrates one ``noise_multiplier`` so that the plan is admissible.
+
+**Selection scores are releases.** Every trial whose validation score feeds a selection gets
+``config["raydp"].score_epsilon = ε_s`` (the searcher's ``score_epsilon``): it reports its
+final score with Laplace noise and its mechanism is ``trial_mechanism(training, ε_s)``
+(:mod:`raydp_hpo.trial.privacy`), so every base and plan that covers such a trial contains the
+``Laplace(ε_s)`` part. Trials whose score no selection reads (final runs) or whose score the
+searcher privatises itself (SVT candidates) get ``score_epsilon=None``.
+"""
+
+from __future__ import annotations
+
+import abc
+import itertools
+import math
+import pickle
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from ray.tune.search import Searcher
+from ray.tune.search.sample import Categorical, Domain, Function
+
+from raydp_hpo._atomic_io import atomic_write_bytes
+from raydp_hpo._validation import coerce_enum, positive_float, positive_int
+from raydp_hpo.accounting.accountants import Accountant, epsilon, smallest_noise_multiplier
+from raydp_hpo.accounting.budget import PrivacyBudget
+from raydp_hpo.accounting.mechanisms import Mechanism, WorstCase, mechanism_to_dict
+from raydp_hpo.errors import BudgetTooSmallError, InvalidParameterError, SearchSpaceError
+from raydp_hpo.ledger.plan_receipt import PlanReceipt
+from raydp_hpo.trial.privacy import (
+    DEFAULT_SCORE_EPSILON,
+    DPSGDPrivacy,
+    Optimizer,
+    ScoreNoise,
+    ScoreRelease,
+    privacy_from_config,
+    trial_mechanism,
+)
+from raydp_hpo.trial.settings import RAYDP_KEY, RaydpSettings
+
+__all__ = [
+    "RESERVED_KEY",
+    "PRIVACY_KEYS",
+    "NOISE_KEYS",
+    "Admissible",
+    "PrivacyPlan",
+    "Release",
+    "DPSearcher",
+    "Phase",
+]
+
+#: The config key carrying the privacy contract of a trial; never part of a release.
+RESERVED_KEY = RAYDP_KEY
+#: Keys read by :func:`raydp_hpo.trial.privacy.privacy_from_config`.
+PRIVACY_KEYS: tuple[str, ...] = (
+    "noise_multiplier",
+    "target_epsilon",
+    "target_delta",
+    "mu",
+    "sample_rate",
+    "batch_size",
+    "epochs",
+    "optimizer",
+)
+#: Keys that set the DP noise of a trial (at most one may appear in a space).
+NOISE_KEYS: tuple[str, ...] = ("noise_multiplier", "target_epsilon", "mu")
+
+#: Predicate deciding whether a plan mechanism fits the budget (the ledger's rule).
+Admissible = Callable[[Mechanism], bool]
+
+#: Largest noise multiplier a searcher will calibrate to before declaring the budget too small.
+MAX_NOISE_MULTIPLIER = 1e4
+
+
+class Phase:
+    """Values of ``config["raydp"].phase``."""
+
+    TUNE = "tune"
+    FINAL = "final"
+
+
+@dataclass(frozen=True)
+class PrivacyPlan:
+    """The whole privacy cost of a search, fixed before any trial runs.
+
+    Attributes:
+        mechanism: the total mechanism charged up front (``None`` when every trial charges
+            itself, as in :class:`~raydp_hpo.searchers.baselines.GridSearchComposed`).
+        base: per-trial base mechanism that every covered trial must be dominated by
+            (:func:`raydp_hpo.ledger.coverage.is_covered`), or ``None``.
+        per_trial_charges: ``True`` when trials charge the ledger individually.
+        algorithm: short algorithm name.
+        paper: citation of the algorithm and theorem the accounting follows.
+        description: one human-readable sentence on how the cost is composed.
+        expected_gradient_evaluations: expected number of per-example gradient evaluations
+            of the whole search (upper bound where the privacy grid varies).
+    """
+
+    mechanism: Mechanism | None
+    base: Mechanism | None
+    per_trial_charges: bool
+    algorithm: str
+    paper: str
+    description: str
+    expected_gradient_evaluations: float
+
+
+@dataclass(frozen=True)
+class Release:
+    """The public output of a search.
+
+    Attributes:
+        hyperparameters: the selected configuration without the ``"raydp"`` key, or ``None``
+            when the search selected nothing (e.g. Poisson random stopping drew K = 0).
+        trial_id: the trial whose model is released (the final run, or the best trial of a
+            selection without a final run), or ``None``.
+        algorithm: the algorithm that produced it.
+        extras: public, data-independent or selection-output extras (gradient evaluations,
+            flags). Per-trial metrics and the number of trials actually run are private and
+            never appear here.
+    """
+
+    hyperparameters: dict[str, Any] | None
+    trial_id: str | None
+    algorithm: str
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def selected(self) -> bool:
+        """Whether a configuration was selected."""
+        return self.hyperparameters is not None
+
+
+# --------------------------------------------------------------------------------------------
+# search-space helpers
+# --------------------------------------------------------------------------------------------
+
+
+def is_grid(value: object) -> bool:
+    """``tune.grid_search([...])`` is the dict ``{"grid_search": [...]}``."""
+    return isinstance(value, dict) and set(value) == {"grid_search"}
+
+
+def finite_values(key: str, value: object) -> list[Any] | None:
+    """The finite list of values of a constant / choice / grid entry, or ``None`` otherwise."""
+    if is_grid(value):
+        values = list(value["grid_search"])  # type: ignore[index]
+        if not values:
+            raise SearchSpaceError(f"search space key {key!r}: grid_search needs >= 1 value")
+        return values
+    if isinstance(value, Categorical):
+        if any(isinstance(c, Domain) for c in value.categories):
+            return None
+        return list(value.categories)
+    if isinstance(value, Domain):
+        return None
+    if isinstance(value, dict):
+        if key in PRIVACY_KEYS or _contains_domain(value):
+            raise SearchSpaceError(
+                f"search space key {key!r} is a nested dict with search domains; DP searchers "
+                "need a flat space (flatten it, e.g. 'model_width' instead of "
+                "{'model': {'width': ...}}). Constant dicts (e.g. model_kwargs) are fine."
+            )
+        return [value]  # a constant dict, e.g. model_kwargs={"hidden": [64]}
+    return [value]
+
+
+def _contains_domain(value: object) -> bool:
+    if isinstance(value, Domain) or is_grid(value):
+        return True
+    if isinstance(value, dict):
+        return any(_contains_domain(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_contains_domain(v) for v in value)
+    return False
+
+
+def _check_space(param_space: Mapping[str, Any], *, requires_epochs: bool = True) -> dict[str, Any]:
+    if not isinstance(param_space, Mapping):
+        raise SearchSpaceError(f"param_space must be a dict, got {param_space!r}")
+    space = dict(param_space)
+    if RESERVED_KEY in space:
+        raise SearchSpaceError(
+            f"search space key {RESERVED_KEY!r} is reserved for the privacy contract; rename it"
+        )
+    if "seed" in space:
+        raise SearchSpaceError(
+            "search space key 'seed': a trial's seed drives its DP noise, and the space is "
+            "public configuration (logged by Ray Tune); remove it and pass "
+            "DPTuner(secret_seed=...) for reproducible runs, or nothing for OS entropy"
+        )
+    for key, value in space.items():
+        if not isinstance(key, str):
+            raise SearchSpaceError(f"search space keys must be strings, got {key!r}")
+        if isinstance(value, Function):
+            raise SearchSpaceError(
+                f"search space key {key!r} uses tune.sample_from, which depends on other keys; "
+                "DP searchers sample every key independently: use a Domain or a constant"
+            )
+        if isinstance(value, dict) and not is_grid(value):
+            finite_values(key, value)  # raises for nested dicts
+    noise = [k for k in NOISE_KEYS if k in space]
+    if len(noise) > 1:
+        raise SearchSpaceError(
+            f"search space sets the noise twice ({', '.join(noise)}); keep exactly one"
+        )
+    if "sample_rate" in space and "batch_size" in space:
+        raise SearchSpaceError("search space sets both 'sample_rate' and 'batch_size'; keep one")
+    if requires_epochs and "epochs" not in space:
+        raise SearchSpaceError(
+            "search space needs 'epochs' (a constant or tune.choice): the privacy cost of a "
+            "trial depends on it"
+        )
+    return space
+
+
+# --------------------------------------------------------------------------------------------
+# the base class
+# --------------------------------------------------------------------------------------------
+
+
+class DPSearcher(Searcher, abc.ABC):
+    """Abstract base of every DP searcher in ``search_algs``.
+
+    Lifecycle (call order, as driven by ``DPTuner`` and Ray Tune):
+
+    1. ``__init__`` validates the space and the budget eagerly and fixes the plan; a space the
+       algorithm cannot use raises :class:`~raydp_hpo.errors.SearchSpaceError`, a budget too
+       small for the plan raises :class:`~raydp_hpo.errors.InvalidParameterError` stating the
+       smallest budget that works. All secret randomness (K, subsample and partition seeds,
+       SVT noise) is drawn here or later from the searcher's own RNG — OS entropy unless the
+       caller passes a secret seed — never from the data.
+    2. ``privacy_plan()`` (pure, repeatable) is charged to the ledger by the orchestrator
+       *before* the first ``suggest``.
+    3. Ray Tune calls ``suggest(trial_id)`` repeatedly; it returns a config, ``None`` ("not
+       now": only while some suggested trial is still running) or ``Searcher.FINISHED``.
+    4. ``on_trial_complete(trial_id, result, error)`` once per trial (``error=True`` after
+       Ray's retries are used up: the trial still spent privacy and is never retried here).
+    5. ``release()`` after the run: the public output.
+
+    ``save``/``restore`` pickle the mutable state (including the RNG and secret draws), so
+    ``Tuner.restore`` resumes the search exactly; restoring into a searcher whose plan differs
+    raises. The saved file contains secrets (K, seeds, per-trial metrics): it is a private
+    artefact like Tune's experiment directory.
+
+    Concurrency contract: Ray Tune calls a searcher from its single controller thread only;
+    instances are not thread-safe and must not be shared between experiments.
+
+    Args:
+        param_space: flat dict of ``ray.tune`` Domains, ``tune.grid_search`` dicts or
+            constants. The searcher samples every Domain itself with its own RNG.
+        metric: the reported metric to optimise.
+        mode: ``"max"`` or ``"min"``.
+        dataset_size: the declared **public** number of training records n (q from
+            ``batch_size``, public normalisers and compute estimates use it; the realised size
+            of the private training set is never used).
+        validation_size: the declared public number of validation records (the score
+            normaliser of the trials; ``None``: the trainable's data decides, treated public).
+        budget: the total privacy budget of the search.
+        seed: **secret** seed of the searcher's RNG. ``None`` (the default) draws it from OS
+            entropy (:mod:`secrets`): the searcher's secret draws (random stopping's K,
+            subsample and partition seeds, SVT noise) are what its guarantee relies on, and a
+            seed anyone knows would make them public. Pass one only to reproduce a run, and
+            keep it like the data; it is never written to a release, certificate or report.
+        ledger_name: name of the ledger actor trials charge/check against.
+        namespace: Ray namespace of the ledger actor.
+        experiment: experiment name; prefixes every charge id.
+        admissible: ``admissible(mechanism) -> bool`` decides whether a plan fits the budget
+            (the orchestrator passes the ledger's actual rule). Default: ε under the RDP
+            accountant at ``budget.delta`` is at most ``budget.epsilon``.
+        score_epsilon: ε_s of the Laplace-noised validation score each trial that feeds a
+            selection reports (default :data:`~raydp_hpo.trial.privacy.DEFAULT_SCORE_EPSILON`);
+            its cost ``Laplace(ε_s)`` is part of every such trial's mechanism and of the plan.
+            ``None`` declares the validation split **public**: per-trial scores are then
+            reported and selected on without noise and are not charged — use it only when
+            the validation data is not part of the private dataset.
+        score_noise: :class:`~raydp_hpo.trial.privacy.ScoreNoise` of the score (or its value):
+            ``LAPLACE`` (default) adds Laplace(1/ε_s), mechanism ``Laplace(ε_s)``;
+            ``GAUSSIAN`` adds N(0, σ_s²) with σ_s calibrated by the analytic Gaussian
+            mechanism to (ε_s, ``score_delta``), mechanism ``Gaussian(σ_s)``, which the RDP and
+            PLD accountants compose with DP-SGD far more tightly over many scored trials.
+        score_delta: δ_s of the Gaussian score (required for ``GAUSSIAN``, refused otherwise).
+    """
+
+    #: short name of the algorithm (set by subclasses)
+    algorithm: str = ""
+    #: citation (set by subclasses)
+    paper: str = ""
+    #: whether the space must give ``epochs`` (False where the searcher sets it itself)
+    _requires_epochs: bool = True
+
+    def __init__(
+        self,
+        param_space: Mapping[str, Any],
+        *,
+        metric: str,
+        mode: str = "max",
+        dataset_size: int,
+        budget: PrivacyBudget,
+        seed: int | None = None,
+        validation_size: int | None = None,
+        ledger_name: str | None = None,
+        namespace: str = "raydp_hpo",
+        experiment: str = "raydp",
+        admissible: Admissible | None = None,
+        score_epsilon: float | None = DEFAULT_SCORE_EPSILON,
+        score_noise: ScoreNoise | str = ScoreNoise.LAPLACE,
+        score_delta: float | None = None,
+    ) -> None:
+        score: ScoreRelease | None = None
+        noise = coerce_enum(ScoreNoise, score_noise, "score_noise")
+        if score_epsilon is not None:
+            score_epsilon = positive_float("score_epsilon", score_epsilon)
+            score = ScoreRelease(score_epsilon, noise, score_delta)
+        elif ScoreRelease(1.0, noise, score_delta).noise is not ScoreNoise.LAPLACE:
+            raise InvalidParameterError(
+                f"score_noise={score_noise!r} needs score_epsilon: with score_epsilon=None the "
+                "validation split is declared public and no score noise is added"
+            )
+        if not isinstance(metric, str) or not metric:
+            raise InvalidParameterError(f"metric must be a non-empty string, got {metric=!r}")
+        if mode not in ("max", "min"):
+            raise InvalidParameterError(f"mode must be 'max' or 'min', got {mode=!r}")
+        if not isinstance(budget, PrivacyBudget):
+            raise InvalidParameterError(f"budget must be a PrivacyBudget, got {budget=!r}")
+        if isinstance(dataset_size, bool) or not isinstance(dataset_size, int) or dataset_size < 1:
+            raise InvalidParameterError(
+                f"dataset_size must be an integer >= 1, got {dataset_size=!r}"
+            )
+        if not isinstance(experiment, str) or not experiment:
+            raise InvalidParameterError(f"experiment must be a non-empty string, got {experiment=!r}")
+        if validation_size is not None:
+            validation_size = positive_int("validation_size", validation_size)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            raise InvalidParameterError(f"seed must be an int or None, got {seed=!r}")
+        super().__init__(metric=metric, mode=mode)
+        self._space = _check_space(param_space, requires_epochs=self._requires_epochs)
+        self._dataset_size = dataset_size
+        self._validation_size = validation_size
+        self._budget = budget
+        # Secret by default: 128 bits of OS entropy (no default seed anywhere).
+        self._rng = np.random.default_rng(secrets.randbits(128) if seed is None else int(seed))
+        self._ledger_name = ledger_name
+        self._namespace = namespace
+        self._experiment = experiment
+        self._admissible: Admissible = admissible or self._default_admissible
+        self._score_epsilon: float | None = score_epsilon
+        self._score: ScoreRelease | None = score
+        # mutable search state (saved/restored)
+        self._configs: dict[str, dict[str, Any]] = {}
+        self._results: dict[str, float | None] = {}  # None: failed / no metric
+        self._live: set[str] = set()
+        self._finished = False
+
+    #: Where the admitted plan charge lies in the ledger's journal, set by the orchestrator
+    #: once the plan is admitted; plan-covered trials get it with their config and check it
+    #: locally instead of by a ledger round trip (:mod:`raydp_hpo.ledger.plan_receipt`).
+    plan_receipt: PlanReceipt | None = None
+
+    # ---------------------------------------------------------------- properties
+
+    @property
+    def budget(self) -> PrivacyBudget:
+        return self._budget
+
+    @property
+    def dataset_size(self) -> int:
+        return self._dataset_size
+
+    @property
+    def score_epsilon(self) -> float | None:
+        """ε_s of the noisy selection score (``None``: validation split declared public)."""
+        return self._score_epsilon
+
+    @property
+    def score_release(self) -> ScoreRelease | None:
+        """How each scored trial privatises its score (``None``: validation split public)."""
+        return self._score
+
+    def _scored(self, training: Mechanism) -> Mechanism:
+        """The mechanism of a trial whose score feeds a selection: training + its score
+        release (``Laplace(ε_s)`` or ``Gaussian(σ_s)``)."""
+        return trial_mechanism(training, self._score)
+
+    def _score_mechanism(self, count: int = 1) -> Mechanism:
+        """``count`` score releases alone (needs ``score_epsilon`` set)."""
+        if self._score is None:
+            raise InvalidParameterError("no score release: score_epsilon is None")
+        return self._score.mechanism(count)
+
+    def _score_text(self) -> str:
+        """The score release for plan descriptions ("" when none)."""
+        return "" if self._score is None else self._score.describe()
+
+    @property
+    def plan_charge_id(self) -> str:
+        """The ledger charge id of the plan: ``f"{experiment}/plan"``."""
+        return f"{self._experiment}/plan"
+
+    def charge_id(self, trial_id: str) -> str:
+        return f"{self._experiment}/{trial_id}"
+
+    # ---------------------------------------------------------------- admissibility
+
+    def _default_admissible(self, mechanism: Mechanism) -> bool:
+        return plan_epsilon(mechanism, self._budget.delta) <= self._budget.epsilon
+
+    def plan_epsilon(self) -> float:
+        """ε of the plan under the RDP accountant at ``budget.delta`` (``nan`` if no plan)."""
+        mech = self.privacy_plan().mechanism
+        return math.nan if mech is None else plan_epsilon(mech, self._budget.delta)
+
+    # ---------------------------------------------------------------- privacy grid
+
+    def _privacy_grid(self, extra: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Cartesian product of the finite values of every privacy key in the space.
+
+        Raises SearchSpaceError for a continuous domain on a privacy key.
+        """
+        keys: list[str] = []
+        values: list[list[Any]] = []
+        for key in PRIVACY_KEYS:
+            if key not in self._space:
+                continue
+            vals = finite_values(key, self._space[key])
+            if vals is None:
+                raise SearchSpaceError(
+                    f"search space key {key!r} changes the privacy cost and is a continuous "
+                    "domain; use tune.choice([...]), tune.grid_search([...]) or a constant so "
+                    "that the worst case over its values can be charged"
+                )
+            keys.append(key)
+            values.append(vals)
+        grid = [dict(zip(keys, combo)) for combo in itertools.product(*values)]
+        if extra:
+            grid = [{**g, **extra} for g in grid]
+        return grid
+
+    def _privacies(self, extra: Mapping[str, Any] | None = None) -> list[DPSGDPrivacy]:
+        out = []
+        for combo in self._privacy_grid(extra):
+            try:
+                out.append(privacy_from_config(combo, self._dataset_size))
+            except InvalidParameterError as exc:
+                raise SearchSpaceError(f"privacy settings {combo} are invalid: {exc}") from None
+        return out
+
+    def _base_mechanism(self, extra: Mapping[str, Any] | None = None) -> Mechanism:
+        """The trial base: the mechanism of the privacy grid, or WorstCase over it."""
+        mechs: list[Mechanism] = []
+        for p in self._privacies(extra):
+            m = p.mechanism()
+            if m not in mechs:
+                mechs.append(m)
+        return mechs[0] if len(mechs) == 1 else WorstCase(tuple(mechs))
+
+    def _max_gradient_evaluations(self, extra: Mapping[str, Any] | None = None) -> float:
+        """Largest expected number of per-example gradient evaluations of one trial on the
+        full data: steps · q · n · (2 for ADADP), maximised over the privacy grid."""
+        n = self._dataset_size
+        return float(
+            max(
+                p.steps * p.sample_rate * n * p.gradient_evaluations_per_step
+                for p in self._privacies(extra)
+            )
+        )
+
+    def _needs_noise_calibration(self) -> bool:
+        return not any(k in self._space for k in NOISE_KEYS)
+
+    def _calibrate_noise(
+        self, plan_of_sigma: Callable[[float], Mechanism], *, what: str
+    ) -> float:
+        """Smallest σ (relative tolerance :data:`CALIBRATION_RTOL`) with
+        ``admissible(plan_of_sigma(σ))``.
+
+        The returned σ is always one at which the plan was found admissible ("round toward more
+        privacy"), and σ/(1 + rtol) was found not admissible (or σ is at the 1e-2 floor), so it
+        is within rtol of the smallest admissible σ. Admissibility must be monotone in σ.
+        ``plan_of_sigma`` must return the *whole* plan, including the ``Laplace(ε_s)`` score
+        parts of trials whose scores feed a selection (:meth:`_scored`): σ only buys down the
+        training part, so a score part that alone exceeds the budget is reported as such.
+
+        Cost: the rule may be expensive (``DPTuner`` admits fixed plans on the tightest valid
+        bound, whose privacy-profile figure costs ~0.1–0.5 s per σ). The search is therefore
+        bracketed by the σ calibrated on RDP alone (cheap, cached): when the rule admits it,
+        it is an upper bracket (the tightest bound never exceeds RDP), the rule is asked at
+        σ_RDP/(1 + rtol) (if refused, σ_RDP is the answer: an RDP rule costs one extra call),
+        then lower by factors of :data:`_BRACKET_STEP` until refused, then bisected in log σ:
+        about 10 calls of the rule in all. A rule with a ``figure(mechanism) -> ε`` method
+        (``DPTuner``'s) guides a secant instead (about 5 calls; ``fits`` still decides every
+        end of the bracket). Otherwise (a shared ledger's rule can be stricter
+        than RDP) the generic doubling-and-bisection search from σ = 1 runs.
+        """
+
+        def fits(s: float) -> bool:
+            return self._admissible(plan_of_sigma(s))
+
+        rule_figure = getattr(self._admissible, "figure", None)
+        figure = None if rule_figure is None else (lambda s: rule_figure(plan_of_sigma(s)))
+        sigma = _bracketed_by_rdp(
+            fits,
+            lambda s: plan_epsilon(plan_of_sigma(s), self._budget.delta),
+            self._budget,
+            figure,
+        )
+        if sigma is None:
+            sigma = smallest_noise_multiplier(
+                fits,
+                max_noise_multiplier=MAX_NOISE_MULTIPLIER,
+                tolerance=CALIBRATION_RTOL,
+                floor=_SIGMA_FLOOR,
+                refine_below_floor=False,
+            )
+        if sigma is None:
+            score = (
+                ""
+                if self._score_epsilon is None
+                else f" (the noisy selection scores alone cost score_epsilon="
+                f"{self._score_epsilon:g} per scored trial: lower score_epsilon)"
+            )
+            raise BudgetTooSmallError(
+                f"budget ε={self._budget.epsilon:g}, δ={self._budget.delta:g} is too small "
+                f"for {what}: even noise_multiplier={MAX_NOISE_MULTIPLIER:g} does not fit"
+                f"{score}. Raise the budget or cut epochs / sample rate / expected trials."
+            )
+        return sigma
+
+    def _require_admissible(self, mechanism: Mechanism, *, what: str) -> None:
+        if not self._admissible(mechanism):
+            eps = plan_epsilon(mechanism, self._budget.delta)
+            raise BudgetTooSmallError(
+                f"budget ε={self._budget.epsilon:g} at δ={self._budget.delta:g} is too small "
+                f"for {what}: the plan needs ε={eps:.4g} at that δ (RDP accountant). Use a "
+                f"budget of at least ε={eps:.4g}, or more noise / fewer epochs / fewer trials."
+            )
+
+    # ---------------------------------------------------------------- sampling
+
+    def _sample_value(self, key: str, value: Any) -> Any:
+        if is_grid(value):
+            options = value["grid_search"]
+            return options[int(self._rng.integers(len(options)))]
+        if isinstance(value, Domain):
+            out = value.sample(random_state=self._rng)
+            if isinstance(out, list):
+                out = out[0]
+            return out.item() if isinstance(out, np.generic) else out
+        return value
+
+    def _sample_config(self, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+        return {k: self._sample_value(k, v) for k, v in self._space.items() if k not in skip}
+
+    def _raydp(
+        self,
+        trial_id: str,
+        *,
+        base: Mechanism | None,
+        data_view: dict[str, Any],
+        phase: str,
+        score_epsilon: float | None,
+        charge: bool = False,
+        covered: bool = True,
+        nonprivate: bool = False,
+    ) -> RaydpSettings:
+        return RaydpSettings(
+            ledger=self._ledger_name,
+            namespace=self._namespace,
+            experiment=self._experiment,
+            charge=charge,
+            charge_id=self.charge_id(trial_id),
+            covered_by=self.plan_charge_id if covered else None,
+            base=None if base is None else mechanism_to_dict(base),
+            data_view=data_view,
+            nonprivate=nonprivate,
+            phase=phase,
+            score_epsilon=score_epsilon,
+            # the searcher's noise kind goes with every score it reads (None: no score)
+            score_noise=(ScoreNoise.LAPLACE if score_epsilon is None or self._score is None
+                         else self._score.noise).value,
+            score_delta=None if score_epsilon is None or self._score is None
+            else self._score.delta,
+            dataset_size=self._dataset_size,
+            validation_size=self._validation_size,
+            trial_index=len(self._configs),
+            plan_receipt=self.plan_receipt if covered else None,
+        )
+
+    def _issue(self, trial_id: str, config: dict[str, Any]) -> dict[str, Any]:
+        self._configs[trial_id] = config
+        self._live.add(trial_id)
+        return config
+
+    # ---------------------------------------------------------------- Ray Tune API
+
+    def set_search_properties(
+        self, metric: str | None, mode: str | None, config: dict, **spec: Any
+    ) -> bool:
+        """The space is given to the constructor only; a Tune ``param_space`` is refused."""
+        if config:
+            return False
+        if metric and self._metric and metric != self._metric:
+            return False
+        return not (mode and self._mode and mode != self._mode)
+
+    def suggest(self, trial_id: str) -> dict | None:
+        if trial_id in self._configs:  # Ray asks again for a known id: same config
+            return self._configs[trial_id]
+        if self._finished:
+            return Searcher.FINISHED  # type: ignore[return-value]  # Ray's sentinel is a str
+        return self._suggest(trial_id)  # type: ignore[return-value]
+
+    @abc.abstractmethod
+    def _suggest(self, trial_id: str) -> dict | str | None:
+        """Algorithm-specific suggestion (the trial id is new)."""
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict | None = None, error: bool = False
+    ) -> None:
+        if trial_id not in self._configs or trial_id in self._results:
+            return
+        self._live.discard(trial_id)
+        value: float | None = None
+        if not error and result is not None and self._metric in result:
+            try:
+                value = float(result[self._metric])
+            except (TypeError, ValueError):
+                value = None
+            if value is not None and not math.isfinite(value):
+                value = None
+        self._results[trial_id] = value
+        self._on_complete(trial_id, value)
+
+    def _on_complete(self, trial_id: str, value: float | None) -> None:  # noqa: B027
+        """Hook for subclasses (called once per completed trial)."""
+
+    def _better(self, a: float, b: float) -> bool:
+        return a > b if self._mode == "max" else a < b
+
+    def _best_of(self, trial_ids: list[str]) -> str | None:
+        best: str | None = None
+        for tid in trial_ids:
+            v = self._results.get(tid)
+            if v is None:
+                continue
+            if best is None or self._better(v, self._results[best]):  # type: ignore[arg-type]
+                best = tid
+        return best
+
+    def _public_config(self, trial_id: str) -> dict[str, Any]:
+        return {k: v for k, v in self._configs[trial_id].items() if k != RESERVED_KEY}
+
+    # ---------------------------------------------------------------- plan / release
+
+    @abc.abstractmethod
+    def privacy_plan(self) -> PrivacyPlan:
+        """The fixed privacy plan (pure; the same object every call)."""
+
+    def _release_final_run(self, final: str | None, extras: dict[str, Any]) -> Release:
+        """Release of a search that ends in a final run: its public config and, if the run
+        completed, its trial id (whose model is released)."""
+        if final is None:
+            extras["reason"] = "the final run was not started"
+            return Release(None, None, self.algorithm, extras)
+        hyper = self._public_config(final)
+        if self._results.get(final) is None:
+            extras["final_failed"] = final in self._results
+            return Release(hyper, None, self.algorithm, extras)
+        return Release(hyper, final, self.algorithm, extras)
+
+    @abc.abstractmethod
+    def release(self) -> Release:
+        """The public output (call after the run)."""
+
+    # ---------------------------------------------------------------- save / restore
+
+    _NOT_SAVED = frozenset({"_admissible"})
+
+    def get_state(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in self._NOT_SAVED}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        own_score = self.__dict__.get("_score_epsilon")
+        if "_score_epsilon" in state and state["_score_epsilon"] != own_score:
+            raise InvalidParameterError(
+                "cannot restore: the saved searcher has score_epsilon="
+                f"{state['_score_epsilon']!r}, this one score_epsilon={own_score!r}; "
+                "construct the searcher with the same arguments as the saved one"
+            )
+        own_release = self.__dict__.get("_score")
+        if "_score" in state and state["_score"] != own_release:
+            raise InvalidParameterError(
+                f"cannot restore: the saved searcher's score release is {state['_score']!r}, "
+                f"this one's {own_release!r}; construct the searcher with the same "
+                "score_noise / score_delta as the saved one"
+            )
+        saved_plan = state.get("_plan")
+        own_plan = self.__dict__.get("_plan")
+        if own_plan is not None and saved_plan is not None and saved_plan != own_plan:
+            raise InvalidParameterError(
+                "cannot restore: the saved searcher has a different privacy plan "
+                f"({saved_plan.description!r}) than this one ({own_plan.description!r}); "
+                "construct the searcher with the same arguments as the saved one"
+            )
+        self.__dict__.update(state)
+
+    def save(self, checkpoint_path: str) -> None:
+        atomic_write_bytes(checkpoint_path, pickle.dumps(self.get_state()))
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as fh:
+            state = pickle.load(fh)  # noqa: S301 - our own private checkpoint
+        self.set_state(state)
+
+
+#: Relative tolerance of noise calibration: the calibrated σ is at most this much above the
+#: smallest admissible σ (and never below it).
+CALIBRATION_RTOL = 1e-3
+_SIGMA_FLOOR = 1e-2
+#: Factor by which the calibration steps down from the RDP-calibrated σ to find a refused σ.
+_BRACKET_STEP = 0.8
+
+
+def _bracketed_by_rdp(
+    fits: Callable[[float], bool],
+    rdp_epsilon: Callable[[float], float],
+    budget: PrivacyBudget,
+    figure: Callable[[float], float] | None = None,
+) -> float | None:
+    """Smallest σ with ``fits`` (rtol :data:`CALIBRATION_RTOL`), searched below the σ that RDP
+    alone admits; ``None`` when that σ does not exist or ``fits`` refuses it (the caller then
+    runs the generic search). ``figure(σ)``, when given, is the ε the rule compares with the
+    budget; it only guides where ``fits`` is asked (see :func:`_guided_bracket`), the answer
+    is always decided by ``fits``. See :meth:`DPSearcher._calibrate_noise`."""
+    from raydp_hpo.errors import UnsupportedMechanismError
+
+    try:
+        hi = smallest_noise_multiplier(
+            lambda s: rdp_epsilon(s) <= budget.epsilon,
+            max_noise_multiplier=MAX_NOISE_MULTIPLIER,
+            tolerance=CALIBRATION_RTOL,
+            floor=_SIGMA_FLOOR,
+            refine_below_floor=False,
+        )
+    except UnsupportedMechanismError:
+        return None
+    if hi is None or not fits(hi):
+        return None
+    lo: float | None = None
+    if figure is not None:
+        lo, hi = _guided_bracket(fits, figure, budget.epsilon, hi)
+    if lo is None:
+        lo = hi / (1.0 + CALIBRATION_RTOL)
+        while fits(lo):  # the rule is looser than RDP: step down until refused
+            hi = lo
+            if hi <= _SIGMA_FLOOR:
+                return hi
+            lo = max(hi * _BRACKET_STEP, _SIGMA_FLOOR / 2.0)
+    # invariant: fits(hi), not fits(lo)
+    while hi > lo * (1.0 + CALIBRATION_RTOL):
+        mid = math.sqrt(lo * hi)
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _guided_bracket(
+    fits: Callable[[float], bool], figure: Callable[[float], float], target: float, hi: float
+) -> tuple[float | None, float]:
+    """A bracket (lo, hi) with ``fits(hi)`` and not ``fits(lo)``, found by a secant on
+    log ε(log σ) from ``figure`` (ε falls roughly like 1/σ), probing just above and just below
+    each estimate so that the bracket closes to the tolerance in a few steps (~5 evaluations
+    of ``figure`` instead of ~11 bisection steps). Every end returned was checked with
+    ``fits``; ``lo`` is ``None`` if no refused σ was found (the caller steps down itself)."""
+    tol = math.log1p(CALIBRATION_RTOL)
+    x_hi = math.log(hi)
+    y_hi = math.log(max(figure(hi), 1e-300) / target)  # ≤ 0 where the rule fits
+    x_lo: float | None = None
+    y_lo = 0.0
+    for _ in range(8):
+        if x_lo is not None and x_hi - x_lo <= tol:
+            break
+        # the first estimate takes slope −1 (ε ∝ 1/σ), later ones the secant of the bracket
+        x_star = x_hi + y_hi if x_lo is None else x_hi - y_hi * (x_hi - x_lo) / (y_hi - y_lo)
+        probe = x_star + 0.5 * tol
+        if x_lo is not None:
+            probe = min(max(probe, x_lo + 0.25 * tol), x_hi - 0.25 * tol)
+        else:
+            probe = min(probe, x_hi - 0.25 * tol)
+        y = math.log(max(figure(math.exp(probe)), 1e-300) / target)
+        if y <= 0 and fits(math.exp(probe)):
+            x_hi, y_hi = probe, y
+            below = x_hi - tol
+            if x_lo is None or below > x_lo:
+                y_b = math.log(max(figure(math.exp(below)), 1e-300) / target)
+                if y_b > 0 and not fits(math.exp(below)):
+                    x_lo, y_lo = below, y_b
+                elif y_b <= 0 and fits(math.exp(below)):
+                    x_hi, y_hi = below, y_b
+                else:  # the figure and the rule disagree: let the caller bisect on ``fits``
+                    break
+        elif y > 0 and not fits(math.exp(probe)):
+            x_lo, y_lo = probe, y
+        else:
+            break
+    return (None if x_lo is None else math.exp(x_lo)), math.exp(x_hi)
+
+
+def plan_epsilon(mechanism: Mechanism, delta: float) -> float:
+    """ε of ``mechanism`` at ``delta`` under the RDP accountant (the default admission rule)."""
+    return epsilon(mechanism, delta, Accountant.RDP)
+
+
+def lr_transfer_factor(optimizer: Optimizer, n: float, m: float) -> float:
+    """Koskela & Kulkarni (2023) learning-rate transfer from a dataset of size m to size n:
+    × n/m for (momentum) SGD and full-batch GD, × 1 for Adam and ADADP."""
+    if optimizer in (Optimizer.ADAM, Optimizer.ADADP):
+        return 1.0
+    return n / m

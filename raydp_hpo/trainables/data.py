@@ -1,0 +1,442 @@
+"""Training data for DP trials: a frozen container, loaders, validation, splits and views.
+
+Records are the privacy unit. Every loader validates eagerly and raises
+:class:`~raydp_hpo.errors.DataValidationError` naming the offending column / value.
+
+Views (``data_view`` dicts) select which records a trial trains on; the search algorithms
+use them to implement their data-splitting schemes:
+
+* ``{"kind": "full"}`` — the whole training split.
+* ``{"kind": "subsample", "rate": q, "seed": s}`` — Poisson subsample X₁ of the training split:
+  each record kept independently with probability q (Koskela & Kulkarni 2023, Sec. 3: tuning on
+  a random subset amplifies privacy by subsampling).
+* ``{"kind": "complement", "rate": q, "seed": s}`` — X \\ X₁ for the *same* draw (the final
+  run of Koskela & Kulkarni trains on the rest).
+* ``{"kind": "partition", "index": i, "num_partitions": k, "seed": s}`` — the i-th of k
+  disjoint random partitions (each record independently and uniformly; sizes are random).
+* ``{"kind": "partitions", "num_partitions": k, "seed": s}`` — all k partitions; the trainable
+  trains one model per partition and reports the mean validation accuracy (Ding et al.:
+  each record affects one model only, so by parallel composition the round costs one
+  model's mechanism).
+
+The realised sizes of splits, subsamples and partitions are private, like the records: the
+privacy accounting and every normaliser use declared public sizes instead (DESIGN.md,
+"Secrets and neighbouring datasets"). The secret ``seed`` of a view has no default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from raydp_hpo.errors import DataValidationError, InvalidParameterError
+
+__all__ = [
+    "Dataset",
+    "DataSplits",
+    "load_parquet",
+    "load_digits",
+    "load_mnist1d",
+    "split",
+    "record_uniforms",
+    "select_view",
+    "view_kind",
+]
+
+_VIEW_KINDS = ("full", "subsample", "complement", "partition", "partitions")
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """Immutable labelled data: ``features`` float32 (n, *feature_shape), ``labels`` int64 (n,).
+
+    The arrays are made read-only, so a trial cannot modify shared data in place (Ray's object
+    store hands out read-only buffers anyway).
+    """
+
+    features: np.ndarray
+    labels: np.ndarray
+    num_classes: int
+
+    def __post_init__(self) -> None:
+        x = np.ascontiguousarray(self.features)
+        y = np.ascontiguousarray(self.labels)
+        if x.dtype != np.float32:
+            raise DataValidationError(f"features must be float32, got dtype {x.dtype}")
+        if y.dtype != np.int64:
+            raise DataValidationError(f"labels must be int64, got dtype {y.dtype}")
+        if y.ndim != 1:
+            raise DataValidationError(f"labels must be 1-D, got shape {y.shape}")
+        if x.ndim < 2 or x.shape[0] != y.shape[0]:
+            raise DataValidationError(
+                f"features must have shape (n, ...) matching {y.shape[0]} labels, got {x.shape}"
+            )
+        if isinstance(self.num_classes, bool) or not isinstance(
+            self.num_classes, (int, np.integer)
+        ) or self.num_classes < 2:
+            raise DataValidationError(f"num_classes must be an int >= 2, got {self.num_classes!r}")
+        if not np.all(np.isfinite(x)):
+            bad = int(np.argwhere(~np.isfinite(x.reshape(len(x), -1)))[0][0])
+            raise DataValidationError(f"features contain NaN or inf (first at row {bad})")
+        if len(y) and (y.min() < 0 or y.max() >= self.num_classes):
+            bad_value = int(y.min()) if y.min() < 0 else int(y.max())
+            raise DataValidationError(
+                f"label {bad_value} outside [0, {self.num_classes}); set num_classes or fix the "
+                "labels"
+            )
+        x.setflags(write=False)
+        y.setflags(write=False)
+        object.__setattr__(self, "features", x)
+        object.__setattr__(self, "labels", y)
+        object.__setattr__(self, "num_classes", int(self.num_classes))
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def feature_shape(self) -> tuple[int, ...]:
+        return tuple(int(d) for d in self.features.shape[1:])
+
+    def subset(self, index: np.ndarray) -> Dataset:
+        """The records at ``index`` (a copy), with the same ``num_classes``."""
+        return Dataset(self.features[index], self.labels[index], self.num_classes)
+
+
+@dataclass(frozen=True, eq=False)
+class DataSplits:
+    """Train / validation / test splits of one private dataset (all three are private)."""
+
+    train: Dataset
+    val: Dataset
+    test: Dataset
+
+    def __post_init__(self) -> None:
+        for name in ("train", "val", "test"):
+            if not isinstance(getattr(self, name), Dataset):
+                raise InvalidParameterError(f"{name} must be a Dataset")
+        if len(self.train) == 0:
+            raise DataValidationError("the training split is empty")
+        shapes = {self.train.feature_shape, self.val.feature_shape, self.test.feature_shape}
+        if len(shapes) != 1:
+            raise DataValidationError(f"splits have different feature shapes: {sorted(shapes)}")
+
+
+# -- loaders -----------------------------------------------------------------------------
+
+
+def _numeric_column(table: Any, name: str) -> np.ndarray:
+    import pyarrow as pa
+
+    column = table.column(name)
+    typ = column.type
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+        if column.null_count:
+            raise DataValidationError(f"column {name!r} has {column.null_count} null rows")
+        combined = column.combine_chunks()
+        lengths = np.asarray(combined.value_lengths())
+        if len(lengths) and lengths.min() != lengths.max():
+            raise DataValidationError(
+                f"list column {name!r} has rows of different lengths "
+                f"({lengths.min()}..{lengths.max()}); every row needs the same feature count"
+            )
+        values = combined.flatten()
+        if not (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)):
+            raise DataValidationError(
+                f"list column {name!r} must hold numbers, got element type {values.type}"
+            )
+        if values.null_count:
+            raise DataValidationError(f"list column {name!r} has null elements")
+        width = int(lengths[0]) if len(lengths) else 0
+        return np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float64).reshape(
+            len(combined), width
+        )
+    if not (pa.types.is_integer(typ) or pa.types.is_floating(typ)):
+        raise DataValidationError(f"feature column {name!r} must be numeric, got type {typ}")
+    if column.null_count:
+        raise DataValidationError(f"feature column {name!r} has {column.null_count} null values")
+    return np.asarray(column.to_numpy(), dtype=np.float64)
+
+
+def _check_finite(values: np.ndarray, name: str) -> None:
+    bad = ~np.isfinite(values)
+    if bad.any():
+        row = int(np.argwhere(bad.reshape(len(values), -1).any(axis=1))[0][0])
+        kind = "NaN" if np.isnan(values.reshape(len(values), -1)[row]).any() else "inf"
+        raise DataValidationError(f"column {name!r} contains {kind} (first at row {row})")
+
+
+def _labels(table: Any, name: str) -> np.ndarray:
+    import pyarrow as pa
+
+    column = table.column(name)
+    if column.null_count:
+        raise DataValidationError(f"label column {name!r} has {column.null_count} null values")
+    if pa.types.is_integer(column.type):
+        return np.asarray(column.to_numpy(), dtype=np.int64)
+    if pa.types.is_floating(column.type):
+        values = np.asarray(column.to_numpy(), dtype=np.float64)
+        _check_finite(values, name)
+        if np.any(values != np.round(values)):
+            bad = values[values != np.round(values)][0]
+            raise DataValidationError(
+                f"label column {name!r} must hold integers, found {bad!r}"
+            )
+        return values.astype(np.int64)
+    raise DataValidationError(
+        f"label column {name!r} must be integer class ids, got type {column.type}"
+    )
+
+
+def load_parquet(
+    uri: str,
+    *,
+    label_column: str,
+    feature_columns: Sequence[str] | None = None,
+    feature_column: str | None = None,
+    num_classes: int | None = None,
+) -> Dataset:
+    """Load a Parquet file or directory from any URI pyarrow can read (local path, ``file://``,
+    ``s3://``, ``gs://``, ``hdfs://`` ...).
+
+    Give exactly one of ``feature_columns`` (one numeric column per feature) or
+    ``feature_column`` (one list-valued column holding every row's feature vector).
+    ``num_classes`` defaults to ``max(label) + 1``.
+    """
+    import pyarrow.dataset as pads
+    import pyarrow.fs as pafs
+
+    if (feature_columns is None) == (feature_column is None):
+        raise InvalidParameterError("give exactly one of feature_columns or feature_column")
+    try:
+        filesystem, path = pafs.FileSystem.from_uri(uri)
+    except (ValueError, TypeError):  # a plain relative path
+        filesystem, path = pafs.LocalFileSystem(), str(uri)
+    try:
+        info = filesystem.get_file_info(path)
+    except (OSError, ValueError) as exc:
+        raise DataValidationError(f"cannot reach Parquet data at {uri!r}: {exc}") from None
+    if info.type == pafs.FileType.NotFound:
+        raise DataValidationError(
+            f"Parquet data not found at {uri!r} (resolved to {path!r}); check data.uri"
+        )
+    try:
+        table = pads.dataset(path, filesystem=filesystem, format="parquet").to_table()
+    except (OSError, ValueError) as exc:
+        raise DataValidationError(f"cannot read Parquet data at {uri!r}: {exc}") from None
+    wanted = [*(feature_columns or [feature_column]), label_column]  # type: ignore[list-item]
+    missing = [c for c in wanted if c not in table.column_names]
+    if missing:
+        raise DataValidationError(
+            f"column(s) {missing} missing from {uri!r}; available: {table.column_names}"
+        )
+    if table.num_rows == 0:
+        raise DataValidationError(f"{uri!r} has no rows")
+    if feature_column is not None:
+        x = _numeric_column(table, feature_column)
+        _check_finite(x, feature_column)
+    else:
+        cols = []
+        for name in feature_columns or ():
+            col = _numeric_column(table, name)
+            if col.ndim != 1:
+                raise DataValidationError(
+                    f"column {name!r} is list-valued; pass it as feature_column={name!r}"
+                )
+            _check_finite(col, name)
+            cols.append(col)
+        if not cols:
+            raise InvalidParameterError("feature_columns must name at least one column")
+        x = np.stack(cols, axis=1)
+    y = _labels(table, label_column)
+    if y.min() < 0:
+        raise DataValidationError(f"label column {label_column!r} has negative label {y.min()}")
+    present = np.unique(y)
+    if len(present) < 2:
+        raise DataValidationError(
+            f"label column {label_column!r} holds a single class ({int(present[0])}) in "
+            f"{uri!r}: a classifier trained on it reports accuracy 1.0 and learns nothing; "
+            "check the label column or the file"
+        )
+    k = int(y.max()) + 1 if num_classes is None else int(num_classes)
+    if y.max() >= k:
+        raise DataValidationError(
+            f"label column {label_column!r} has label {int(y.max())} outside [0, {k}); "
+            "raise num_classes or fix the labels"
+        )
+    return Dataset(x.astype(np.float32), y, max(k, 2))
+
+
+def load_digits() -> Dataset:
+    """scikit-learn's bundled digits (1,797 8×8 greyscale images, 10 classes), no network.
+
+    Pixels are scaled from [0, 16] to [0, 1]; features have shape (1, 8, 8) for 2-D CNNs.
+    """
+    from sklearn.datasets import load_digits as _sk_digits
+
+    bunch = _sk_digits()
+    x = (np.asarray(bunch.images, dtype=np.float32) / 16.0)[:, None, :, :]
+    return Dataset(x, np.asarray(bunch.target, dtype=np.int64), 10)
+
+
+def load_mnist1d(num_samples: int = 5000, seed: int = 42) -> Dataset:
+    """MNIST-1D (Greydanus 2020) generated locally with ``mnist1d.data.make_dataset``.
+
+    Never downloads: the generator is called directly with the package's default arguments
+    except ``num_samples`` and ``seed``. Both of the generator's splits are returned as one
+    dataset (use :func:`split`). Features have shape (40,). The global ``random``/numpy RNG
+    state, which the generator reseeds, is restored afterwards.
+    """
+    import random
+
+    from mnist1d.data import get_dataset_args, make_dataset
+
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 10:
+        raise InvalidParameterError(f"num_samples must be an int >= 10, got {num_samples!r}")
+    args = get_dataset_args()
+    args.num_samples = num_samples
+    args.seed = int(seed)
+    np_state, py_state = np.random.get_state(), random.getstate()
+    try:
+        raw = make_dataset(args)
+    finally:
+        np.random.set_state(np_state)
+        random.setstate(py_state)
+    x = np.concatenate([raw["x"], raw["x_test"]]).astype(np.float32)
+    y = np.concatenate([raw["y"], raw["y_test"]]).astype(np.int64)
+    return Dataset(x, y, 10)
+
+
+# -- splits and views --------------------------------------------------------------------
+
+
+def record_uniforms(dataset: Dataset, seed: int, purpose: bytes = b"split") -> np.ndarray:
+    """u_i ∈ [0, 1) for every record: a keyed hash (BLAKE2b, key = ``seed``, personalised by
+    ``purpose`` so that splits and partitions are independent) of the record's own bytes
+    (features and label), so u_i depends on record i alone — not on its position or on the
+    other records."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InvalidParameterError(f"split seed must be an integer >= 0, got {seed!r}")
+    key = int(seed).to_bytes(16, "little") if seed < 2**128 else None
+    if key is None:
+        raise InvalidParameterError(f"split seed must be < 2**128, got {seed!r}")
+    x = dataset.features.reshape(len(dataset), -1)
+    y = dataset.labels
+    out = np.empty(len(dataset), dtype=np.float64)
+    for i in range(len(dataset)):
+        digest = hashlib.blake2b(
+            x[i].tobytes() + y[i].tobytes(), digest_size=8, key=key, person=purpose
+        ).digest()
+        out[i] = int.from_bytes(digest, "little") / 2.0**64
+    return out
+
+
+def split(
+    dataset: Dataset, val_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0
+) -> DataSplits:
+    """Stable train / validation / test split: record i goes to validation if u_i < f_val, to
+    test if f_val ≤ u_i < f_val + f_test, else to training, with u_i = :func:`record_uniforms`.
+
+    Each record's split is a function of that record (and the public split ``seed``) alone,
+    so adding or removing one record changes exactly one split, by that record — what every
+    bound of this project assumes for add/remove-one neighbours (DESIGN.md, "Secrets and
+    neighbouring datasets"). A permutation-based split would move many records between splits
+    when one record is added. The split sizes are therefore random (multinomial) and, like the
+    records, private: code that needs a size uses a declared public one. The ``seed`` is
+    public (it makes the split reproducible; no guarantee relies on it being secret). Records
+    keep their original order within each split.
+    """
+    for name, f in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+        if not 0.0 <= f < 1.0:
+            raise InvalidParameterError(f"{name} must be in [0, 1), got {name}={f!r}")
+    if val_fraction + test_fraction >= 1.0:
+        raise InvalidParameterError(
+            f"val_fraction + test_fraction must be < 1, got {val_fraction + test_fraction}"
+        )
+    n = len(dataset)
+    if n == 0:
+        raise DataValidationError("cannot split an empty dataset")
+    u = record_uniforms(dataset, seed)
+    is_val = u < val_fraction
+    is_test = ~is_val & (u < val_fraction + test_fraction)
+    is_train = ~(is_val | is_test)
+    return DataSplits(
+        train=dataset.subset(np.flatnonzero(is_train)),
+        val=dataset.subset(np.flatnonzero(is_val)),
+        test=dataset.subset(np.flatnonzero(is_test)),
+    )
+
+
+def view_kind(view: Mapping[str, Any] | None) -> str:
+    """The validated ``kind`` of a ``data_view`` dict (``None`` means ``"full"``)."""
+    if view is None:
+        return "full"
+    kind = view.get("kind")
+    if kind not in _VIEW_KINDS:
+        raise InvalidParameterError(f"data_view kind must be one of {_VIEW_KINDS}, got {kind!r}")
+    allowed = {
+        "full": {"kind"},
+        "subsample": {"kind", "rate", "seed"},
+        "complement": {"kind", "rate", "seed"},
+        "partition": {"kind", "index", "num_partitions", "seed"},
+        "partitions": {"kind", "num_partitions", "seed"},
+    }[kind]
+    unknown = set(view) - allowed
+    if unknown:
+        raise InvalidParameterError(f"unknown data_view keys {sorted(unknown)} for kind {kind!r}")
+    return str(kind)
+
+
+def _partition_ids(train: Dataset, k: int, seed: int) -> np.ndarray:
+    """Partition of each record: ⌊k·u_i⌋ with u_i = :func:`record_uniforms` keyed by the
+    view's secret ``seed`` — a function of the record's own content alone.
+
+    So in the code as written, adding or removing one record anywhere in the dataset changes
+    exactly one partition, by that record (the 1/k sensitivity of the partition-averaged
+    utility, Ding et al. Lemma 2); no other record moves, whatever its position. (Parallel
+    composition needs only this; the seed is secret anyway.) Partition sizes are random and
+    private. An empty partition is allowed (its model trains on no records): an error would
+    make the search's course depend on the private partition sizes.
+    """
+    u = record_uniforms(train, seed, purpose=b"partition")
+    return np.minimum((u * k).astype(np.int64), k - 1)
+
+
+def select_view(train: Dataset, view: Mapping[str, Any] | None) -> list[Dataset]:
+    """The training set(s) a ``data_view`` selects: one dataset, or k for ``"partitions"``."""
+    kind = view_kind(view)
+    if kind == "full":
+        return [train]
+    assert view is not None
+    n = len(train)
+    if "seed" not in view:
+        raise InvalidParameterError(
+            f"data_view {dict(view)} needs its secret 'seed' (searchers draw it from OS "
+            "entropy); there is no default seed"
+        )
+    seed = int(view["seed"])
+    if kind in ("subsample", "complement"):
+        rate = float(view["rate"])
+        if not 0.0 < rate < 1.0:
+            raise InvalidParameterError(f"data_view rate must be in (0, 1), got rate={rate!r}")
+        # Poisson subsample X1: each record independently with probability `rate`, from the
+        # secret seed (Koskela & Kulkarni's amplification needs independent inclusion, as
+        # DP-SGD's batches do; a content hash would tie duplicate records together). The
+        # draws are indexed by position; since they are i.i.d. and secret, the neighbouring
+        # dataset's draws are equal in law to the coupling that keeps every other record's
+        # inclusion, which is what the amplification theorem uses.
+        keep = np.random.default_rng([seed, 1]).random(n) < rate
+        return [train.subset(np.flatnonzero(keep if kind == "subsample" else ~keep))]
+    k = int(view["num_partitions"])
+    if k < 1:
+        raise InvalidParameterError(f"num_partitions must be >= 1, got {k}")
+    ids = _partition_ids(train, k, seed)
+    if kind == "partition":
+        i = int(view["index"])
+        if not 0 <= i < k:
+            raise InvalidParameterError(f"partition index must be in [0, {k}), got index={i}")
+        return [train.subset(np.flatnonzero(ids == i))]
+    return [train.subset(np.flatnonzero(ids == i)) for i in range(k)]

@@ -1,0 +1,657 @@
+"""Per-example clipping and Gaussian noise: the privatised gradient of one DP-SGD step.
+
+For a Poisson batch B (each record in independently with probability q) the privatised
+gradient is (Abadi et al. 2016, Alg. 1; Opacus' convention for the normalisation)
+
+    g̃ = ( Σ_{i∈B} clip_C(∇ℓ_i) + N(0, σ²C²·I) ) / (q·n_pub),   clip_C(v) = v · min(1, C/‖v‖),
+
+with n_pub a declared public size (never the realised n, which differs between neighbours),
+whose release is one subsampled Gaussian mechanism with noise multiplier σ.
+
+Two implementations of Σ clip_C(∇ℓ_i), both checked against a one-example-at-a-time
+reference in ``tests/raydp_hpo/trainables/test_dp_step.py``:
+
+* :class:`BookKeepingClipper` ("book-keeping", Bu et al. 2023, "Differentially private
+  optimization on large model at small cost") — models whose trainable parameters all live in
+  ``nn.Linear``, ``nn.Conv1d``/``nn.Conv2d`` (groups = 1, zero padding) and
+  ``nn.GroupNorm``/``nn.LayerNorm`` layers: every model of :mod:`raydp_hpo.trainables.models`. One
+  backward pass to the layer outputs gives each layer's output gradient g; with a the layer's
+  input (unfolded into patches a_t for a convolution, t over output positions), the
+  per-example weight gradient is Σ_t g_t a_tᵀ, whose squared norm is either
+  Σ_{t,t'} (g_t·g_t')(a_t·a_t') (ghost norm; ‖g‖²‖a‖² when T = 1, Goodfellow 2015) or taken
+  from the materialised per-example gradient, whichever is cheaper for that layer; affine
+  normalisation parameters have per-example gradients Σ g ⊙ x̂ and Σ g. The clipped sum
+  Σ_i c_i ∇ℓ_i, c_i = min(1, C/(‖∇ℓ_i‖ + 10⁻⁶)), is then formed from the same g and a.
+* :class:`OpacusClipper` — any model Opacus supports: per-example gradients from
+  ``opacus.GradSampleModule`` (hooks), then clip and sum. :func:`make_clipper` in ``"auto"``
+  mode falls back to it for a layer book-keeping does not cover.
+
+:class:`GaussianNoise` adds the noise and counts every release so that tests can compare what
+actually ran with the declared mechanism. :func:`poisson_batch` draws the Poisson batch in
+O(batch) rather than O(n).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import cast
+
+import torch
+from torch import nn
+from torch.nn.grad import conv1d_weight, conv2d_weight
+
+from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
+
+__all__ = [
+    "BookKeepingClipper",
+    "OpacusClipper",
+    "GaussianNoise",
+    "make_clipper",
+    "NormStrategy",
+    "poisson_batch",
+    "supports_bk",
+    "bk_unsupported_reason",
+]
+
+_EPS = 1e-6  # as Opacus: clip factor C / (‖v‖ + 1e-6)
+_DENSE_POISSON_MAX_N = 4096  # poisson_batch: below this, one uniform per record is cheaper
+
+
+_CONV_TYPES = (nn.Conv1d, nn.Conv2d)
+_NORM_TYPES = (nn.GroupNorm, nn.LayerNorm)
+_BK_TYPES = (nn.Linear, *_CONV_TYPES, *_NORM_TYPES)
+
+
+def bk_unsupported_reason(module: nn.Module) -> str | None:
+    """Why book-keeping clipping cannot handle ``module``'s own parameters (None if it can).
+
+    Covered: ``nn.Linear`` (inputs (N, d) or (N, …, d)); ``nn.Conv1d``/``nn.Conv2d`` with any
+    stride, dilation and integer/tuple/'valid'/'same' zero padding, groups = 1;
+    ``nn.GroupNorm``/``nn.LayerNorm`` affine parameters. A module type outside this list that
+    owns a trainable parameter is refused, as is a convolution with groups > 1 or a padding
+    mode other than 'zeros'.
+    """
+    own = [p for p in module.parameters(recurse=False) if p.requires_grad]
+    if not own:
+        return None
+    if type(module) in _CONV_TYPES:
+        conv = cast("nn.Conv1d | nn.Conv2d", module)
+        if conv.groups != 1:
+            return f"{type(module).__name__} with groups={conv.groups} (only groups=1)"
+        if conv.padding_mode != "zeros":
+            return f"{type(module).__name__} with padding_mode={conv.padding_mode!r}"
+        return None
+    if type(module) in (nn.Linear, *_NORM_TYPES):
+        return None
+    return f"{type(module).__name__} (book-keeping covers Linear, Conv1d/2d, GroupNorm, LayerNorm)"
+
+
+def _bk_refusals(model: nn.Module) -> list[str]:
+    """Every reason book-keeping cannot clip ``model`` (empty if it can)."""
+    reasons = [
+        f"{name or type(model).__name__}: {why}"
+        for name, m in model.named_modules()
+        if (why := bk_unsupported_reason(m)) is not None
+    ]
+    owners: dict[int, str] = {}
+    for name, m in model.named_modules(remove_duplicate=False):
+        for p in m.parameters(recurse=False):
+            if p.requires_grad and owners.setdefault(id(p), name) != name:
+                reasons.append(f"parameter shared by {owners[id(p)]!r} and {name!r}")
+    if not any(p.requires_grad for p in model.parameters()):
+        reasons.append("no trainable parameter")
+    return reasons
+
+
+def supports_bk(model: nn.Module) -> bool:
+    """True iff every trainable parameter belongs to exactly one layer that
+    :class:`BookKeepingClipper` covers."""
+    return not _bk_refusals(model)
+
+
+def _conv_pad(conv: nn.Conv1d | nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+    """``x`` (N, C, L), (N, C, 1, L) for a Conv1d or (N, C, H, W) zero-padded as ``conv`` pads
+    it (integer/tuple padding, 'valid', or 'same' with torch's split: left = total // 2)."""
+    dims = len(conv.kernel_size)
+    if isinstance(conv.padding, str):
+        pads = [0] * dims
+        if conv.padding == "same":
+            pads = [d * (k - 1) for d, k in zip(conv.dilation, conv.kernel_size)]
+        lr = [(p // 2, p - p // 2) for p in pads]
+    else:
+        lr = [(p, p) for p in conv.padding]
+    flat = [v for pair in reversed(lr) for v in pair]  # F.pad: last dimension first
+    return nn.functional.pad(x, flat) if any(flat) else x
+
+
+def _conv_patches(conv: nn.Conv1d | nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+    """The unfolded input of ``conv``: (N, T, C_in·∏k), row t the input patch (zero padding
+    included) that output position t sees, flattened in the weight's (C_in, k…) order.
+
+    Built from strided views of the padded input (``Tensor.unfold`` per spatial dimension,
+    then every d-th element for dilation d) and one copy into this layout; on CPU this is
+    several times faster than ``nn.functional.unfold`` (im2col) for these shapes.
+    """
+    if isinstance(conv, nn.Conv1d):
+        x = x.unsqueeze(-2)  # (N, C, 1, L)
+        kernel, stride, dilation = (1, *conv.kernel_size), (1, *conv.stride), (1, *conv.dilation)
+    else:
+        kernel, stride, dilation = conv.kernel_size, conv.stride, conv.dilation
+    view = _conv_pad(conv, x)
+    for dim in (2, 3):
+        span = (kernel[dim - 2] - 1) * dilation[dim - 2] + 1
+        view = view.unfold(dim, span, stride[dim - 2])  # appends a window dimension
+    view = view[..., :: dilation[0], :: dilation[1]]  # (N, C, H', W', kh, kw)
+    n, _, h, w = view.shape[:4]
+    return view.permute(0, 2, 3, 1, 4, 5).reshape(n, h * w, -1)
+
+
+class _LayerGrad:
+    """One layer's share of a book-keeping step: per-example ‖∇_θ ℓ_i‖² and Σ c_i ∇_θ ℓ_i.
+
+    Built from the layer's input a and output gradient g (of the summed loss, so row i of g
+    is ∂ℓ_i/∂out_i). Subclasses hold only what the clipped sum needs.
+    """
+
+    def sq_norms(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def write_clipped_sum(self, coef: torch.Tensor) -> None:
+        raise NotImplementedError
+
+
+class NormStrategy(Enum):
+    """How :class:`BookKeepingClipper` gets per-example weight-gradient norms of layers with
+    T > 1 positions (convolutions, Linear on sequences)."""
+
+    AUTO = "auto"  #: per layer, whichever of the two below costs fewer operations
+    GHOST = "ghost"  #: Σ_{t,t'} (g_t·g_t')(a_t·a_t'), ~N·T²·(p + d) operations
+    MATERIALISE = "materialise"  #: G_i = Σ_t g_t a_tᵀ per example, ~N·T·p·d operations
+
+
+def _matrix_layer_grad(
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    a: torch.Tensor,
+    g: torch.Tensor,
+    strategy: NormStrategy,
+) -> _LayerGrad:
+    """Layers whose per-example weight gradient is Σ_t g_t a_tᵀ: a (N, T, d), g (N, T, p)."""
+    n, t, d = a.shape
+    p = g.shape[-1]
+    if t == 1:
+        return _OuterProductGrad(weight, bias, a[:, 0], g[:, 0])
+    if _use_ghost(t, p, d, strategy):
+        return _GhostGrad(weight, bias, a, g)
+    return _MaterialisedGrad(
+        weight,
+        bias,
+        torch.bmm(g.transpose(1, 2), a) if weight.requires_grad else None,
+        g.sum(1) if bias is not None and bias.requires_grad else None,
+    )
+
+
+def _use_ghost(t: int, p: int, d: int, strategy: NormStrategy) -> bool:
+    """Ghost norm ~N·T²·(p + d) operations, materialised per-example gradient ~N·T·p·d."""
+    if strategy is NormStrategy.AUTO:
+        return t * (p + d) < p * d
+    return strategy is NormStrategy.GHOST
+
+
+def _conv_per_example_weight_grad(
+    conv: nn.Conv1d | nn.Conv2d, x: torch.Tensor, g: torch.Tensor
+) -> torch.Tensor:
+    """Per-example weight gradients of a convolution (groups = 1), (N, C_out, C_in·∏k).
+
+    G_i = Σ_t g_{i,t} a_{i,t}ᵀ is the weight gradient of example i alone. Stacking the batch
+    along channels, x → (1, N·C_in, …) and g → (1, N·C_out, …), turns the N per-example
+    convolutions into one convolution with groups = N, whose weight gradient (N·C_out, C_in,
+    k…) is every G_i at once: one call to the convolution backward kernel instead of an
+    unfolded input (∏k times the input, slow to build on CPU). Padding is applied first
+    (:func:`_conv_pad`) so 'same' with asymmetric padding is exact.
+    """
+    n, c = x.shape[:2]
+    o = g.shape[1]
+    x = _conv_pad(conv, x)
+    size = (n * o, c, *conv.kernel_size)
+    backward_weight = conv1d_weight if isinstance(conv, nn.Conv1d) else conv2d_weight
+    per_example = backward_weight(
+        x.reshape(1, n * c, *x.shape[2:]),
+        size,
+        g.reshape(1, n * o, *g.shape[2:]),
+        stride=conv.stride,
+        padding=0,
+        dilation=conv.dilation,
+        groups=n,
+    )
+    return per_example.reshape(n, o, -1)
+
+
+class _OuterProductGrad(_LayerGrad):
+    """T = 1 (Linear on (N, d)): ∇_W ℓ_i = g_i a_iᵀ, so ‖∇_W ℓ_i‖² = ‖g_i‖²‖a_i‖² (Goodfellow
+    2015) and Σ c_i ∇_W ℓ_i = (c ⊙ g)ᵀ a."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, a: torch.Tensor,
+                 g: torch.Tensor) -> None:
+        self.weight, self.bias, self.a, self.g = weight, bias, a, g
+
+    def sq_norms(self) -> torch.Tensor:
+        g_sq = self.g.pow(2).sum(1)
+        sq = g_sq * self.a.pow(2).sum(1) if self.weight.requires_grad else torch.zeros_like(g_sq)
+        if self.bias is not None and self.bias.requires_grad:
+            sq = sq + g_sq
+        return sq
+
+    def write_clipped_sum(self, coef: torch.Tensor) -> None:
+        g, a = self.g, self.a
+        if self.weight.requires_grad:
+            # (c ⊙ g)ᵀ a = gᵀ (c ⊙ a): scale whichever of g (N × p) and a (N × d) is smaller
+            if g.shape[1] <= a.shape[1]:
+                w = (g * coef[:, None]).t() @ a
+            else:
+                w = g.t() @ (a * coef[:, None])
+            self.weight.grad = w.view_as(self.weight)
+        if self.bias is not None and self.bias.requires_grad:
+            self.bias.grad = coef @ g  # Σ c_i g_i, one matrix-vector product
+
+
+class _GhostGrad(_LayerGrad):
+    """Ghost norm (Li et al. 2022; Bu et al. 2023): ‖Σ_t g_t a_tᵀ‖²_F = Σ_{t,t'} (g_t·g_t')(a_t·a_t'),
+    from two (T × T) Gram matrices per example; the clipped sum is Σ_{i,t} c_i g_{it} a_{it}ᵀ."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, a: torch.Tensor,
+                 g: torch.Tensor) -> None:
+        self.weight, self.bias, self.a, self.g = weight, bias, a, g
+
+    def sq_norms(self) -> torch.Tensor:
+        sq = torch.zeros(self.g.shape[0], device=self.g.device, dtype=self.g.dtype)
+        if self.weight.requires_grad:
+            gram_g = torch.bmm(self.g, self.g.transpose(1, 2))
+            gram_a = torch.bmm(self.a, self.a.transpose(1, 2))
+            sq = (gram_g * gram_a).sum((1, 2)).clamp(min=0)  # ≥ 0 up to rounding
+        if self.bias is not None and self.bias.requires_grad:
+            sq = sq + self.g.sum(1).pow(2).sum(1)
+        return sq
+
+    def write_clipped_sum(self, coef: torch.Tensor) -> None:
+        cg = self.g * coef[:, None, None]
+        if self.weight.requires_grad:
+            p, d = cg.shape[-1], self.a.shape[-1]
+            w = cg.reshape(-1, p).t() @ self.a.reshape(-1, d)
+            self.weight.grad = w.view_as(self.weight)
+        if self.bias is not None and self.bias.requires_grad:
+            self.bias.grad = cg.sum((0, 1))
+
+
+class _MaterialisedGrad(_LayerGrad):
+    """Per-example weight gradients G_i = Σ_t g_t a_tᵀ (N × p × d), their norms, and Σ c_i G_i
+    from them (cheaper than the ghost norm when T·(p + d) ≥ p·d). ``per_example`` and
+    ``bias_per_example`` are None for frozen parameters."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None,
+                 per_example: torch.Tensor | None, bias_per_example: torch.Tensor | None) -> None:
+        self.weight, self.bias = weight, bias
+        self.per_example, self.bias_per_example = per_example, bias_per_example
+
+    def sq_norms(self) -> torch.Tensor:
+        parts = [t.flatten(1).pow(2).sum(1) for t in (self.per_example, self.bias_per_example)
+                 if t is not None]
+        return torch.stack(parts).sum(0)
+
+    def write_clipped_sum(self, coef: torch.Tensor) -> None:
+        if self.per_example is not None:
+            w = torch.einsum("n,npd->pd", coef, self.per_example)
+            self.weight.grad = w.reshape(self.weight.shape)
+        if self.bias is not None and self.bias_per_example is not None:
+            self.bias.grad = coef @ self.bias_per_example
+
+
+class _AffineNormGrad(_LayerGrad):
+    """GroupNorm/LayerNorm affine parameters, y = x̂ ⊙ γ + β: per example ∇_γ ℓ_i = Σ g_i ⊙ x̂_i
+    and ∇_β ℓ_i = Σ g_i, summed over the dimensions γ is broadcast along (spatial positions
+    for GroupNorm, leading non-normalised dimensions for LayerNorm). Cheap: N × |γ| values."""
+
+    def __init__(self, module: nn.GroupNorm | nn.LayerNorm, x: torch.Tensor,
+                 g: torch.Tensor) -> None:
+        self.weight, self.bias = module.weight, module.bias
+        if isinstance(module, nn.GroupNorm):
+            xhat = nn.functional.group_norm(x, module.num_groups, eps=module.eps)
+            dims = tuple(range(2, x.dim()))  # (N, C, *spatial): γ per channel
+        else:
+            shape = tuple(module.normalized_shape)
+            xhat = nn.functional.layer_norm(x, shape, eps=module.eps)
+            dims = tuple(range(1, x.dim() - len(shape)))  # (N, *lead, *normalized_shape)
+        self.gamma = None
+        if self.weight is not None and self.weight.requires_grad:
+            self.gamma = (g * xhat).sum(dims) if dims else g * xhat
+        self.beta = None
+        if self.bias is not None and self.bias.requires_grad:
+            self.beta = g.sum(dims) if dims else g
+
+    def sq_norms(self) -> torch.Tensor:
+        parts = [t.flatten(1).pow(2).sum(1) for t in (self.gamma, self.beta) if t is not None]
+        return torch.stack(parts).sum(0)
+
+    def write_clipped_sum(self, coef: torch.Tensor) -> None:
+        for param, per in ((self.weight, self.gamma), (self.bias, self.beta)):
+            if param is not None and per is not None:
+                param.grad = torch.tensordot(coef, per, dims=1).view_as(param)
+
+
+def _layer_grad(
+    module: nn.Module, x: torch.Tensor, g: torch.Tensor, strategy: NormStrategy
+) -> _LayerGrad:
+    """The :class:`_LayerGrad` of one covered layer from its input ``x`` and output grad ``g``."""
+    n = x.shape[0]
+    if isinstance(module, nn.Linear):
+        a = x.reshape(n, -1, x.shape[-1])
+        g_t = g.reshape(n, -1, g.shape[-1])
+        return _matrix_layer_grad(module.weight, module.bias, a, g_t, strategy)
+    if isinstance(module, _CONV_TYPES):
+        conv = cast("nn.Conv1d | nn.Conv2d", module)
+        weight, bias = conv.weight, conv.bias
+        g_t = g.reshape(n, g.shape[1], -1)  # (N, C_out, T)
+        t, p, d = g_t.shape[2], g_t.shape[1], weight[0].numel()
+        if _use_ghost(t, p, d, strategy):
+            a = _conv_patches(conv, x)  # (N, T, C_in·∏k)
+            return _GhostGrad(weight, bias, a, g_t.transpose(1, 2))
+        return _MaterialisedGrad(
+            weight,
+            bias,
+            _conv_per_example_weight_grad(conv, x, g) if weight.requires_grad else None,
+            g_t.sum(2) if bias is not None and bias.requires_grad else None,
+        )
+    if isinstance(module, _NORM_TYPES):
+        return _AffineNormGrad(module, x, g)
+    raise RayDPHPOError(f"book-keeping clipping does not cover {type(module).__name__}")
+
+
+class BookKeepingClipper:
+    """Σᵢ clip_C(∇ℓᵢ) in one backward pass, for models whose trainable parameters all live in
+    Linear, Conv1d/Conv2d (groups = 1) and GroupNorm/LayerNorm layers (see module docstring).
+
+    Each covered layer's input and output are recorded in the forward pass; one
+    ``autograd.grad`` of the summed loss gives every output gradient g (no parameter gradient
+    is computed); per-example squared norms are summed over layers, c_i = min(1, C/(‖∇ℓ_i‖ +
+    1e-6)), and each layer writes Σ c_i ∇_θ ℓ_i from the same g (Bu et al. 2023, "Differentially
+    private optimization on large model at small cost", book-keeping). Per layer the norm is
+    the ghost norm or the materialised per-example gradient, whichever is cheaper.
+    """
+
+    def __init__(self, model: nn.Module, strategy: NormStrategy = NormStrategy.AUTO) -> None:
+        reasons = _bk_refusals(model)
+        if reasons:
+            raise RayDPHPOError(
+                f"book-keeping clipping cannot handle this model ({'; '.join(reasons)}); "
+                "use grad_sample_mode='opacus' or 'auto'"
+            )
+        self.model, self.strategy = model, NormStrategy(strategy)
+        self.layers = [
+            m for m in model.modules()
+            if isinstance(m, _BK_TYPES) and any(p.requires_grad for p in m.parameters(False))
+        ]
+
+    def clipped_sum(
+        self, x: torch.Tensor, y: torch.Tensor, max_grad_norm: float
+    ) -> tuple[float, int]:
+        """Set ``p.grad`` to the clipped per-example gradient sum; return (loss sum, |B|).
+
+        Raises (changing no gradient) if a covered layer did not run exactly once in the
+        forward pass (a shared or bypassed layer: its per-example gradient would be wrong).
+        """
+        n = int(x.shape[0])
+        if n == 0:
+            for p in self.model.parameters():
+                p.grad = torch.zeros_like(p)
+            return 0.0, 0
+        records: dict[nn.Module, list[tuple[torch.Tensor, torch.Tensor]]] = {
+            m: [] for m in self.layers
+        }
+
+        def hook(module: nn.Module, inp: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
+            records[module].append((inp[0].detach(), out))
+
+        handles = [m.register_forward_hook(hook) for m in self.layers]
+        try:
+            logits = self.model(x)
+        finally:
+            for h in handles:
+                h.remove()
+        bad = [type(m).__name__ for m, r in records.items() if len(r) != 1]
+        if bad:
+            raise RayDPHPOError(
+                f"book-keeping clipping needs every layer to run once per forward pass; "
+                f"{', '.join(bad)} ran 0 or several times: use grad_sample_mode='opacus'"
+            )
+        loss = nn.functional.cross_entropy(logits, y, reduction="sum")
+        outputs = [records[m][0][1] for m in self.layers]
+        grads = torch.autograd.grad(loss, outputs)
+        layer_grads = [
+            _layer_grad(m, records[m][0][0], g, self.strategy) for m, g in zip(self.layers, grads)
+        ]
+        sq = torch.stack([lg.sq_norms() for lg in layer_grads]).sum(0)
+        coef = (max_grad_norm / (sq.sqrt() + _EPS)).clamp(max=1.0)
+        for lg in layer_grads:
+            lg.write_clipped_sum(coef)
+        return float(loss.detach()), n
+
+
+class OpacusClipper:
+    """Σᵢ clip_C(∇ℓᵢ) from Opacus per-example gradients (``GradSampleModule``, hooks mode)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        from opacus import GradSampleModule
+
+        self.model = model
+        self.gsm = GradSampleModule(model, loss_reduction="sum")
+
+    def clipped_sum(
+        self, x: torch.Tensor, y: torch.Tensor, max_grad_norm: float
+    ) -> tuple[float, int]:
+        n = int(x.shape[0])
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if n == 0:
+            for p in params:
+                p.grad = torch.zeros_like(p)
+            return 0.0, 0
+        for p in params:
+            p.grad_sample = None  # type: ignore[attr-defined]
+            p.grad = None
+        loss = nn.functional.cross_entropy(self.gsm(x), y, reduction="sum")
+        with warnings.catch_warnings():  # inputs need no grad: Opacus' hooks still fire
+            warnings.filterwarnings("ignore", message="Full backward hook is firing")
+            loss.backward()
+        samples = [p.grad_sample for p in params]  # type: ignore[attr-defined]
+        norms = torch.stack([s.reshape(n, -1).norm(dim=1) for s in samples], dim=1).norm(dim=1)
+        coef = (max_grad_norm / (norms + _EPS)).clamp(max=1.0)
+        for p, s in zip(params, samples):
+            p.grad = torch.einsum("i,i...->...", coef, s)
+            p.grad_sample = None  # type: ignore[attr-defined]
+        return float(loss.detach()), n
+
+
+def poisson_batch(n: int, q: float, generator: torch.Generator) -> torch.Tensor:
+    """A Poisson sample of {0, …, n−1} with rate q, as sorted int64 indices, in O(|B|) work.
+
+    Poisson sampling puts each record in the batch independently with probability q. This
+    draws the same law in two steps: the size B ~ Binomial(n, q), then B distinct indices
+    uniformly at random.
+
+    Proof that the laws agree: for a fixed subset S of size b, Poisson sampling gives
+    P(batch = S) = q^b (1 − q)^{n−b}, which depends on S only through b. There are C(n, b)
+    such subsets, so P(|batch| = b) = C(n, b) q^b (1 − q)^{n−b} (the Binomial(n, q) mass) and
+    P(batch = S | |batch| = b) = 1/C(n, b): conditionally on its size, a Poisson sample is a
+    uniform b-subset. Drawing b from Binomial(n, q) and then a uniform b-subset therefore
+    gives P(S) = C(n, b) q^b (1 − q)^{n−b} · 1/C(n, b), exactly the Poisson law.
+
+    The uniform b-subset, when 2b < n: i.i.d. uniform draws from {0, …, n−1}, keeping each
+    value at its first occurrence, until b distinct values are seen. The distinct values in
+    order of first occurrence are a uniformly random ordered sample without replacement (by
+    symmetry: every ordered b-tuple of distinct values has the same probability), so their
+    set is a uniform b-subset. The expected number of draws is n(H_n − H_{n−b}) ≤ b + b²/(n−b)
+    (under 2b for 2b < n), hence O(b log b) work with the sort; the first b draws are
+    usually distinct already (probability ≈ e^{−b²/2n}), which is the fast path. When
+    2b ≥ n a random permutation's first b entries are used (O(n), but then n ≤ 2b anyway).
+    q = 1 gives every index without drawing; n ≤ 4096 or q > 1/4 uses one uniform per record
+    (the definition of Poisson sampling; cheaper than sorting there).
+
+    The law is exact up to the floating-point arithmetic of ``torch.binomial`` (float64
+    BTRS/inversion) and of ``torch.randint``; ``tests/raydp_hpo/trainables/test_dp_step.py`` tests the
+    size distribution and the per-index inclusion frequencies. All draws use ``generator``
+    and happen on its device, where the indices are returned.
+    """
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+        raise InvalidParameterError(f"n must be an int >= 0, got {n!r}")
+    if isinstance(q, bool) or not (isinstance(q, numbers.Real) and 0.0 < q <= 1.0):
+        raise InvalidParameterError(f"sample rate q must be in (0, 1], got {q!r}")
+    n, q = int(n), float(q)
+    device = torch.device(generator.device)
+    if q == 1.0 or n == 0:
+        return torch.arange(n, dtype=torch.int64, device=device)
+    if n <= _DENSE_POISSON_MAX_N or q > 0.25:  # one uniform per record is cheaper here
+        mask = torch.rand(n, generator=generator, device=device) < q
+        return torch.nonzero(mask).flatten()
+    size = torch.binomial(
+        torch.tensor(float(n), dtype=torch.float64, device=device),
+        torch.tensor(float(q), dtype=torch.float64, device=device),
+        generator=generator,
+    )
+    b = min(max(int(size), 0), n)  # the clamp only guards the sampler's range
+    return _uniform_subset(n, b, generator)
+
+
+def _uniform_subset(n: int, b: int, generator: torch.Generator) -> torch.Tensor:
+    """A uniformly random b-subset of {0, …, n−1}, sorted (see :func:`poisson_batch`)."""
+    device = torch.device(generator.device)
+    if b == 0:
+        return torch.empty(0, dtype=torch.int64, device=device)
+    if 2 * b >= n:
+        return torch.randperm(n, generator=generator, device=device)[:b].sort().values
+    drawn = torch.randint(n, (b,), generator=generator, device=device)
+    values = drawn.sort().values
+    if not bool((values[1:] == values[:-1]).any()):
+        return values  # the first b draws are distinct: they are the first b distinct values
+    while True:
+        more = torch.randint(n, (b // 4 + 8,), generator=generator, device=device)
+        drawn = torch.cat([drawn, more])
+        values, order = torch.sort(drawn, stable=True)
+        first = torch.ones_like(values, dtype=torch.bool)
+        first[1:] = values[1:] != values[:-1]
+        if int(first.sum()) >= b:
+            positions = order[first].sort().values[:b]  # first occurrences, in draw order
+            return drawn[positions].sort().values
+
+
+def make_clipper(model: nn.Module, mode: str = "auto") -> BookKeepingClipper | OpacusClipper:
+    """``mode``: ``"auto"`` (book-keeping when :func:`supports_bk`, else Opacus), ``"bk"`` (raises
+    for a model book-keeping does not cover) or ``"opacus"``."""
+    if mode == "auto":
+        mode = "bk" if supports_bk(model) else "opacus"
+    if mode == "bk":
+        return BookKeepingClipper(model)
+    if mode == "opacus":
+        return OpacusClipper(model)
+    raise RayDPHPOError(f"grad_sample_mode must be 'auto', 'bk' or 'opacus', got {mode!r}")
+
+
+@dataclass
+class GaussianNoise:
+    """Adds N(0, σ²C²·I) to the clipped sum and divides by a public normaliser.
+
+    ``normaliser`` is the expected batch size q·n_public, computed from declared public
+    sizes, never from the data. Dividing by the realised training-set size n would leak n:
+    under add/remove adjacency neighbouring datasets have sizes n and n ± 1, so the scale of
+    the released gradient would differ between them by a factor no noise accounts for
+    (DESIGN.md, "Public vs private"). With a data-independent normaliser the release is
+    (Σ clip + noise)/const, post-processing of the subsampled Gaussian mechanism.
+
+    Computed as N(0, (σC/normaliser)²·I) + g/normaliser, the same law: the noise for every
+    parameter is one flat draw of Σ|p| values with ``generator`` (split in parameter order;
+    one RNG call and one allocation per step instead of one per parameter), and the scaled
+    clipped sum is added in one fused pass (``torch._foreach_add_``), instead of a draw, an
+    add and a divide per parameter. The generator must live on the parameters' device
+    (``torch.Generator(device=...)``), where the noise is drawn. Parameters of different dtypes
+    get one draw each, in order.
+    """
+
+    noise_multiplier: float
+    max_grad_norm: float
+    normaliser: float
+    generator: torch.Generator
+    releases: int = field(default=0)
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.noise_multiplier) and self.noise_multiplier >= 0):
+            raise InvalidParameterError(
+                f"noise_multiplier must be finite and >= 0, got {self.noise_multiplier!r}"
+            )
+        if not (math.isfinite(self.max_grad_norm) and self.max_grad_norm > 0):
+            raise InvalidParameterError(
+                f"max_grad_norm must be finite and > 0, got {self.max_grad_norm!r}"
+            )
+        if isinstance(self.normaliser, bool) or not (
+            isinstance(self.normaliser, (int, float))
+            and math.isfinite(self.normaliser)
+            and self.normaliser > 0
+        ):
+            raise InvalidParameterError(
+                f"normaliser must be a finite number > 0 (the expected batch size q·n from "
+                f"declared public sizes), got {self.normaliser!r}"
+            )
+
+    def privatise(self, params: list[nn.Parameter]) -> None:
+        """Replace each ``p.grad`` by (p.grad + N(0, σ²C²·I)) / normaliser; count the release.
+
+        Checks every parameter first (gradient present, generator on its device), so a
+        refused call changes no gradient, draws no noise and counts no release.
+        """
+        gen_device = torch.device(self.generator.device)
+        for p in params:
+            if p.grad is None:
+                raise RayDPHPOError(
+                    "privatise needs p.grad on every parameter (run the clipper first); "
+                    f"a parameter of shape {tuple(p.shape)} has none"
+                )
+            if not _same_device(p.device, gen_device):
+                raise RayDPHPOError(
+                    f"noise generator is on {gen_device}, parameter on {p.device}: create it "
+                    f"with torch.Generator(device={str(p.device)!r}) so the noise is drawn "
+                    "where the parameters live"
+                )
+        grads = [cast(torch.Tensor, p.grad) for p in params]  # all present: checked above
+        scale = 1.0 / self.normaliser
+        std = self.noise_multiplier * self.max_grad_norm * scale
+        dtype = grads[0].dtype if grads else torch.float32
+        if any(g.dtype != dtype for g in grads):  # mixed precision: one draw per parameter
+            for p, g in zip(params, grads):
+                noise = torch.normal(0.0, std, size=p.shape, generator=self.generator,
+                                     device=p.device, dtype=g.dtype)
+                p.grad = noise.add_(g, alpha=scale)
+            self.releases += 1
+            return
+        # One flat draw of Σ|p| values (one RNG call, one allocation), split in parameter
+        # order; then noise + scale·g in one fused pass per parameter (foreach).
+        flat = torch.empty(sum(g.numel() for g in grads), device=grads[0].device if grads else
+                           gen_device, dtype=dtype)
+        flat.normal_(0.0, std, generator=self.generator)
+        views = [v.view(g.shape) for v, g in zip(flat.split([g.numel() for g in grads]), grads)]
+        if views:
+            torch._foreach_add_(views, grads, alpha=scale)
+        for p, v in zip(params, views):
+            p.grad = v
+        self.releases += 1
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """Device equality that treats ``cuda`` and ``cuda:<current>`` as the same device."""
+    if a.type != b.type:
+        return False
+    if a.type == "cpu":
+        return True
+    ia = a.index if a.index is not None else torch.cuda.current_device()
+    ib = b.index if b.index is not None else torch.cuda.current_device()
+    return ia == ib

@@ -1,0 +1,23 @@
+"""Orchestration on Ray Tune: :class:`DPTuner` (one DP search against one budget, and its
+release with a certificate, :mod:`.tuner`), the Tune stopper/callbacks around the ledger
+(:mod:`.hooks`) and connecting to Ray (:mod:`.ray_runtime`).
+"""
+
+from __future__ import annotations
+
+from raydp_hpo._lazy_exports import lazy_exports
+
+_EXPORTS: dict[str, str] = {
+    "DPTuner": "raydp_hpo.tune.tuner",
+    "DPResult": "raydp_hpo.tune.tuner",
+    "PrivacyCertificate": "raydp_hpo.tune.tuner",
+    "LedgerStopper": "raydp_hpo.tune.hooks",
+    "LedgerAuditCallback": "raydp_hpo.tune.hooks",
+    "NoTensorBoardLogger": "raydp_hpo.tune.hooks",
+    "ensure_ray": "raydp_hpo.tune.ray_runtime",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -1,0 +1,857 @@
+"""``DPTuner``: one DP hyperparameter search against one total budget, and its release.
+
+Orchestration layer: the only place that wires a search algorithm (``search_algs``), the DP
+trainable (``trainables``), the ledger actor and Ray Tune together.
+
+Data flow of :meth:`DPTuner.fit` (DESIGN.md, "Data flow of one run"):
+
+1. Ray is used if already initialised (a Ray program, a Ray task), else a local one starts.
+2. The ledger: the one given (a shared, dataset-level ledger), or a dedicated one for this
+   experiment, journaled under ``storage_path``. A dedicated ledger halts with
+   ``Adaptivity.FIXED_PLAN`` because every search here fixes its privacy plan from the
+   configuration alone before any data is touched (configs are drawn from the searcher's
+   own RNG, charges are stated up front), so standard composition applies, and it admits
+   (and the searcher calibrates its noise) on the tightest valid bound, ``Accountant.PROFILE``
+   (the minimum of the RDP, PLD and privacy-profile figures).
+3. The searcher states its plan; the plan is charged **before** any trial runs. A refusal
+   raises :class:`~raydp_hpo.errors.BudgetExhaustedError` and nothing runs.
+4. Ray Tune runs the trials; each checks its own mechanism against the ledger before
+   training. A trial covered by the admitted plan gets the plan's receipt (where its charge
+   lies in the journal) with its config and checks the journal file locally, with no ledger
+   round trip (:mod:`raydp_hpo.ledger.plan_receipt`); a trial that charges itself asks the ledger. Searches whose trials charge individually are stopped by :class:`LedgerStopper`
+   once the ledger refuses.
+5. The searcher's release names the hyperparameters and the trial whose model is released;
+   the model is loaded from that trial's checkpoint, and a certificate states every charge.
+
+Released vs private: :class:`DPResult` exposes ``hyperparameters``, ``model`` and
+``certificate`` as the public part (``test_accuracy`` is a noiseless evaluation on the private
+test split for the operator, not covered by the certificate); ``private_trials`` (per-trial
+metrics), the number of trials and Tune's experiment directory are **not covered by the
+guarantee** and must not be published.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from raydp_hpo.accounting.accountants import Accountant, epsilon, epsilon_or_inf
+from raydp_hpo.accounting.budget import PrivacyBudget
+from raydp_hpo.accounting.mechanisms import Mechanism, mechanism_to_dict
+from raydp_hpo.errors import BudgetExhaustedError, InvalidParameterError, RayDPHPOError
+from raydp_hpo.ledger.actor import DEFAULT_NAMESPACE, LedgerHandle, get_ledger
+from raydp_hpo.ledger.filter import Adaptivity
+from raydp_hpo.tune.ray_runtime import ensure_ray
+
+__all__ = ["DPTuner", "DPResult", "PrivacyCertificate"]
+
+
+#: The privacy unit and neighbouring relation every bound of this project is stated for.
+ADJACENCY = (
+    "one record; neighbouring datasets differ by adding or removing one record (every bound "
+    "holds in both directions)"
+)
+
+
+@dataclass(frozen=True)
+class PrivacyCertificate:
+    """What the released output costs: every charge of the experiment and the total ε.
+
+    ``adjacency`` states the privacy unit and neighbouring relation (add/remove one record);
+    ``public`` lists every quantity the guarantee treats as public (declared sizes, the
+    configuration) — anything computed from the records that is not listed there reaches the
+    release only through the charged mechanisms.
+    """
+
+    algorithm: str
+    paper: str
+    description: str
+    budget: PrivacyBudget
+    charges: tuple[tuple[str, Mechanism], ...]
+    epsilon_rdp: float
+    epsilon_pld: float
+    ledger_name: str
+    ledger_spent_epsilon: float
+    ledger_halting_rule: str
+    public: tuple[tuple[str, str], ...] = ()
+    adjacency: str = ADJACENCY
+    epsilon_profile: float = math.inf
+
+    @property
+    def epsilon(self) -> float:
+        """The tightest valid bound: RDP, PLD and privacy-profile figures are each an upper
+        bound for the fixed set of charges (the profile one accounts random stopping by
+        Koskela, Redberg & Wang 2024; :mod:`raydp_hpo.accounting.profiles`)."""
+        return min(self.epsilon_rdp, self.epsilon_pld, self.epsilon_profile)
+
+    @property
+    def within_budget(self) -> bool:
+        return self.epsilon <= self.budget.epsilon
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "algorithm": self.algorithm,
+            "paper": self.paper,
+            "description": self.description,
+            "budget": self.budget.to_dict(),
+            "charges": [
+                {"charge_id": cid, "mechanism": mechanism_to_dict(m)} for cid, m in self.charges
+            ],
+            "epsilon": {"rdp": self.epsilon_rdp, "pld": self.epsilon_pld,
+                        "profile": self.epsilon_profile, "best": self.epsilon},
+            "ledger": {
+                "name": self.ledger_name,
+                "spent_epsilon": self.ledger_spent_epsilon,
+                "halting_rule": self.ledger_halting_rule,
+            },
+            "privacy_unit": self.adjacency,
+            "treated_as_public": dict(self.public),
+        }
+
+    def format(self) -> str:
+        lines = [
+            "Privacy certificate",
+            f"  algorithm     {self.algorithm}",
+            f"  paper         {self.paper}",
+            f"  accounting    {self.description}",
+            f"  budget        ε={self.budget.epsilon:g}, δ={self.budget.delta:g}",
+            f"  ε (RDP)       {self.epsilon_rdp:.4f}",
+            f"  ε (PLD)       {self.epsilon_pld:.4f}",
+            f"  ε (profile)   {self.epsilon_profile:.4f}",
+            f"  ε (released)  {self.epsilon:.4f}  ≤ budget: {self.within_budget}",
+            f"  ledger        {self.ledger_name} ({self.ledger_halting_rule}), "
+            f"spent ε={self.ledger_spent_epsilon:.4f}",
+            f"  privacy unit  {self.adjacency}",
+            f"  charges       {len(self.charges)}",
+        ]
+        for cid, mech in self.charges[:10]:
+            lines.append(f"    {cid}: {type(mech).__name__}")
+        if len(self.charges) > 10:
+            lines.append(f"    ... {len(self.charges) - 10} more")
+        if self.public:
+            lines.append("  treated as public")
+            lines.extend(f"    {key}: {value}" for key, value in self.public)
+        return "\n".join(lines)
+
+
+@dataclass
+class DPResult:
+    """The result of :meth:`DPTuner.fit`.
+
+    Public (covered by the certificate): ``hyperparameters``, ``model``, ``checkpoint_path``,
+    ``certificate``. ``hyperparameters`` is ``None`` when nothing is released: the selection
+    chose nothing, or the model that would be released was not trained (a failed final run;
+    ``extras["final_failed"]``) — a release always describes a model that was trained.
+    ``test_accuracy`` is computed on the held-out test split **without noise**: an evaluation
+    for the operator, NOT covered by the certificate.
+    ``dp_test_accuracy`` (with ``DPTuner(test_accuracy_epsilon=ε_t)``) is the released model's
+    test accuracy released with the Laplace mechanism — its own ``Laplace(ε_t)`` charge, in the
+    certificate — so it *is* covered and may be published.
+    Private (NOT covered; never publish): ``private_trials``, ``experiment_path``.
+    """
+
+    hyperparameters: dict[str, Any] | None
+    model: Any | None
+    checkpoint_path: str | None
+    certificate: PrivacyCertificate
+    test_accuracy: float | None
+    budget_exhausted: bool
+    extras: dict[str, Any] = field(default_factory=dict)
+    private_trials: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    experiment_path: str | None = None
+    dp_test_accuracy: float | None = None
+    dp_test_accuracy_epsilon: float | None = None
+
+    def public(self) -> dict[str, Any]:
+        """The releasable part as a JSON-able dict (no per-trial metrics, no trial count).
+
+        ``evaluation.test_accuracy`` is computed on the held-out test split without noise: it
+        is an evaluation for the operator and is *not* covered by the certificate; publish it
+        only if the test split is public (or evaluate on public data).
+        """
+        return {
+            "hyperparameters": self.hyperparameters,
+            "checkpoint_path": self.checkpoint_path,
+            "budget_exhausted": self.budget_exhausted,
+            "certificate": self.certificate.to_dict(),
+            "evaluation": {
+                "test_accuracy": self.test_accuracy,
+                "covered_by_certificate": False,
+            },
+            "dp_test_accuracy": None if self.dp_test_accuracy is None else {
+                "value": self.dp_test_accuracy,
+                "epsilon": self.dp_test_accuracy_epsilon,
+                "covered_by_certificate": True,
+            },
+        }
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", text)
+
+
+class DPTuner:
+    """Run one DP hyperparameter search on Ray Tune within one total privacy budget.
+
+    Args:
+        trainable: the Tune trainable (e.g. ``raydp_hpo.trainables.make_trainable(data)``), or ``None``
+            to build the default Opacus trainable from ``data`` and ``resources``.
+        param_space: the search space (dict of ``ray.tune`` domains / constants); the
+            searcher samples it itself.
+        search: a ``raydp_hpo.searchers.SearchAlgorithm`` (or its value) or a constructed
+            ``DPSearcher`` (then ``search_kwargs`` must be empty).
+        budget: the total (ε, δ) of this experiment.
+        metric, mode: the reported metric and whether to ``"max"`` or ``"min"`` it.
+        data: the ``raydp_hpo.trainables.DataSplits`` (needed for the public dataset size, the default
+            trainable and loading the released model).
+        resources: per-trial resources, e.g. ``{"cpu": 1, "gpu": 0}``.
+        storage_path: where Tune results and the dedicated ledger journal go.
+        ledger: a shared :class:`LedgerHandle` (dataset-level budget), or ``None`` for a
+            dedicated ledger with exactly ``budget`` (its actor is stopped when ``fit``
+            returns; its journal under ``storage_path`` stays and is the record).
+        experiment: experiment name (prefix of every charge id); default: a fresh unique one.
+        search_kwargs: algorithm-specific keyword arguments (unknown ones raise).
+        max_concurrent_trials: trials running at once.
+        callbacks: extra ``ray.tune.Callback`` objects (progress display, logging).
+        tensorboard: also write Tune's per-trial TensorBoard event files (default ``False``:
+            they repeat the per-trial metrics of ``result.json``, a private artefact, and cost
+            Tune's controller ~4-7 ms per trial; see :class:`~raydp_hpo.tune.hooks.
+            NoTensorBoardLogger`). A ``TBXLoggerCallback`` in ``callbacks`` also turns it on.
+        reuse_actors: reuse trial worker processes between trials (much less start-up time;
+            each trial still builds its own model, RNGs and charge).
+        secret_seed: default ``None``: every secret draw (random stopping's K, subsample and
+            partition seeds, SVT noise, and — with the built-in trainable — DP-SGD noise,
+            Poisson batches and score noise) comes from OS entropy. A given seed makes the run
+            reproducible; anyone who knows it can regenerate the noise, so it must be kept as
+            secret as the data. It is never written to a config, release, certificate or log.
+        test_accuracy_epsilon: ε_t of a DP test accuracy of the released model (default
+            ``None``: none). The search then gets the budget ε − ε_t, and after it the released
+            model's count of correct test predictions is released with Laplace noise of scale
+            1/ε_t (sensitivity 1 under add/remove; :func:`raydp_hpo.accounting.calibration.
+            calibrate_laplace`) over the declared test size, as its own ``Laplace(ε_t)`` charge.
+        test_size: the declared public number of test records (default: the realised size,
+            listed in the certificate as treated as public).
+        dataset_size, validation_size: the declared **public** numbers of training and
+            validation records (q from ``batch_size``, the DP-SGD normaliser, the score
+            normaliser). Default: the realised sizes of ``data``, which the certificate then
+            lists as treated as public (a neighbouring dataset has another size: declare them
+            to make every normaliser independent of the data).
+    """
+
+    def __init__(
+        self,
+        trainable: Any | None,
+        param_space: Mapping[str, Any],
+        search: Any,
+        budget: PrivacyBudget,
+        metric: str = "val_accuracy",
+        mode: str = "max",
+        *,
+        data: Any,
+        resources: Mapping[str, float] | None = None,
+        storage_path: str | os.PathLike[str] | None = None,
+        ledger: LedgerHandle | None = None,
+        experiment: str | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        search_kwargs: Mapping[str, Any] | None = None,
+        max_concurrent_trials: int = 2,
+        secret_seed: int | None = None,
+        dataset_size: int | None = None,
+        validation_size: int | None = None,
+        test_accuracy_epsilon: float | None = None,
+        test_size: int | None = None,
+        verbose: int = 0,
+        callbacks: Sequence[Any] = (),
+        reuse_actors: bool = True,
+        tensorboard: bool = False,
+    ) -> None:
+        from raydp_hpo.trainables.data import DataSplits
+
+        if not isinstance(budget, PrivacyBudget):
+            raise InvalidParameterError(f"budget must be a PrivacyBudget, got {budget!r}")
+        if not isinstance(data, DataSplits):
+            raise InvalidParameterError(f"data must be raydp_hpo.trainables.DataSplits, got {type(data)!r}")
+        if not isinstance(param_space, Mapping) or not param_space:
+            raise InvalidParameterError(f"param_space must be a non-empty dict, got {param_space!r}")
+        if ledger is not None and not isinstance(ledger, LedgerHandle):
+            raise InvalidParameterError(f"ledger must be a LedgerHandle, got {ledger!r}")
+        self._trainable = trainable
+        self._space = dict(param_space)
+        self._search = search
+        self._budget = budget
+        self._metric = metric
+        self._mode = mode
+        self._data = data
+        self._resources = dict(resources or {"cpu": 1})
+        self._storage = Path(storage_path or Path.cwd() / "raydp_results").expanduser().resolve()
+        self._ledger = ledger
+        self._experiment = _safe_name(experiment or f"exp-{time.strftime('%Y%m%d-%H%M%S')}-"
+                                      f"{uuid.uuid4().hex[:6]}")
+        self._namespace = namespace
+        self._search_kwargs = dict(search_kwargs or {})
+        self._max_concurrent = int(max_concurrent_trials)
+        if secret_seed is not None and (
+            isinstance(secret_seed, bool) or not isinstance(secret_seed, int)
+        ):
+            raise InvalidParameterError(f"secret_seed must be an int or None, got {secret_seed!r}")
+        self._secret_seed = secret_seed
+        from raydp_hpo._validation import positive_float, positive_int
+
+        # declared public sizes (None: the realised ones, listed as treated as public)
+        dataset_size, validation_size, test_size = (
+            None if v is None else positive_int(name, v)
+            for name, v in (("dataset_size", dataset_size), ("validation_size", validation_size),
+                            ("test_size", test_size))
+        )
+        self._test_epsilon: float | None = None
+        self._search_budget = budget
+        if test_accuracy_epsilon is not None:
+            eps_t = positive_float("test_accuracy_epsilon", test_accuracy_epsilon)
+            if eps_t >= budget.epsilon:
+                raise InvalidParameterError(
+                    f"test_accuracy_epsilon={eps_t:g} leaves nothing of the budget "
+                    f"ε={budget.epsilon:g} for the search; use a smaller value"
+                )
+            self._test_epsilon = eps_t
+            # the search gets ε − ε_t: with the Laplace(ε_t) release composed on top, the total
+            # stays within ε (ε_t-DP composes additively under RDP, PLD and basic composition)
+            self._search_budget = PrivacyBudget(budget.epsilon - eps_t, budget.delta)
+        self._test_size = test_size if test_size is not None else max(1, len(data.test))
+        self._declared_sizes = (dataset_size is not None, validation_size is not None,
+                                test_size is not None)
+        self._dataset_size = dataset_size if dataset_size is not None else len(data.train)
+        self._validation_size = (
+            validation_size if validation_size is not None else max(1, len(data.val))
+        )
+        self._verbose = verbose
+        self._callbacks = list(callbacks)
+        self._reuse_actors = bool(reuse_actors)
+        self._tensorboard = bool(tensorboard)
+
+    @property
+    def experiment(self) -> str:
+        return self._experiment
+
+    # ------------------------------------------------------------------ pieces
+    @property
+    def ledger_name(self) -> str:
+        """Name of the ledger actor trials charge/check (the shared one, or the dedicated)."""
+        return self._ledger.name if self._ledger is not None else f"ledger-{self._experiment}"
+
+    def _dedicated_adaptivity(self) -> Adaptivity:
+        """FIXED_PLAN only for the built-in searchers: their charges are fixed from the
+        configuration alone (one plan charge, or grid trials drawn without data), so standard
+        composition justifies halting. Any other searcher may adapt charges to results: the
+        adaptive RDP filter then."""
+        import raydp_hpo.searchers
+
+        builtin = (
+            raydp_hpo.searchers.RandomStoppingSearch,
+            raydp_hpo.searchers.SubsampledTransferSearch,
+            raydp_hpo.searchers.SVTThresholdSearch,
+            raydp_hpo.searchers.LinearScalingSearch,
+            raydp_hpo.searchers.OneShotRandomSearch,
+            raydp_hpo.searchers.GridSearchComposed,
+        )
+        if isinstance(self._search, raydp_hpo.searchers.DPSearcher) and type(self._search) not in builtin:
+            return Adaptivity.ADAPTIVE
+        return Adaptivity.FIXED_PLAN
+
+    def _start_ledger(self) -> tuple[LedgerHandle, Adaptivity | None]:
+        """The shared ledger (verified), or the dedicated one started without waiting (``fit``
+        verifies it before any charge); with the dedicated ledger's halting rule."""
+        if self._ledger is not None:
+            return self._ledger.verify(), None
+        adaptivity = self._dedicated_adaptivity()
+        journal = self._storage / self._experiment / "ledger.journal"
+        handle = get_ledger(
+            self.ledger_name,
+            self._budget,
+            journal,
+            namespace=self._namespace,
+            adaptivity=adaptivity,
+            accountant=_resumed_accountant(journal, adaptivity),
+            wait=False,
+        )
+        return handle, adaptivity
+
+    def _check_selection_inputs(self, searcher: Any) -> None:
+        """Selections may only read privatised scores (see raydp_hpo.trial.privacy)."""
+        from raydp_hpo.searchers import SVTThresholdSearch
+
+        score_eps = getattr(searcher, "score_epsilon", None)
+        if self._trainable is None and self._metric != "val_accuracy":
+            raise InvalidParameterError(
+                f"metric={self._metric!r} is not a selection score of the built-in trainable: it "
+                "reports 'val_accuracy' (validation split, Laplace-noised when private) as the "
+                "only score a selection may read; 'loss' is computed on private training data "
+                "and 'test_accuracy' on the test split. Use metric='val_accuracy'."
+            )
+        if score_eps is not None and self._metric != "val_accuracy":
+            raise InvalidParameterError(
+                f"metric={self._metric!r}: trials privatise only their final 'val_accuracy' "
+                "(Laplace noise, charged with the trial); a selection on any other reported "
+                "value would read raw private data. Use metric='val_accuracy', or declare the "
+                "validation split public with search_kwargs={'score_epsilon': None}."
+            )
+        if isinstance(searcher, SVTThresholdSearch):
+            k = int(getattr(searcher, "num_partitions", 0) or 0)
+            n_val = self._validation_size
+            if k and n_val < k:
+                raise InvalidParameterError(
+                    f"SVT with num_partitions={k} needs a declared validation size of at least "
+                    f"{k}: each partition model's accuracy is its correct count over the public "
+                    f"validation size n_val, so one validation record moves the utility by at "
+                    f"most 1/n_val, which must not exceed the sensitivity 1/k; got n_val={n_val}. "
+                    "Use fewer partitions or a larger validation split."
+                )
+
+    def _build_searcher(self, ledger: LedgerHandle, dedicated: Adaptivity | None) -> Any:
+        from raydp_hpo.searchers import DPSearcher, make_searcher
+
+        if isinstance(self._search, DPSearcher):
+            if self._search_kwargs:
+                raise InvalidParameterError(
+                    "search_kwargs are only for a SearchAlgorithm, not a constructed searcher"
+                )
+            if getattr(self._search, "_ledger_name", None) != ledger.name:
+                raise InvalidParameterError(
+                    f"the searcher was built with ledger_name="
+                    f"{getattr(self._search, '_ledger_name', None)!r}, but this DPTuner's "
+                    f"ledger is {ledger.name!r}; build it with ledger_name=tuner.ledger_name"
+                )
+            return self._search
+        budget = self._search_budget
+        plan_id = f"{self._experiment}/plan"
+        admissible: Any
+        if dedicated is not None:
+            # The dedicated ledger holds only this experiment's charges: judge the plan as its
+            # first charge — locally, the same on a first run and on resume (where the ledger
+            # already holds this very plan and must not count it twice).
+            admissible = _FirstChargeRule(budget, dedicated)
+        else:
+            # A shared ledger: its own rule, unless this experiment's plan is already on it
+            # (resume: the charge is replayed by id, not added).
+            resumed = ledger.has_charge(plan_id)
+
+            def admissible(mechanism: Mechanism) -> bool:
+                own = epsilon(mechanism, budget.delta, Accountant.RDP) <= budget.epsilon
+                return own and (resumed or ledger.would_admit(mechanism))
+
+        return make_searcher(
+            self._search,
+            param_space=self._space,
+            metric=self._metric,
+            mode=self._mode,
+            dataset_size=self._dataset_size,
+            validation_size=self._validation_size,
+            budget=budget,
+            seed=self._secret_seed,
+            ledger_name=ledger.name,
+            namespace=ledger.namespace,
+            experiment=self._experiment,
+            admissible=admissible,
+            **self._search_kwargs,
+        )
+
+    def _trainable_with_data(self) -> Any:
+        if self._trainable is not None:
+            return self._trainable
+        from raydp_hpo.trainables import make_trainable
+
+        return make_trainable(self._data, self._resources, secret_seed=self._secret_seed)
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, *, resume: bool = False) -> DPResult:
+        """Charge the plan, run the search, release hyperparameters + model + certificate.
+
+        ``resume=True`` continues an interrupted experiment of the same name and storage path
+        with ``Tuner.restore``: the ledger is re-attached from its journal, the plan charge is
+        replayed by its id (never charged twice), the searcher's saved state (including its
+        secret draws) is restored, and unfinished trials continue from their checkpoints
+        inside their admitted charges (a trial that must start over pays again).
+        """
+        ensure_ray()
+        ledger, dedicated = self._start_ledger()
+        try:
+            return self._fit(ledger, dedicated, resume=resume)
+        finally:
+            if dedicated is not None:
+                # The dedicated ledger serves this run only: its journal is the record
+                # (`raydp-hpo ledger show`), and a resume re-creates the actor from it. A
+                # detached actor left behind per experiment would pile up on the cluster.
+                with contextlib.suppress(Exception):  # never mask the run's own outcome
+                    ledger.kill()
+
+    def _fit(self, ledger: LedgerHandle, dedicated: Adaptivity | None, *, resume: bool
+             ) -> DPResult:
+        from ray import tune
+        from ray.tune.logger import TBXLoggerCallback
+
+        from raydp_hpo.tune.hooks import LedgerAuditCallback, LedgerStopper, NoTensorBoardLogger
+
+        if self._trainable is None:
+            from raydp_hpo.trainables.training import validate_trial_space
+
+            validate_trial_space(self._space)  # a key the trainable ignores is an error
+        searcher = self._build_searcher(ledger, dedicated)
+        self._check_selection_inputs(searcher)
+        plan = searcher.privacy_plan()
+        trainable = self._trainable_with_data()
+        exp_dir = self._storage / self._experiment
+        tune_dir = exp_dir / "tune"
+        if not resume and tune.Tuner.can_restore(str(tune_dir)):
+            raise InvalidParameterError(
+                f"experiment {self._experiment!r} already exists at {exp_dir}; use "
+                "fit(resume=True) to continue it, or another experiment name"
+            )
+        overlap_start = ledger.created and plan.mechanism is None and not resume
+        stopper = (
+            LedgerStopper(ledger, next_charge=plan.base)
+            if plan.per_trial_charges or overlap_start
+            else None
+        )
+        callbacks = [LedgerAuditCallback(ledger, exp_dir / "audit.jsonl"), *self._callbacks]
+        if not self._tensorboard and not any(
+            isinstance(c, TBXLoggerCallback) for c in self._callbacks
+        ):
+            callbacks.append(NoTensorBoardLogger())
+        run_config = tune.RunConfig(
+            name="tune",
+            storage_path=str(exp_dir),
+            stop=stopper,
+            callbacks=callbacks,
+            verbose=self._verbose,
+            failure_config=tune.FailureConfig(max_failures=0),
+        )
+        tune_config = tune.TuneConfig(
+            search_alg=searcher,
+            num_samples=-1,
+            max_concurrent_trials=self._max_concurrent,
+            reuse_actors=self._reuse_actors,
+        )
+        if resume:
+            if not tune.Tuner.can_restore(str(tune_dir)):
+                raise RayDPHPOError(
+                    f"nothing to resume at {tune_dir}; run fit() without resume=True"
+                )
+            tuner = tune.Tuner.restore(
+                str(tune_dir),
+                trainable,
+                resume_unfinished=True,
+                resume_errored=False,
+                restart_errored=False,
+            )
+        else:
+            tuner = tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
+        # The ledger actor started in the background meanwhile; nothing has run yet.
+        # A dedicated ledger that this call created has the settings asked for by
+        # construction, and every trial is admitted by it before touching data, so when there
+        # is no plan to charge first, Tune may start while the actor is still coming up (its
+        # worker start is ~1 s). Should the actor fail to start, every admission fails
+        # (nothing runs), the LedgerStopper stops the search, and verify() below says why.
+        try:
+            if not overlap_start:
+                ledger.verify()  # up, with the settings asked for, before anything is charged
+            if plan.mechanism is not None:
+                # Admitted (or refused, raising) before any trial touches data. Idempotent on
+                # restore: the same plan id is a replay, not a second charge.
+                ledger.charge(searcher.plan_charge_id, plan.mechanism, owner=self._experiment)
+                # Admitted and fsync'd: where it lies in the journal goes to every trial it
+                # covers, which checks it there instead of asking the ledger actor (one round
+                # trip per trial saved; raydp_hpo.ledger.plan_receipt states the argument).
+                searcher.plan_receipt = ledger.receipt(searcher.plan_charge_id)
+        except BaseException:
+            if not resume:  # leave no half-created experiment behind: nothing ran
+                shutil.rmtree(tune_dir, ignore_errors=True)
+            raise
+        with _quiet_tune_output(self._verbose):
+            grid = tuner.fit()
+        ledger.verify()  # raises the reason if the ledger never came up
+        if resume:
+            # Tune ran its own (unpickled) copy of the searcher: read back its final state.
+            searcher.restore_from_dir(str(tune_dir))
+        return self._release(searcher, ledger, grid, plan, str(exp_dir))
+
+    def _release(self, searcher: Any, ledger: LedgerHandle, grid: Any, plan: Any,
+                 exp_dir: str) -> DPResult:
+        release = searcher.release()
+        trials: list[dict[str, Any]] = []
+        by_id: dict[str, Any] = {}
+        exhausted = False
+        for result in grid:
+            trial_id = (result.metrics or {}).get("trial_id")
+            if trial_id is None and result.path:
+                trial_id = Path(result.path).name
+            by_id[str(trial_id)] = result
+            err = result.error
+            if err is not None and isinstance(_root_cause(err), BudgetExhaustedError):
+                exhausted = True
+            trials.append(
+                {
+                    "trial_id": trial_id,
+                    "config": {k: v for k, v in (result.config or {}).items() if k != "raydp"},
+                    "metrics": {k: v for k, v in (result.metrics or {}).items()
+                                if isinstance(v, (int, float, str, bool))},
+                    "error": None if err is None else repr(err)[:300],
+                }
+            )
+        model, ckpt_path, test_acc = None, None, None
+        if release.trial_id is not None:
+            result = self._find_result(by_id, release.trial_id)
+            if result is not None and result.checkpoint is not None:
+                ckpt_path = result.checkpoint.path
+                model = self._load_model(ckpt_path, result.config or {})
+                test_acc = (result.metrics or {}).get("test_accuracy")
+        extras = dict(release.extras)
+        dp_test = None
+        if model is not None and self._test_epsilon is not None:
+            dp_test = self._dp_test_accuracy(model, ledger, extras)
+        # charges of this experiment (plan and/or individual trials, DP test accuracy)
+        prefix = f"{self._experiment}/"
+        charges = tuple(
+            (c.charge_id, c.mechanism) for c in ledger.charges() if c.charge_id.startswith(prefix)
+        )
+        mechs = [m for _, m in charges]
+        delta = self._budget.delta
+        eps_rdp = epsilon(mechs, delta, Accountant.RDP) if mechs else 0.0
+        eps_pld = epsilon(mechs, delta, Accountant.PLD) if mechs else 0.0
+        # random stopping by privacy profiles; inf where that accountant has no figure
+        eps_profile = epsilon_or_inf(mechs, delta, Accountant.PROFILE) if mechs else 0.0
+        settings = ledger.settings()
+        certificate = PrivacyCertificate(
+            algorithm=plan.algorithm,
+            paper=plan.paper,
+            description=plan.description,
+            budget=self._budget,
+            charges=charges,
+            epsilon_rdp=eps_rdp,
+            epsilon_pld=eps_pld,
+            ledger_name=ledger.name,
+            ledger_spent_epsilon=ledger.spent(),
+            ledger_halting_rule=f"{settings['adaptivity']}/{settings['accountant']}",
+            public=self._public_quantities(),
+            epsilon_profile=eps_profile,
+        )
+        if not certificate.within_budget and not math.isclose(
+            certificate.epsilon, self._budget.epsilon, rel_tol=1e-9
+        ):
+            raise RayDPHPOError(  # pragma: no cover - would be a bug in admission
+                f"internal error: charged ε={certificate.epsilon} exceeds the budget"
+            )
+        hyperparameters = release.hyperparameters
+        if hyperparameters is not None and model is None:
+            # A release must describe a model that was trained: the final run failed (or left
+            # no checkpoint), so nothing is released; the budget it spent stays spent.
+            hyperparameters = None
+            extras["final_failed"] = True
+            extras.setdefault("reason", "the model to release was not trained (its run failed)")
+        out = DPResult(
+            hyperparameters=hyperparameters,
+            model=model,
+            checkpoint_path=ckpt_path,
+            certificate=certificate,
+            test_accuracy=test_acc,
+            budget_exhausted=exhausted,
+            extras=extras,
+            private_trials=trials,
+            experiment_path=exp_dir,
+            dp_test_accuracy=dp_test,
+            dp_test_accuracy_epsilon=None if dp_test is None else self._test_epsilon,
+        )
+        Path(exp_dir).mkdir(parents=True, exist_ok=True)
+        with open(Path(exp_dir) / "release.json", "w", encoding="utf-8") as fh:
+            json.dump(out.public(), fh, indent=2, default=str)
+        return out
+
+    def _dp_test_accuracy(self, model: Any, ledger: LedgerHandle, extras: dict[str, Any]
+                          ) -> float | None:
+        """The released model's test accuracy by the Laplace mechanism, charged first.
+
+        The count of correct test predictions changes by at most 1 when one test record is
+        added or removed (the model does not depend on test records; for a training or
+        validation record the count is post-processing of the already charged model), so
+        count + Laplace(1/ε_t) is ε_t-DP (Dwork et al. 2006); it is divided by the declared
+        test size (post-processing) and clipped to [0, 1]. One release per experiment: a charge
+        already on the ledger (a resumed run) is not released a second time."""
+        import secrets
+
+        import numpy as np
+
+        from raydp_hpo.accounting.calibration import calibrate_laplace
+        from raydp_hpo.accounting.mechanisms import Laplace
+        from raydp_hpo.trainables.training import count_correct
+
+        assert self._test_epsilon is not None
+        charge_id = f"{self._experiment}/test_accuracy"
+        if ledger.has_charge(charge_id):
+            extras["dp_test_accuracy"] = "already released once by this experiment: not again"
+            return None
+        decision = ledger.try_charge(charge_id, Laplace(self._test_epsilon), owner=self._experiment)
+        if not decision.admitted:
+            extras["dp_test_accuracy"] = "refused by the ledger (budget exhausted): not released"
+            return None
+        rng = np.random.default_rng(
+            secrets.randbits(128) if self._secret_seed is None else [self._secret_seed, 7]
+        )
+        noisy = count_correct(model, self._data.test) + float(
+            rng.laplace(0.0, calibrate_laplace(self._test_epsilon))
+        )
+        return min(1.0, max(0.0, noisy / self._test_size))
+
+    def _public_quantities(self) -> tuple[tuple[str, str], ...]:
+        """What the certificate's guarantee treats as public (DESIGN.md, "Released vs
+        private" and "Secrets and neighbouring datasets")."""
+        n_declared, val_declared, test_declared = self._declared_sizes
+        taken = "taken from the data and treated as public (declare it to make it data-independent)"
+        return (
+            ("training-set size", f"{self._dataset_size} ("
+             + ("declared" if n_declared else taken) + ")"),
+            ("validation-set size", f"{self._validation_size} ("
+             + ("declared" if val_declared else taken) + ")"),
+            *((("test-set size", f"{self._test_size} ("
+                + ("declared" if test_declared else taken) + ")"),)
+              if self._test_epsilon is not None else ()),
+            ("configuration", "the search space, search settings, budget, model, sample rates, "
+             "epochs and the train/validation/test split seed"),
+        )
+
+    @staticmethod
+    def _find_result(by_id: dict[str, Any], trial_id: str) -> Any | None:
+        if trial_id in by_id:
+            return by_id[trial_id]
+        for key, result in by_id.items():
+            if key and (key.endswith(trial_id) or trial_id in key):
+                return result
+        return None
+
+    def _load_model(self, checkpoint_path: str, config: Mapping[str, Any]) -> Any:
+        """The released model: built from the released trial's config, weights from its
+        checkpoint (the first model of the trial)."""
+        from raydp_hpo.trainables.models import build_model
+        from raydp_hpo.trainables.training import load_checkpoint
+
+        payload = load_checkpoint(checkpoint_path)
+        train = self._data.train
+        model = build_model(
+            config.get("model", "mlp"),
+            train.feature_shape,
+            train.num_classes,
+            **dict(config.get("model_kwargs", {})),
+        )
+        model.load_state_dict(payload["runners"][0]["model"])
+        model.eval()
+        return model
+
+
+@contextlib.contextmanager
+def _quiet_tune_output(verbose: int) -> Any:
+    """With ``verbose=0``, Tune's new console output still prints an experiment header that
+    misleads here — "Number of trials 9223372036854775807" (the searcher decides the number,
+    which is private) and a TensorBoard hint although no event files are written. Tune reads
+    ``RAY_AIR_NEW_OUTPUT`` when a run starts; its legacy reporter prints nothing at verbosity 0.
+    The variable is restored afterwards."""
+    if verbose != 0:
+        yield
+        return
+    old = os.environ.get("RAY_AIR_NEW_OUTPUT")
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("RAY_AIR_NEW_OUTPUT", None)
+        else:
+            os.environ["RAY_AIR_NEW_OUTPUT"] = old
+
+
+def _halting_accountant(adaptivity: Adaptivity) -> Accountant:
+    """The dedicated ledger's halting accountant: the tightest valid one for the rule
+    (:func:`raydp_hpo.ledger.tightest_halting_accountant`).
+
+    A plan fixed before any data is touched (every built-in searcher: one plan charge, or a
+    grid whose trials are fixed in advance) composes a fixed sequence, so it is calibrated and
+    admitted on ``PROFILE`` — the minimum of the RDP, PLD and privacy-profile upper bounds
+    (random stopping by Koskela, Redberg & Wang 2024's profiles) — and standard (fixed)
+    composition justifies halting. Charges chosen adaptively halt on the RDP filter (Feldman &
+    Zrnic 2021), whose guarantee holds under adaptivity; PLD and profiles have no such filter
+    theorem. Measured: one DP-SGD run calibrated to ε = 3 by RDP alone is ε = 2.55 under PLD;
+    the demo's random stopping admitted at RDP ε = 7.99 is ε = 6.03 under profiles.
+    """
+    from raydp_hpo.ledger.filter import tightest_halting_accountant
+
+    return tightest_halting_accountant(adaptivity)
+
+
+def _resumed_accountant(journal: Path, adaptivity: Adaptivity) -> Accountant:
+    """The halting accountant for the dedicated ledger at ``journal``.
+
+    A fresh ledger gets :func:`_halting_accountant`. A journal that already exists (a resumed
+    experiment) keeps the accountant written in its header when that one is valid for the
+    same halting rule: experiments started before fixed plans halted on ``PROFILE`` were
+    admitted on ``BEST`` (min of RDP and PLD), which stays a valid — only looser — bound for
+    the charges still to come, so resuming them must not fail on the changed default. Any
+    other mismatch (or an unreadable header) is left to the ledger actor to report.
+    """
+    default = _halting_accountant(adaptivity)
+    if not journal.exists():
+        return default
+    from raydp_hpo.ledger.journal import read_header
+
+    try:
+        header = read_header(journal)
+        stored = Accountant(header["accountant"])
+        same_rule = Adaptivity(header["adaptivity"]) is adaptivity
+    except (RayDPHPOError, KeyError, TypeError, ValueError):
+        return default
+    if not same_rule:
+        return default
+    if adaptivity is Adaptivity.ADAPTIVE:
+        return stored if stored is Accountant.RDP else default
+    return stored
+
+
+@dataclass(frozen=True)
+class _FirstChargeRule:
+    """Picklable admissibility rule for a dedicated ledger: within the experiment's budget
+    and admitted as the first charge of a fresh ledger with this halting rule, both on the
+    ledger's halting accountant (:func:`_halting_accountant`)."""
+
+    budget: PrivacyBudget
+    adaptivity: Adaptivity
+
+    def figure(self, mechanism: Mechanism) -> float:
+        """ε of ``mechanism`` on the halting accountant (guides calibration; see
+        :meth:`raydp_hpo.searchers.base.DPSearcher._calibrate_noise`)."""
+        return epsilon(mechanism, self.budget.delta, _halting_accountant(self.adaptivity))
+
+    def __call__(self, mechanism: Mechanism) -> bool:
+        from raydp_hpo.ledger.filter import admits_as_first_charge
+
+        accountant = _halting_accountant(self.adaptivity)
+        own = self.figure(mechanism) <= self.budget.epsilon
+        return own and admits_as_first_charge(
+            self.budget, mechanism, adaptivity=self.adaptivity, accountant=accountant
+        )
+
+
+def _root_cause(err: BaseException) -> BaseException:
+    seen = err
+    for _ in range(10):
+        cause = getattr(seen, "cause", None) or seen.__cause__
+        if cause is None or cause is seen:
+            break
+        seen = cause
+    if isinstance(err, BudgetExhaustedError):
+        return err
+    return seen

@@ -1,0 +1,333 @@
+"""Experiment files: parsing and eager validation (each bad-input case), no Ray started."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from raydp_hpo.accounting.budget import PrivacyBudget
+from raydp_hpo.cli.experiment import (
+    ExperimentSpec,
+    build_param_space,
+    load_experiment,
+    parse_experiment,
+    validate_search,
+)
+from raydp_hpo.cli.main import EXIT_BAD_INPUT, EXIT_OK, main
+from raydp_hpo.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLE = ROOT / "cluster/examples/mnist1d_small.yaml"
+
+
+@pytest.fixture
+def raw() -> dict[str, Any]:
+    return yaml.safe_load(EXAMPLE.read_text())
+
+
+def test_example_file_parses_into_frozen_specs() -> None:
+    spec = load_experiment(EXAMPLE)
+    assert isinstance(spec, ExperimentSpec)
+    assert spec.experiment == "mnist1d-small"
+    assert spec.budget == PrivacyBudget(8.0, 1e-5)
+    assert spec.data.source == "mnist1d" and spec.data.size == 2000
+    assert spec.search.algorithm == "random_stopping"
+    assert spec.search.settings == {"distribution": "geometric", "mean": 2}
+    assert spec.ledger is None
+    assert spec.tensorboard is False  # Tune's per-trial TensorBoard files: opt-in
+    assert parse_experiment({**yaml.safe_load(EXAMPLE.read_text()), "tensorboard": True}
+                            ).tensorboard is True
+    assert spec.run_dir == Path(spec.storage_path) / "mnist1d-small"
+    with pytest.raises(AttributeError):
+        spec.experiment = "x"  # type: ignore[misc]
+
+
+def test_domains_become_tune_domains(raw: dict[str, Any]) -> None:
+    from ray.tune.search.sample import Categorical, Float, Integer
+
+    raw["space"].update(
+        a={"uniform": [0, 1]}, b={"randint": [1, 5]}, c={"grid": [1, 2]},
+        d={"quniform": [0, 1, 0.1]}, e="constant",
+    )
+    space = build_param_space(parse_experiment(raw))
+    assert isinstance(space["lr"], Float) and isinstance(space["a"], Float)
+    assert isinstance(space["b"], Integer)
+    assert isinstance(space["batch_size"], Categorical)
+    assert space["c"] == {"grid_search": [1, 2]}
+    assert space["e"] == "constant" and space["epochs"] == 1
+    assert space["model"] == "mlp"
+
+
+def test_yaml_exponent_without_dot_is_a_number(raw: dict[str, Any]) -> None:
+    raw["budget"] = {"epsilon": "4", "delta": "1e-5"}  # what PyYAML gives for 1e-5
+    assert parse_experiment(raw).budget == PrivacyBudget(4.0, 1e-5)
+
+
+def _set(raw: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(raw)
+    node = out
+    keys = path.split(".")
+    for k in keys[:-1]:
+        node = node[k]
+    if value is _DELETE:
+        del node[keys[-1]]
+    else:
+        node[keys[-1]] = value
+    return out
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("budgte", {"epsilon": 1, "delta": 1e-5}, "unknown key 'budgte'.*did you mean 'budget'"),
+        ("data.sise", 100, "unknown key 'sise' in data; did you mean 'size'"),
+        ("search.setings", {}, "did you mean 'settings'"),
+        ("budget.epsilno", 1.0, "did you mean 'epsilon'"),
+        ("resources.gpus", 1, "did you mean 'gpu'"),
+        ("ledger", {"nme": "x"}, "did you mean 'name'"),
+        ("space.lr", {"loguniforn": [0.1, 1]}, "unknown domain 'loguniforn'.*'loguniform'"),
+        ("space.lr", {"loguniform": [0, 1]}, "low > 0"),
+        ("space.lr", {"uniform": [2, 1]}, "low < high"),
+        ("space.lr", {"uniform": [1]}, "list of 2 numbers"),
+        ("space.lr", {"choice": []}, "non-empty list"),
+        ("space.lr", {"uniform": [0, 1], "x": 1}, "one-key domain"),
+        ("space.model", "cnn1d", "reserved"),
+        ("space", {}, "at least one key"),
+        ("data.source", "mnist", "did you mean 'mnist1d'"),
+        ("data.uri", "x.parquet", "only for source 'parquet'"),
+        ("data.size", 5, ">= 10"),
+        ("data.val_fraction", 0.95, "< 1"),
+        ("model.name", "mlpp", "did you mean 'mlp'"),
+        ("search.algorithm", "random_stoping", "did you mean 'random_stopping'"),
+        ("search.mode", "maximise", "'max' or 'min'"),
+        ("budget.epsilon", -1.0, "epsilon"),
+        ("budget.delta", 2.0, "delta"),
+        ("budget.delta", "tiny", "must be a number"),
+        ("resources.cpu", -1, ">= 0"),
+        ("split_seed", "zero", "integer"),
+        ("secret_seed", -1, ">= 0"),
+        ("seed", 0, "no longer accepted.*split_seed.*secret_seed"),
+        ("data.declared_train_size", 0, ">= 1"),
+        ("experiment", _DELETE, "needs the key 'experiment'"),
+        ("storage_path", "s3://bucket/x", "mounted shared file system"),
+        ("tensorboard", "yes", "tensorboard must be true or false"),
+        ("ledger", {"name": "x", "budget": {"epsilon": 9, "delta": 1e-6}}, "one δ"),
+    ],
+)
+def test_bad_input_names_the_key(raw: dict[str, Any], path: str, value: Any,
+                                 message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_experiment(_set(raw, path, value))
+
+
+def test_parquet_source_needs_its_columns(raw: dict[str, Any]) -> None:
+    raw["data"] = {"source": "parquet", "uri": "x.parquet", "label_column": "y"}
+    with pytest.raises(ConfigError, match="exactly one of data.feature_columns"):
+        parse_experiment(raw)
+    raw["data"]["feature_columns"] = ["a", "b"]
+    spec = parse_experiment(raw)
+    assert spec.data.feature_columns == ("a", "b")
+    del raw["data"]["label_column"]
+    with pytest.raises(ConfigError, match="needs data.label_column"):
+        parse_experiment(raw)
+
+
+def test_search_validation_before_anything_runs(raw: dict[str, Any]) -> None:
+    raw["search"]["settings"] = {"distribution": "geometric", "mean": 2, "meen": 3}
+    with pytest.raises(ConfigError, match="meen"):
+        validate_search(parse_experiment(raw), 1600)
+    raw["search"]["settings"] = {"mean": 50}
+    raw["budget"] = {"epsilon": 0.5, "delta": 1e-5}
+    with pytest.raises(ValueError, match="too small"):
+        validate_search(parse_experiment(raw), 1600)
+
+
+def test_gaussian_score_noise_in_search_settings(raw: dict[str, Any]) -> None:
+    """search.settings.score_noise: gaussian (with its score_delta) reaches the searcher; a
+    Gaussian score without δ_s or an unknown noise is refused before anything runs."""
+    from raydp_hpo.errors import ConfigError
+
+    raw["search"]["settings"] = {**raw["search"].get("settings", {}), "score_noise": "gaussian",
+                                 "score_delta": 1.0e-6}
+    validate_search(parse_experiment(raw), 1600)
+    del raw["search"]["settings"]["score_delta"]
+    with pytest.raises(ConfigError, match="needs score_delta"):
+        validate_search(parse_experiment(raw), 1600)
+    raw["search"]["settings"]["score_noise"] = "cauchy"
+    with pytest.raises(ConfigError, match="unknown score_noise 'cauchy'"):
+        validate_search(parse_experiment(raw), 1600)
+
+
+def test_cli_run_bad_input_exit_code_and_dry_run(raw: dict[str, Any], tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**raw, "split_sead": 1}))
+    assert main(["run", str(bad)]) == EXIT_BAD_INPUT
+    assert "did you mean 'split_seed'" in capsys.readouterr().err
+    assert main(["run", str(tmp_path / "missing.yaml")]) == EXIT_BAD_INPUT
+    assert main(["run", str(EXAMPLE), "--dry-run", "--storage-path", str(tmp_path)]) == EXIT_OK
+    assert not (tmp_path / "mnist1d-small").exists()  # nothing ran
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("experiment: [unclosed")
+    assert main(["run", str(broken)]) == EXIT_BAD_INPUT
+
+
+def test_no_default_secret_seed_and_never_in_run_metadata(raw: dict[str, Any]) -> None:
+    """Experiment files have no default seed: absent or null = OS entropy. A given secret seed
+    never reaches run.json (spec.to_dict()) or the spec's repr."""
+    spec = parse_experiment(raw)
+    assert spec.secret_seed is None and spec.split_seed == 0
+    assert parse_experiment({**raw, "secret_seed": None}).secret_seed is None
+    secret = parse_experiment({**raw, "secret_seed": 987654321})
+    assert secret.secret_seed == 987654321
+    assert "987654321" not in repr(secret) and "987654321" not in repr(secret.to_dict())
+    assert secret.to_dict()["secret_seed_given"] is True
+
+
+def test_budget_belongs_to_the_dataset(raw: dict[str, Any]) -> None:
+    """Without a ledger block, experiments on the same data share the dataset's ledger,
+    whatever their names; another dataset (or generator setting) gets another ledger."""
+    a = parse_experiment(raw)
+    b = parse_experiment({**raw, "experiment": "a-new-name-after-a-crash"})
+    assert a.ledger_name == b.ledger_name and a.ledger_journal() == b.ledger_journal()
+    assert a.ledger_name.startswith("data-mnist1d-")
+    other = copy.deepcopy(raw)
+    other["data"]["generator_seed"] = 7
+    assert parse_experiment(other).ledger_name != a.ledger_name
+    named = parse_experiment({**raw, "ledger": {"name": "fresh-budget"}})
+    assert named.ledger_name == "fresh-budget"
+
+
+def test_parquet_fingerprint_is_the_canonical_uri(raw: dict[str, Any], tmp_path: Path) -> None:
+    raw["data"] = {"source": "parquet", "uri": str(tmp_path / "d.parquet"),
+                   "label_column": "y", "feature_columns": ["a"]}
+    a = parse_experiment(raw)
+    raw["data"]["uri"] = "file://" + str(tmp_path / "d.parquet")
+    assert parse_experiment(raw).ledger_name == a.ledger_name
+
+
+def test_declared_public_sizes(raw: dict[str, Any]) -> None:
+    spec = parse_experiment(raw)  # mnist1d, 2000 records, 10 % validation, 10 % test
+    assert spec.data.public_sizes() == (1600, 200)
+    raw["data"]["declared_train_size"] = 1500
+    assert parse_experiment(raw).data.public_sizes() == (1500, 200)
+    raw["data"] = {"source": "parquet", "uri": "x.parquet", "label_column": "y",
+                   "feature_columns": ["a"]}
+    assert parse_experiment(raw).data.public_sizes() == (None, None)
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("learning_rate", 0.1, "not read by the DP trainable.*did you mean 'lr'"),
+    ("lr", "fast", "'lr' must be a positive number"),
+    ("optimizer", "sgdd", "'optimizer' must be an optimizer"),
+])
+def test_space_keys_the_trainable_ignores_are_errors(raw: dict[str, Any], key: str, value: Any,
+                                                     message: str) -> None:
+    """A release must describe the model that was trained: an unused key or a bad constant
+    fails before anything is charged (dry-run and run alike)."""
+    raw["space"][key] = value
+    with pytest.raises(ConfigError, match=message):
+        validate_search(parse_experiment(raw), 1600)
+
+
+def test_dry_run_runs_the_checks_run_makes(raw: dict[str, Any], tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """`--dry-run` said "valid" for files that `run` then rejected (noise 0, a continuous
+    space for grid search, a key the trainable ignores); now it runs the same checks."""
+    cases = [
+        ("noise", {"noise_multiplier": 0}, "noise_multiplier"),
+        ("grid", {"lr": {"loguniform": [0.1, 1.0]}}, "continuous"),
+        ("unused", {"learning_rate": 0.1}, "did you mean 'lr'"),
+    ]
+    for name, space, message in cases:
+        bad = copy.deepcopy(raw)
+        bad["space"].update(space)
+        if name == "grid":
+            bad["search"] = {"algorithm": "grid_composed"}
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(bad))
+        assert main(["run", str(path), "--dry-run", "--storage-path", str(tmp_path)]) \
+            == EXIT_BAD_INPUT, name
+        assert message in capsys.readouterr().err
+
+
+def test_path_like_names_duplicates_and_empty_files(raw: dict[str, Any], tmp_path: Path) -> None:
+    for name in ("..", "a/b", ".hidden"):
+        with pytest.raises(ConfigError, match="plain name"):
+            parse_experiment({**raw, "experiment": name})
+    dup = tmp_path / "dup.yaml"
+    dup.write_text(yaml.safe_dump(raw) + "budget: {epsilon: 100, delta: 1.0e-5}\n")
+    with pytest.raises(ConfigError, match="duplicate key 'budget'"):
+        load_experiment(dup)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    with pytest.raises(ConfigError, match="is empty"):
+        load_experiment(empty)
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"experiment: caf\xe9\n")
+    with pytest.raises(ConfigError, match="latin.yaml.*not UTF-8"):
+        load_experiment(latin)
+
+
+def test_resume_rules_before_anything_runs(raw: dict[str, Any], tmp_path: Path) -> None:
+    """A started experiment is continued with --resume, never silently restarted; --resume
+    without a run to continue is an error. Neither case loads data or starts Ray."""
+    from raydp_hpo.cli.experiment import run_experiment
+
+    spec = parse_experiment({**raw, "storage_path": str(tmp_path)})
+    with pytest.raises(ConfigError, match="nothing to resume"):
+        run_experiment(spec, resume=True)
+    (spec.run_dir / "tune").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="--resume"):
+        run_experiment(spec)
+
+
+def test_test_accuracy_epsilon_is_taken_from_the_budget(raw: dict[str, Any]) -> None:
+    spec = parse_experiment({**raw, "test_accuracy_epsilon": 0.5})
+    assert spec.test_accuracy_epsilon == 0.5
+    assert spec.data.public_test_size() == 200  # 10 % of the public 2000 records
+    with pytest.raises(ConfigError, match="test_accuracy_epsilon"):
+        parse_experiment({**raw, "test_accuracy_epsilon": 8.0})  # the whole budget
+
+
+def test_every_error_of_a_file_is_reported_at_once_with_its_path(raw: dict[str, Any]) -> None:
+    """Five independent mistakes: one ConfigError naming all five paths (before: the first)."""
+    raw["budget"] = {"epsilon": 8.0, "delta": 2.0}
+    raw["search"]["algorithm"] = "random_stoping"
+    raw["space"]["lr"] = {"loguniform": [0, 1]}
+    raw["resources"] = {"cpu": -1, "gpu": 0}
+    raw["tensorbord"] = True
+    with pytest.raises(ConfigError) as info:
+        parse_experiment(raw)
+    paths = {path for path, _ in info.value.problems}
+    assert {"budget", "search", "space.lr", "resources.cpu", "tensorbord"} <= paths
+    message = str(info.value)
+    assert "5 errors" in message
+    for words in ("delta", "random_stoping", "space.lr", "resources.cpu", "tensorbord"):
+        assert words in message
+
+
+def test_search_plan_errors_are_reported_together(raw: dict[str, Any], tmp_path: Path) -> None:
+    """A space key the trainable ignores and an unknown search setting: both, in one error,
+    from --dry-run and from run alike (run before creating any journal)."""
+    raw["space"]["not_a_knob"] = 3
+    raw["search"]["settings"]["no_such_setting"] = 1
+    raw["storage_path"] = str(tmp_path / "store")
+    spec = parse_experiment(raw)
+    with pytest.raises(ConfigError) as info:
+        validate_search(spec, 1600, 200)
+    paths = {path for path, _ in info.value.problems}
+    assert paths == {"space", "search.settings"}, info.value.problems
+    assert "not_a_knob" in str(info.value) and "no_such_setting" in str(info.value)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["run", str(path), "--dry-run"]) == EXIT_BAD_INPUT
+    assert main(["run", str(path)]) == EXIT_BAD_INPUT
+    assert not (tmp_path / "store" / "ledgers").exists()  # nothing charged, no journal

@@ -1,0 +1,313 @@
+"""Linear scaling, SVT and baseline accounting tests (tolerances stated inline)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from ray import tune
+from ray.tune.search import Searcher
+
+from raydp_hpo.accounting.accountants import Accountant, epsilon
+from raydp_hpo.accounting.budget import PrivacyBudget
+from raydp_hpo.accounting.gdp import gdp_epsilon
+from raydp_hpo.accounting.mechanisms import (
+    Composition,
+    Gaussian,
+    Laplace,
+    PureDP,
+    SubsampledGaussian,
+    mechanism_from_dict,
+)
+from raydp_hpo.accounting.rdp import DEFAULT_ORDERS, rdp_profile
+from raydp_hpo.errors import InvalidParameterError, SearchSpaceError
+from raydp_hpo.ledger.coverage import is_covered
+from raydp_hpo.searchers import (
+    GridSearchComposed,
+    LinearScalingSearch,
+    OneShotRandomSearch,
+    SVTThresholdSearch,
+)
+from raydp_hpo.searchers.svt_threshold import above_threshold_rounds
+from raydp_hpo.trial.privacy import DEFAULT_SCORE_EPSILON, privacy_from_config, trial_mechanism
+
+N = 10_000
+BUDGET = PrivacyBudget(epsilon=3.0, delta=1e-5)
+KW = dict(metric="acc", dataset_size=N, budget=BUDGET, seed=1)
+GRID = {"lr": tune.choice([0.01, 0.1, 1.0]), "epochs": 1, "sample_rate": 0.01}
+
+
+def test_linear_scaling_total_mu_and_gdp_budget() -> None:
+    """score_epsilon=None (validation split public): exactly Panda et al.'s μ-GDP plan."""
+    budget = PrivacyBudget(1.0, 1e-5)
+    s = LinearScalingSearch({"momentum": 0.9}, runs_per_sweep=3, score_epsilon=None,
+                            **{**KW, "budget": budget})
+    mu1, mu2, muf = s._mus[0], s._mus[1], s._mu_f  # noqa: SLF001
+    assert s.total_mu == pytest.approx(math.sqrt(3 * mu1**2 + 3 * mu2**2 + muf**2), rel=1e-12)
+    assert gdp_epsilon(s.total_mu, budget.delta) <= budget.epsilon
+    assert gdp_epsilon(mu1, budget.delta) == pytest.approx(0.1, abs=1e-9)
+    assert s.plan_epsilon() <= budget.epsilon  # default admission rule: RDP
+    # the plan's RDP is exactly that of one Gaussian with μ_t: α·μ_t²/2 (rel. 1e-12)
+    np.testing.assert_allclose(rdp_profile(s.privacy_plan().mechanism).values,  # type: ignore[arg-type]
+                               DEFAULT_ORDERS * s.total_mu**2 / 2, rtol=1e-12)
+
+
+def test_linear_scaling_plan_composes_noisy_sweep_scores() -> None:
+    """Each sweep run is training ∘ Laplace(ε_s); the plan holds the 2n Laplace releases as a
+    separate component; μ_t covers the Gaussian part only and the whole plan fits (RDP)."""
+    budget = PrivacyBudget(1.0, 1e-5)
+    kw = {**KW, "budget": budget}
+    s = LinearScalingSearch({"momentum": 0.9}, runs_per_sweep=3, **kw)
+    public = LinearScalingSearch({"momentum": 0.9}, runs_per_sweep=3, score_epsilon=None, **kw)
+    mu1, mu2, muf = s._mus[0], s._mus[1], s._mu_f  # noqa: SLF001
+    plan = s.privacy_plan().mechanism
+    assert plan == Composition((Gaussian(1 / mu1, 3), Gaussian(1 / mu2, 3),
+                                Laplace(DEFAULT_SCORE_EPSILON, 6), Gaussian(1 / muf, 1)))
+    assert s.plan_epsilon() <= budget.epsilon
+    assert muf < public._mu_f  # noqa: SLF001  # the score releases are paid by the final run
+    # RDP: Gaussian part α·μ_t²/2 plus six Laplace(ε_s) curves (rel. 1e-12)
+    lap = rdp_profile(Laplace(DEFAULT_SCORE_EPSILON, 6)).values
+    np.testing.assert_allclose(rdp_profile(plan).values,  # type: ignore[arg-type]
+                               DEFAULT_ORDERS * s.total_mu**2 / 2 + lap, rtol=1e-12)
+    cfgs = [s.suggest(f"t{i}") for i in range(6)]
+    for i, c in enumerate(cfgs):
+        assert isinstance(c, dict) and c["raydp"].score_epsilon == DEFAULT_SCORE_EPSILON
+        base = mechanism_from_dict(c["raydp"].base)
+        assert base == trial_mechanism(Gaussian(1 / s._mus[i // 3], 1), DEFAULT_SCORE_EPSILON)  # noqa: SLF001
+        declared = trial_mechanism(privacy_from_config(c, N).mechanism(), DEFAULT_SCORE_EPSILON)
+        assert is_covered(declared, base)
+        s.on_trial_complete(f"t{i}", {"acc": 0.1 * i})
+    final = s.suggest("t6")
+    assert isinstance(final, dict) and final["raydp"].score_epsilon is None
+    assert mechanism_from_dict(final["raydp"].base) == Gaussian(1 / muf, 1)
+
+
+def test_linear_scaling_subsampled_includes_scores() -> None:
+    s = LinearScalingSearch({}, runs_per_sweep=2, full_batch=False, sample_rate=0.01, **KW)
+    plan = s.privacy_plan().mechanism
+    assert isinstance(plan, Composition) and Laplace(DEFAULT_SCORE_EPSILON, 4) in plan.mechanisms
+    assert s.plan_epsilon() <= BUDGET.epsilon
+
+
+def test_linear_scaling_fit_and_final_run() -> None:
+    s = LinearScalingSearch({}, runs_per_sweep=2, steps_range=(10, 100), lr_range=(0.01, 1.0),
+                            **{**KW, "budget": PrivacyBudget(1.0, 1e-5)})
+    cfgs = [s.suggest(f"t{i}") for i in range(4)]
+    assert s.suggest("t4") is None  # waits for the sweeps
+    for i, c in enumerate(cfgs):
+        assert isinstance(c, dict) and c["optimizer"] == "gd" and "mu" in c
+        assert c["lr"] <= 1.0 and 10 <= c["epochs"] <= 100
+        s.on_trial_complete(f"t{i}", {"acc": [0.1, 0.2, 0.3, 0.1][i]})
+    final = s.suggest("t4")
+    assert isinstance(final, dict) and final["raydp"].phase == "final"
+    fit = s._fit_result  # noqa: SLF001
+    r1 = cfgs[1]["lr"] * cfgs[1]["epochs"]  # type: ignore[index]
+    r2 = cfgs[2]["lr"] * cfgs[2]["epochs"]  # type: ignore[index]
+    assert fit["r1"] == pytest.approx(r1, rel=1e-9) and fit["r2"] == pytest.approx(r2, rel=1e-9)
+    slope = (r2 - r1) / (0.2 - 0.1)
+    line = r1 + slope * (s._final_eps - 0.1)  # noqa: SLF001
+    assert fit["r_line"] == pytest.approx(line, rel=1e-9)
+    # clamped to the sweeps' support (factor 2 by default), then to [r_min, r_max]
+    expected = min(max(line, min(r1, r2) / 2, 0.1), 2 * max(r1, r2), 100.0)
+    assert fit["r_star"] == pytest.approx(expected, rel=1e-9)
+    assert final["lr"] * final["epochs"] == pytest.approx(expected, rel=1e-9)
+    s.on_trial_complete("t4", {"acc": 0.5})
+    assert s.suggest("t5") == Searcher.FINISHED
+    assert s.release().trial_id == "t4"
+
+
+def _run_sweeps(s: LinearScalingSearch, n: int, pick: str) -> tuple[float, float, dict]:
+    """Run both sweeps of ``s`` (n runs each); in sweep 1 the run with the smallest r scores
+    best, in sweep 2 the one with the largest (``pick="up"``) or the reverse (``"down"``), so
+    the fitted line is as steep as the draws allow. Returns (r₁, r₂, final config)."""
+    cfgs = [s.suggest(f"t{i}") for i in range(2 * n)]
+    rs = [c["lr"] * c["epochs"] for c in cfgs]  # type: ignore[index]
+    sweeps = (rs[:n], rs[n:])
+    first, second = (min, max) if pick == "up" else (max, min)
+    r1, r2 = first(sweeps[0]), second(sweeps[1])
+    for i, r in enumerate(rs):
+        s.on_trial_complete(f"t{i}", {"acc": 0.9 if r in (r1, r2) else 0.1})
+    final = s.suggest(f"t{2 * n}")
+    assert isinstance(final, dict) and final["raydp"].phase == "final"
+    return r1, r2, final
+
+
+@pytest.mark.parametrize("pick", ["up", "down"])
+def test_linear_scaling_does_not_extrapolate_beyond_the_sweeps(pick: str) -> None:
+    """Regression (issue 12): a steep fitted line sent r* to r_max (lr = η_max for T_max steps,
+    full-batch GD diverged to chance accuracy) or to r_min (no training). r* must stay within a
+    factor max_extrapolation = 2 of the sweeps' best r values."""
+    # seed 29: the sweeps' best r stay below r_max / 2, so the old clip to [r_min, r_max]
+    # alone cannot keep r* within the factor 2 (checked: this test fails on the old code)
+    s = LinearScalingSearch({}, runs_per_sweep=3, steps_range=(10, 40), lr_range=(1e-3, 10.0),
+                            score_epsilon=None, **{**KW, "seed": 29})
+    r1, r2, final = _run_sweeps(s, 3, pick)
+    r_star = final["lr"] * final["epochs"]
+    assert min(r1, r2) / 2 * (1 - 1e-9) <= r_star <= 2 * max(r1, r2) * (1 + 1e-9)
+    # the paper's line would have left that support (else the case tests nothing)
+    line = r2 + (r2 - r1) / (0.2 - 0.1) * (s._final_eps - 0.2)  # noqa: SLF001
+    assert line > 2 * max(r1, r2) if pick == "up" else line < min(r1, r2) / 2
+    assert s._fit_result["clamped"] == 1.0  # noqa: SLF001
+
+
+def test_linear_scaling_unclamped_option_is_the_paper_rule() -> None:
+    """max_extrapolation=None: r* = α·x_f + b, clipped to [r_min, r_max] only (Panda et al.)."""
+    s = LinearScalingSearch({}, runs_per_sweep=3, steps_range=(10, 40), lr_range=(1e-3, 10.0),
+                            score_epsilon=None, max_extrapolation=None, **KW)
+    _, _, final = _run_sweeps(s, 3, "up")
+    line = s._fit_result["r_line"]  # noqa: SLF001
+    assert final["lr"] * final["epochs"] == pytest.approx(min(max(line, 1e-2), 400.0), rel=1e-9)
+    with pytest.raises(InvalidParameterError, match="max_extrapolation"):
+        LinearScalingSearch({}, max_extrapolation=0.5, **KW)
+
+
+def test_linear_scaling_refuses_bad_space_and_small_budget() -> None:
+    with pytest.raises(SearchSpaceError, match="'lr'"):
+        LinearScalingSearch({"lr": tune.loguniform(1e-3, 1)}, **KW)
+    with pytest.raises(SearchSpaceError, match="fix 'width'"):
+        LinearScalingSearch({"width": tune.choice([1, 2])}, **KW)
+    with pytest.raises(InvalidParameterError, match=r"at least ε="):
+        LinearScalingSearch({}, runs_per_sweep=20, **{**KW, "budget": PrivacyBudget(0.5, 1e-5)})
+
+
+def test_linear_scaling_subsampled_option() -> None:
+    s = LinearScalingSearch({}, runs_per_sweep=2, full_batch=False, sample_rate=0.01, **KW)
+    assert s.plan_epsilon() <= BUDGET.epsilon
+    cfg = s.suggest("t0")
+    assert isinstance(cfg, dict) and cfg["sample_rate"] == 0.01 and "noise_multiplier" in cfg
+
+
+@pytest.mark.parametrize("score_epsilon", [DEFAULT_SCORE_EPSILON, None])
+def test_svt_plan_is_tmax_rounds_plus_final(score_epsilon: float | None) -> None:
+    """SVT privatises u_s itself (AboveThreshold): no Laplace score part, whatever ε_s."""
+    s = SVTThresholdSearch({**GRID, "noise_multiplier": 1.5}, max_rounds=12, round_epsilon=0.05,
+                           num_partitions=20, score_epsilon=score_epsilon, **KW)
+    final = SubsampledGaussian(1.5, 0.01, 100)
+    assert s.privacy_plan().mechanism == Composition((PureDP(0.05, count=12), final))
+    assert s.utility_sensitivity == pytest.approx(1 / 20)
+    rdp = rdp_profile(s.privacy_plan().mechanism).values  # type: ignore[arg-type]
+    np.testing.assert_allclose(
+        rdp, 12 * np.minimum(0.05, DEFAULT_ORDERS * 0.05**2 / 2) + rdp_profile(final).values)
+
+
+def test_svt_selects_the_clearly_best_candidate() -> None:
+    s = SVTThresholdSearch(GRID, max_rounds=40, round_epsilon=0.5, num_partitions=200,
+                           granularity=0.01, **{**KW, "budget": PrivacyBudget(50.0, 1e-5)})
+    util = {0.01: 0.2, 0.1: 0.9, 1.0: 0.3}
+    cfgs = [s.suggest(f"t{i}") for i in range(3)]
+    assert s.suggest("t3") is None
+    for i, c in enumerate(cfgs):
+        assert isinstance(c, dict) and c["raydp"].data_view["kind"] == "partitions"
+        assert c["raydp"].nonprivate is True
+        assert c["raydp"].score_epsilon is None  # the AboveThreshold noise covers u_s
+        s.on_trial_complete(f"t{i}", {"acc": util[c["lr"]]})
+    final = s.suggest("t3")
+    assert isinstance(final, dict) and final["raydp"].data_view == {"kind": "full"}
+    assert final["lr"] == 0.1  # kϵ = 100: noise scales 0.02/0.04, utility gap 0.6
+    assert final["raydp"].score_epsilon is None
+    s.on_trial_complete("t3", {"acc": 0.9})
+    assert s.suggest("t4") == Searcher.FINISHED and s.release().trial_id == "t3"
+
+
+def test_above_threshold_non_randomized_limit() -> None:
+    # negligible noise: u climbs to u* = 0.37 in O(log n) rounds (Ding et al., Lemma 1)
+    sel, rounds = above_threshold_rounds([0.1, 0.37], rng=np.random.default_rng(0),
+                                         num_partitions=10**9, round_epsilon=1.0,
+                                         granularity=0.01, u0=0.0, max_rounds=100)
+    assert sel == 1 and rounds <= 3 * math.ceil(math.log2(37)) + 2
+
+
+def test_above_threshold_scan_order_is_not_biased_to_the_first_candidate() -> None:
+    # Equal utilities, overwhelming noise: every candidate must be about equally likely to be
+    # selected (a fixed scan order would favour index 0). 400 runs, 4 candidates: each count
+    # within 5 binomial standard deviations of 100 (σ ≈ 8.7).
+    counts = [0, 0, 0, 0]
+    for seed in range(400):
+        sel, _ = above_threshold_rounds([0.5] * 4, rng=np.random.default_rng(seed),
+                                        num_partitions=1, round_epsilon=0.05,
+                                        granularity=0.01, u0=0.0, max_rounds=1)
+        if sel is not None:
+            counts[sel] += 1
+    total = sum(counts)
+    assert total > 100
+    expected = total / 4
+    sd = math.sqrt(total * 0.25 * 0.75)
+    assert all(abs(c - expected) < 5 * sd for c in counts), counts
+
+
+def test_svt_errors() -> None:
+    with pytest.raises(SearchSpaceError, match="'lr'.*continuous"):
+        SVTThresholdSearch({"lr": tune.uniform(0, 1), "epochs": 1, "sample_rate": 0.01}, **KW)
+    with pytest.raises(InvalidParameterError, match="too small"):
+        SVTThresholdSearch(GRID, max_rounds=200, round_epsilon=0.1, **KW)
+
+
+def test_svt_utilities_only_reach_the_noisy_comparisons() -> None:
+    """Two runs whose candidate utilities differ but whose SVT outcome is the same produce
+    identical suggestions and releases: nothing but above_threshold_rounds reads u_s."""
+    outs = []
+    for utils in ([0.2, 0.9, 0.3], [0.25, 0.95, 0.1]):
+        s = SVTThresholdSearch(GRID, max_rounds=40, round_epsilon=0.5, num_partitions=10_000,
+                               **{**KW, "budget": PrivacyBudget(50.0, 1e-5)})
+        cfgs = [s.suggest(f"t{i}") for i in range(3)]
+        for i in range(3):
+            s.on_trial_complete(f"t{i}", {"acc": utils[i]})
+        final = s.suggest("t3")
+        s.on_trial_complete("t3", {"acc": 0.5})
+        rel = s.release()
+        outs.append((cfgs, final, rel.hyperparameters, rel.trial_id, rel.extras))
+    assert outs[0] == outs[1]
+
+
+def test_grid_composed_charges_include_the_score() -> None:
+    s = GridSearchComposed({**GRID, "noise_multiplier": 1.5}, **{**KW, "budget": PrivacyBudget(20.0, 1e-5)})
+    train = SubsampledGaussian(1.5, 0.01, 100)
+    assert s.composed_mechanism() == Composition(
+        tuple([Composition((train, Laplace(DEFAULT_SCORE_EPSILON)))] * 3))
+    c0 = s.suggest("t0")
+    assert isinstance(c0, dict) and c0["raydp"].score_epsilon == DEFAULT_SCORE_EPSILON
+    public = GridSearchComposed({**GRID, "noise_multiplier": 1.5}, score_epsilon=None,
+                                **{**KW, "budget": PrivacyBudget(20.0, 1e-5)})
+    assert public.composed_mechanism() == Composition((train,) * 3)  # the old plan
+    # calibrated: the score parts are part of the composition that must fit
+    a, b = GridSearchComposed(GRID, **KW), GridSearchComposed(GRID, score_epsilon=None, **KW)
+    assert a._sigma > b._sigma  # type: ignore[operator]  # noqa: SLF001
+    assert epsilon(a.composed_mechanism(), BUDGET.delta, Accountant.RDP) <= BUDGET.epsilon
+
+
+def test_grid_composed_calibrates_whole_grid_and_stops_on_refusal() -> None:
+    s = GridSearchComposed(GRID, **KW)
+    comp = s.composed_mechanism()
+    assert len(comp.mechanisms) == 3 and s.privacy_plan().mechanism is None
+    assert epsilon(comp, BUDGET.delta, Accountant.RDP) <= BUDGET.epsilon
+    c0 = s.suggest("t0")
+    assert isinstance(c0, dict) and c0["raydp"].charge is True
+    s.on_trial_complete("t0", {"acc": 0.4})
+    s.suggest("t1")
+    s.on_trial_complete("t1", None, error=True)  # the ledger refused it
+    assert s.suggest("t2") == Searcher.FINISHED
+    assert s.release().trial_id == "t0"
+
+
+def test_one_shot_plan_is_one_run_at_the_budget() -> None:
+    s = OneShotRandomSearch({"lr": tune.loguniform(1e-3, 1), "epochs": 2, "sample_rate": 0.01}, **KW)
+    plan = s.privacy_plan()
+    assert isinstance(plan.mechanism, SubsampledGaussian) and plan.mechanism.steps == 200
+    # no selection reads the single run's score: no Laplace part, no noisy score
+    public = OneShotRandomSearch({"lr": tune.loguniform(1e-3, 1), "epochs": 2,
+                                  "sample_rate": 0.01}, score_epsilon=None, **KW)
+    assert public.privacy_plan().mechanism == plan.mechanism
+    cfg = s.suggest("t0")
+    assert isinstance(cfg, dict) and cfg["raydp"].score_epsilon is None
+    assert 0.99 * BUDGET.epsilon <= s.plan_epsilon() <= BUDGET.epsilon  # σ tolerance 1e-3
+    with pytest.raises(SearchSpaceError, match="'epochs'.*continuous"):
+        OneShotRandomSearch({"epochs": tune.uniform(1, 2), "sample_rate": 0.01}, **KW)
+
+
+def test_custom_admissible_rule_is_used() -> None:
+    def strict(m: object) -> bool:
+        return epsilon(m, BUDGET.delta, Accountant.RDP) <= 1.0  # type: ignore[arg-type]
+
+    s = OneShotRandomSearch({"epochs": 1, "sample_rate": 0.01}, admissible=strict, **KW)
+    assert s.plan_epsilon() <= 1.0

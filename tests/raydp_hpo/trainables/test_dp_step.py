@@ -1,0 +1,424 @@
+"""The DP step's pieces: Gaussian noise and its public normaliser, Poisson batches, clipping."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+from torch import nn
+
+from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
+from raydp_hpo.trainables.dp_step import (
+    BookKeepingClipper,
+    GaussianNoise,
+    NormStrategy,
+    OpacusClipper,
+    _uniform_subset,
+    bk_unsupported_reason,
+    make_clipper,
+    poisson_batch,
+    supports_bk,
+)
+from raydp_hpo.trainables.models import MODEL_NAMES, build_model
+
+CUDA = torch.cuda.is_available()
+
+
+def _params_with_grads(seed: int = 0) -> list[nn.Parameter]:
+    torch.manual_seed(seed)
+    model = build_model("cnn1d", (40,), 10)
+    params = list(model.parameters())
+    for p in params:
+        p.grad = torch.randn_like(p)
+    return params
+
+
+# -- A. Gaussian noise ------------------------------------------------------------------
+
+
+def test_noise_is_one_flat_draw_split_in_parameter_order():
+    """N(0, (σC/normaliser)²) drawn once for all parameters with the generator, split in
+    parameter order, plus g/normaliser: (g + N(0, σ²C²))/normaliser in law, one RNG call."""
+    params = _params_with_grads()
+    grads = [p.grad.clone() for p in params]
+    sigma, clip, normaliser = 1.3, 0.7, 0.05 * 4000
+    GaussianNoise(sigma, clip, normaliser, torch.Generator().manual_seed(3)).privatise(params)
+    ref = torch.Generator().manual_seed(3)
+    flat = torch.normal(0.0, sigma * clip / normaliser, size=(sum(g.numel() for g in grads),),
+                        generator=ref)
+    for p, g, noise in zip(params, grads, flat.split([g.numel() for g in grads])):
+        torch.testing.assert_close(p.grad, noise.view_as(g) + g / normaliser,
+                                   rtol=1e-6, atol=1e-9)
+
+
+def test_noise_divides_by_the_public_normaliser_and_counts_releases():
+    params = _params_with_grads()
+    grads = [p.grad.clone() for p in params]
+    noise = GaussianNoise(0.0, 1.0, 37.5, torch.Generator().manual_seed(0))
+    noise.privatise(params)
+    noise.privatise(params)
+    assert noise.releases == 2
+    for p, g in zip(params, grads):
+        torch.testing.assert_close(p.grad, g / 37.5**2, rtol=1e-6, atol=0)
+
+
+def test_noise_has_the_declared_standard_deviation():
+    p = nn.Parameter(torch.zeros(200_000))
+    p.grad = torch.zeros_like(p)
+    GaussianNoise(2.0, 0.5, 4.0, torch.Generator().manual_seed(1)).privatise([p])
+    # std of the mean-zero output: σC/normaliser = 0.25; 200k draws: s.e. of s ≈ 0.25/632.
+    assert float(p.grad.std()) == pytest.approx(0.25, rel=0.01)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf, True, "128"])
+def test_normaliser_must_be_a_positive_finite_number(bad):
+    with pytest.raises(InvalidParameterError, match="normaliser"):
+        GaussianNoise(1.0, 1.0, bad, torch.Generator())
+
+
+@pytest.mark.parametrize(("sigma", "clip"), [(-1.0, 1.0), (math.nan, 1.0), (1.0, 0.0)])
+def test_noise_multiplier_and_clip_norm_are_checked(sigma, clip):
+    with pytest.raises(InvalidParameterError):
+        GaussianNoise(sigma, clip, 10.0, torch.Generator())
+
+
+def test_refused_privatise_changes_nothing():
+    params = _params_with_grads()
+    params[-1].grad = None
+    grads = [None if p.grad is None else p.grad.clone() for p in params]
+    gen = torch.Generator().manual_seed(5)
+    state = gen.get_state()
+    noise = GaussianNoise(1.0, 1.0, 10.0, gen)
+    with pytest.raises(RayDPHPOError, match="p.grad"):
+        noise.privatise(params)
+    assert noise.releases == 0 and torch.equal(gen.get_state(), state)
+    for p, g in zip(params[:-1], grads[:-1]):
+        assert torch.equal(p.grad, g)
+
+
+def test_generator_on_another_device_is_refused_before_any_draw():
+    p = nn.Parameter(torch.zeros(3, device="meta"))
+    p.grad = torch.zeros(3, device="meta")
+    gen = torch.Generator().manual_seed(0)
+    state = gen.get_state()
+    with pytest.raises(RayDPHPOError, match="Generator"):
+        GaussianNoise(1.0, 1.0, 10.0, gen).privatise([p])
+    assert torch.equal(gen.get_state(), state)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a GPU (the device path is exercised on CPU only)")
+def test_noise_is_drawn_on_the_gpu_with_a_gpu_generator():
+    params = [nn.Parameter(torch.zeros(1000, device="cuda"))]
+    params[0].grad = torch.zeros_like(params[0])
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    GaussianNoise(1.0, 1.0, 1.0, gen).privatise(params)
+    assert params[0].grad.device.type == "cuda"
+    assert float(params[0].grad.std()) == pytest.approx(1.0, rel=0.15)
+
+
+# -- B. Poisson batches in O(batch) ---------------------------------------------------------
+# Law tests at level 1e-3 with fixed seeds (so deterministic: they pass or fail every time).
+# Each would reject a sampler whose size law or per-index law were off by a few percent.
+
+P_MIN = 1e-3
+
+
+def _binomial_chisquare(sizes: np.ndarray, n: int, q: float) -> float:
+    """p-value of Pearson's χ² for ``sizes`` against Binomial(n, q), tail bins merged."""
+    ks = np.arange(n + 1)
+    pmf = stats.binom.pmf(ks, n, q)
+    expected = pmf * len(sizes)
+    keep = expected >= 5
+    lo, hi = ks[keep][0], ks[keep][-1]
+    edges = np.r_[-0.5, np.arange(lo, hi) + 0.5, n + 0.5]
+    observed, _ = np.histogram(sizes, bins=edges)
+    exp_binned = np.diff(stats.binom.cdf(edges, n, q)) * len(sizes)
+    return float(stats.chisquare(observed, exp_binned).pvalue)
+
+
+@pytest.mark.parametrize(
+    ("n", "q"),
+    [
+        (5000, 0.01),  # sparse path, first draws usually distinct
+        (60_000, 128 / 60_000),  # MNIST-sized, batch 128
+        (8000, 0.2),  # sparse path, always through the collision path; Var differs from
+        #               Poisson(nq)'s by 25 %, so a Poisson-size mutant fails here
+        (3000, 0.05),  # dense path (n ≤ 4096)
+    ],
+)
+def test_poisson_batch_size_is_binomial_and_every_index_has_rate_q(n, q):
+    """Sizes vs Binomial(n, q) (χ²), and per-index inclusion counts: under Poisson sampling
+    count_i ~ Binomial(R, q) independently, so Σ (c_i − Rq)²/(Rq(1 − q)) is ≈ χ²(n), and
+    every count lies in Binomial(R, q) quantiles at level 1e-3/n each (Bonferroni)."""
+    gen = torch.Generator().manual_seed(11)
+    rounds = 2000
+    counts = np.zeros(n)
+    sizes = np.empty(rounds, dtype=int)
+    for r in range(rounds):
+        idx = poisson_batch(n, q, gen)
+        assert idx.dtype == torch.int64
+        assert bool((idx[1:] > idx[:-1]).all())  # sorted, distinct
+        sizes[r] = len(idx)
+        counts[idx.numpy()] += 1
+    assert _binomial_chisquare(sizes, n, q) > P_MIN
+    # Variance: (R − 1)s²/σ² ≈ χ²(R − 1) with σ² = nq(1 − q) (sizes are ≈ normal here).
+    var_stat = (rounds - 1) * sizes.var(ddof=1) / (n * q * (1 - q))
+    assert P_MIN / 2 < stats.chi2.cdf(var_stat, rounds - 1) < 1 - P_MIN / 2
+    stat = float(((counts - rounds * q) ** 2).sum() / (rounds * q * (1 - q)))
+    assert stats.chi2.sf(stat, n) > P_MIN and stats.chi2.cdf(stat, n) > P_MIN
+    lo = stats.binom.ppf(P_MIN / (2 * n), rounds, q)
+    hi = stats.binom.isf(P_MIN / (2 * n), rounds, q)
+    assert lo <= counts.min() and counts.max() <= hi, (counts.min(), counts.max(), lo, hi)
+
+
+def test_uniform_subset_is_uniform_over_all_subsets_including_the_collision_path():
+    """n = 10, b = 3: the first draws often collide, so the first-occurrence path runs; all
+    C(10, 3) = 120 subsets must be equally likely (χ², 12 000 draws)."""
+    gen = torch.Generator().manual_seed(3)
+    tally: Counter[tuple[int, ...]] = Counter()
+    for _ in range(12_000):
+        tally[tuple(_uniform_subset(10, 3, gen).tolist())] += 1
+    subsets = list(itertools.combinations(range(10), 3))
+    assert set(tally) == set(subsets)
+    assert stats.chisquare([tally[s] for s in subsets]).pvalue > P_MIN
+
+
+def test_uniform_subset_of_more_than_half_uses_a_permutation_and_stays_uniform():
+    gen = torch.Generator().manual_seed(4)
+    tally = Counter(tuple(_uniform_subset(6, 4, gen).tolist()) for _ in range(6000))
+    subsets = list(itertools.combinations(range(6), 4))
+    assert stats.chisquare([tally[s] for s in subsets]).pvalue > P_MIN
+
+
+def test_poisson_batch_edge_cases_and_refusals():
+    gen = torch.Generator().manual_seed(0)
+    assert torch.equal(poisson_batch(7, 1.0, gen), torch.arange(7))
+    assert poisson_batch(np.int64(5000), np.float64(0.01), gen).dtype == torch.int64  # numpy ok
+    assert poisson_batch(0, 0.5, gen).numel() == 0
+    for n, q in [(-1, 0.5), (10, 0.0), (10, 1.5), (10, math.nan), (2.5, 0.1), (10, True)]:
+        with pytest.raises(InvalidParameterError):
+            poisson_batch(n, q, gen)  # type: ignore[arg-type]
+
+
+def test_poisson_batch_is_reproducible_from_the_generator_state():
+    a = poisson_batch(100_000, 0.003, torch.Generator().manual_seed(9))
+    b = poisson_batch(100_000, 0.003, torch.Generator().manual_seed(9))
+    assert torch.equal(a, b)
+
+
+# -- C. Book-keeping clipping for Linear, Conv1d/2d, GroupNorm, LayerNorm ---------------------
+# Every path is checked against the slow reference: one forward/backward per example, clip,
+# sum. Tolerance: ‖ours − reference‖ / ‖reference‖ ≤ 1e-5 per parameter (float32; measured
+# ≤ 1.1e-6 over every model and path). Clip norms: one that clips every example, one none.
+
+REL_TOL = 1e-5
+CLIPS = (0.05, 1e6)
+SHAPES = {"mlp": (12,), "linear": (12,), "cnn1d": (40,), "cnn2d": (3, 9, 11)}
+
+
+def _reference_clipped_sums(model: nn.Module, x, y) -> dict[float, list[torch.Tensor]]:
+    """Σ_i clip_C(∇ℓ_i) for each C in CLIPS, one forward/backward per example (the slow,
+    obviously correct reference; Opacus' factor C/(‖v‖ + 1e-6))."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    per_example = []
+    for i in range(len(x)):
+        loss = nn.functional.cross_entropy(model(x[i : i + 1]), y[i : i + 1], reduction="sum")
+        per_example.append(torch.autograd.grad(loss, params))
+    sums = {}
+    for clip in CLIPS:
+        total = [torch.zeros_like(p) for p in params]
+        for grads in per_example:
+            norm = float(torch.sqrt(sum(g.pow(2).sum() for g in grads)))
+            for t, g in zip(total, grads):
+                t += min(1.0, clip / (norm + 1e-6)) * g
+        sums[clip] = total
+    return sums
+
+
+def _without_bias(model: nn.Module) -> nn.Module:
+    for m in model.modules():
+        if isinstance(getattr(m, "bias", None), nn.Parameter):
+            m.bias = None
+    return model
+
+
+def _random_model(name: str, shape, bias: bool, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    model = build_model(name, shape, 5)
+    if not bias:
+        _without_bias(model)
+    with torch.no_grad():
+        for p in model.parameters():  # away from the zero/one initialisations (LinearHead, norms)
+            p.normal_(0.0, 0.3)
+    return model
+
+
+def _assert_same_sums(model: nn.Module, make_clipper_for, x, y) -> None:
+    """Both clip norms, each against the reference on a copy taken before any hook is added."""
+    references = _reference_clipped_sums(copy.deepcopy(model), x, y)
+    clipper = make_clipper_for(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    for clip, reference in references.items():
+        loss, count = clipper.clipped_sum(x, y, clip)
+        assert count == len(x)
+        assert len(params) == len(reference)
+        for p, ref in zip(params, reference):
+            rel = float((p.grad - ref).norm() / ref.norm().clamp(min=1e-12))
+            assert rel <= REL_TOL, (clip, tuple(p.shape), rel)
+
+
+def _batch(shape, n: int = 9, seed: int = 1):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(n, *shape, generator=gen), torch.randint(0, 5, (n,), generator=gen)
+
+
+@pytest.mark.parametrize("name", list(MODEL_NAMES))
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("path", ["bk-auto", "bk-ghost", "bk-materialise", "opacus"])
+def test_every_clipping_path_matches_per_example_reference(name, bias, path):
+    model = _random_model(name, SHAPES[name], bias)
+    x, y = _batch(SHAPES[name])
+    if path == "opacus":
+        _assert_same_sums(model, OpacusClipper, x, y)
+    else:
+        strategy = NormStrategy(path.removeprefix("bk-"))
+        _assert_same_sums(model, lambda m: BookKeepingClipper(m, strategy), x, y)
+
+
+@pytest.mark.parametrize("name", list(MODEL_NAMES))
+def test_auto_mode_uses_book_keeping_for_every_built_in_model(name):
+    model = build_model(name, SHAPES[name], 5)
+    assert supports_bk(model)
+    assert isinstance(make_clipper(model, "auto"), BookKeepingClipper)
+
+
+def test_book_keeping_handles_multichannel_cnn1d_and_frozen_parameters():
+    model = _random_model("cnn1d", (3, 17), bias=True)
+    model.features[0].weight.requires_grad_(False)
+    model.features[1].bias.requires_grad_(False)
+    x, y = _batch((3, 17))
+    _assert_same_sums(model, BookKeepingClipper, x, y)
+
+
+class _OddConvs(nn.Module):
+    """Strides, dilations, tuple/'same'/'valid' padding, LayerNorm and Linear on sequences."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 6, (3, 2), stride=(2, 1), padding=(1, 2), dilation=(1, 2))
+        self.c2 = nn.Conv1d(30, 4, 3, padding="same", dilation=2, bias=False)
+        self.ln = nn.LayerNorm(4)
+        self.lin = nn.Linear(4, 5)
+        self.c3 = nn.Conv2d(3, 2, 3, padding="valid", stride=2)
+        self.gn = nn.GroupNorm(1, 2, affine=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.c1(x)).flatten(1, 2)  # (N, 30, W)
+        h = self.ln(torch.tanh(self.c2(h)).transpose(1, 2))  # (N, W, 4)
+        side = torch.tanh(self.gn(self.c3(x))).flatten(1)[:, :5]  # (N, 2·4·3) → 5 logits
+        return self.lin(h).mean(1) + side
+
+
+@pytest.mark.parametrize("strategy", list(NormStrategy))
+def test_book_keeping_covers_strides_dilations_paddings_and_sequence_layers(strategy):
+    torch.manual_seed(2)
+    model = _OddConvs()
+    x = torch.randn(7, 3, 9, 7)
+    y = torch.randint(0, 5, (7,))
+    _assert_same_sums(model, lambda m: BookKeepingClipper(m, strategy), x, y)
+
+
+class _EvenSame(nn.Module):
+    """'same' padding with even kernels: torch pads one more on the right than on the left."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv1d(2, 3, 4, padding="same")
+        self.c2 = nn.Conv2d(3, 2, (2, 3), padding="same", dilation=(3, 1))
+        self.lin = nn.Linear(2 * 9, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.c1(x)).unsqueeze(2)  # (N, 3, 1, 9)
+        return self.lin(torch.tanh(self.c2(h)).flatten(1))
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")
+@pytest.mark.parametrize("strategy", list(NormStrategy))
+def test_book_keeping_pads_same_convolutions_with_even_kernels_like_torch(strategy):
+    torch.manual_seed(3)
+    model = _EvenSame()
+    x, y = torch.randn(6, 2, 9), torch.randint(0, 5, (6,))
+    _assert_same_sums(model, lambda m: BookKeepingClipper(m, strategy), x, y)
+
+
+def test_tied_weights_are_refused_and_auto_falls_back_to_opacus():
+    first, second = nn.Linear(4, 4), nn.Linear(4, 4)
+    second.weight = first.weight  # one parameter, two layers: per-layer norms would be wrong
+    model = nn.Sequential(first, nn.Tanh(), second)
+    assert not supports_bk(model)
+    with pytest.raises(RayDPHPOError, match="shared"):
+        BookKeepingClipper(model)
+    assert isinstance(make_clipper(model, "auto"), OpacusClipper)
+
+
+@pytest.mark.parametrize(
+    ("layer", "why"),
+    [
+        (nn.Conv1d(4, 4, 3, groups=2), "groups=2"),
+        (nn.Conv2d(2, 2, 3, padding=1, padding_mode="reflect"), "padding_mode='reflect'"),
+        (nn.Conv3d(1, 2, 3), "Conv3d"),
+        (nn.Embedding(10, 3), "Embedding"),
+    ],
+)
+def test_uncovered_layers_are_refused_and_auto_falls_back_to_opacus(layer, why):
+    model = nn.Sequential(layer, nn.Flatten(), nn.LazyLinear(5))
+    assert bk_unsupported_reason(layer) is not None and why in bk_unsupported_reason(layer)
+    assert not supports_bk(model)
+    with pytest.raises(RayDPHPOError, match="opacus"):
+        make_clipper(model, "bk")
+    assert isinstance(make_clipper(model, "auto"), OpacusClipper)
+
+
+def test_auto_fallback_to_opacus_still_clips_correctly():
+    model = nn.Sequential(nn.Conv1d(4, 4, 3, groups=2), nn.Flatten(), nn.Linear(4 * 6, 5))
+    x, y = _batch((4, 8))
+
+    def auto(m: nn.Module):
+        clipper = make_clipper(m, "auto")
+        assert isinstance(clipper, OpacusClipper)
+        return clipper
+
+    _assert_same_sums(model, auto, x, y)
+
+
+def test_a_layer_run_twice_is_refused_without_touching_gradients():
+    class Twice(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(5, 5)
+
+        def forward(self, x):
+            return self.lin(torch.tanh(self.lin(x)))
+
+    model = Twice()
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 7.0)
+    x, y = _batch((5,))
+    with pytest.raises(RayDPHPOError, match="once per forward"):
+        BookKeepingClipper(model).clipped_sum(x, y, 1.0)
+    assert all(bool((p.grad == 7.0).all()) for p in model.parameters())
+
+
+def test_empty_batch_gives_zero_gradients():
+    model = _random_model("cnn2d", SHAPES["cnn2d"], bias=True)
+    loss, count = BookKeepingClipper(model).clipped_sum(
+        torch.zeros(0, *SHAPES["cnn2d"]), torch.zeros(0, dtype=torch.int64), 1.0
+    )
+    assert (loss, count) == (0.0, 0)
+    assert all(bool((p.grad == 0).all()) for p in model.parameters())

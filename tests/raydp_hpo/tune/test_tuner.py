@@ -1,0 +1,299 @@
+"""DPTuner end to end with a real Tuner, ledger actor and DP trainable (few, marked `ray`)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from ray import tune
+
+from raydp_hpo.accounting.accountants import Accountant, epsilon
+from raydp_hpo.accounting.budget import PrivacyBudget
+from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
+from raydp_hpo.ledger.actor import get_ledger
+from raydp_hpo.ledger.filter import PrivacyLedger
+from raydp_hpo.trainables.data import load_mnist1d, split
+from raydp_hpo.tune.tuner import DPTuner
+
+pytestmark = [pytest.mark.ray]
+
+SPACE = {
+    "lr": tune.loguniform(0.05, 1.0),
+    "epochs": 1,
+    "sample_rate": 0.1,
+    "max_grad_norm": 1.0,
+    "model": "mlp",
+    "optimizer": "sgd",
+}
+
+
+@pytest.fixture(scope="module")
+def data():
+    return split(load_mnist1d(num_samples=1200, seed=3), 0.2, 0.2, seed=0)
+
+
+def test_random_stopping_end_to_end(ray_session, data, tmp_path: Path) -> None:
+    budget = PrivacyBudget(4.0, 1e-5)
+    tuner = DPTuner(None, SPACE, "random_stopping", budget, data=data, storage_path=tmp_path,
+                    experiment=f"rs-{uuid.uuid4().hex[:6]}", search_kwargs={"mean": 2.0})
+    result = tuner.fit()
+    trial_files = list((Path(result.experiment_path) / "tune").rglob("*"))
+    assert any(p.name == "result.json" for p in trial_files)  # Tune's JSON and CSV logs stay
+    assert not any(p.name.startswith("events.out.tfevents") for p in trial_files)  # no TB
+    cert = result.certificate
+    # exactly one charge: the whole Papernot–Steinke plan, admitted before any trial
+    assert len(cert.charges) == 1 and cert.charges[0][0].endswith("/plan")
+    assert cert.within_budget and cert.epsilon <= budget.epsilon
+    assert cert.epsilon_rdp == pytest.approx(
+        epsilon(cert.charges[0][1], budget.delta, Accountant.RDP), rel=1e-12
+    )
+    # random stopping is also accounted by privacy profiles (KRW 2024): never above RDP here,
+    # and the certificate reports the tightest of the three valid bounds
+    assert cert.epsilon_profile <= cert.epsilon_rdp
+    assert cert.epsilon == min(cert.epsilon_rdp, cert.epsilon_pld, cert.epsilon_profile)
+    if result.hyperparameters is not None:
+        assert "raydp" not in result.hyperparameters and "seed" not in result.hyperparameters
+        assert result.model is not None
+    public = json.loads((Path(result.experiment_path) / "release.json").read_text())
+    # the release holds no per-trial metrics and no trial count
+    assert set(public) == {"hyperparameters", "checkpoint_path", "budget_exhausted",
+                           "certificate", "evaluation", "dp_test_accuracy"}
+    assert public["dp_test_accuracy"] is None  # not asked for: no DP test accuracy
+    assert public["evaluation"]["covered_by_certificate"] is False
+    # the certificate states the privacy unit and everything it treats as public
+    assert "adding or removing one record" in public["certificate"]["privacy_unit"]
+    treated = public["certificate"]["treated_as_public"]
+    assert str(len(data.train)) in treated["training-set size"]
+    assert "taken from the data" in treated["training-set size"]
+
+
+def test_unknown_space_key_is_refused_before_any_charge(ray_session, data, tmp_path: Path
+                                                        ) -> None:
+    """`learning_rate` is not read by the trainable: training would use the default lr and the
+    release would publish a value that trained nothing. Refused before the plan charge."""
+    tuner = DPTuner(None, {**SPACE, "learning_rate": 0.1}, "random_stopping",
+                    PrivacyBudget(4.0, 1e-5), data=data, storage_path=tmp_path,
+                    search_kwargs={"mean": 2.0})
+    with pytest.raises(InvalidParameterError, match="did you mean 'lr'"):
+        tuner.fit()
+    journal = tmp_path / tuner.experiment / "ledger.journal"
+    assert not journal.exists() or PrivacyLedger.read_only(journal).charges() == ()
+
+
+def test_failed_final_model_means_no_release(ray_session, data, tmp_path: Path) -> None:
+    """The one trial crashes after its charge (a model that cannot be built): nothing is
+    released, the spend stays on the certificate, and release.json says why."""
+    space = {**SPACE, "model_kwargs": tune.choice([{"hidden": ["not-a-width"]}])}
+    result = DPTuner(None, space, "one_shot_random", PrivacyBudget(2.0, 1e-5), data=data,
+                     storage_path=tmp_path, experiment=f"fail-{uuid.uuid4().hex[:6]}").fit()
+    assert result.hyperparameters is None and result.model is None
+    assert result.extras["final_failed"] is True
+    assert len(result.certificate.charges) == 1 and result.certificate.epsilon > 0
+    public = json.loads((Path(result.experiment_path) / "release.json").read_text())
+    assert public["hyperparameters"] is None
+
+
+def test_tensorboard_is_opt_in(ray_session, data, tmp_path: Path) -> None:
+    space = {**SPACE, "lr": tune.grid_search([0.1, 0.3]), "noise_multiplier": 3.0}
+    result = DPTuner(None, space, "grid_composed", PrivacyBudget(8.0, 1e-5), data=data,
+                     storage_path=tmp_path, experiment=f"tb-{uuid.uuid4().hex[:6]}",
+                     tensorboard=True).fit()
+    events = list((Path(result.experiment_path) / "tune").rglob("events.out.tfevents*"))
+    assert len(events) == 2  # one event file per trial, as plain Tune writes
+
+
+def test_budget_too_small_fails_before_any_trial(ray_session, data, tmp_path: Path) -> None:
+    name = f"shared-{uuid.uuid4().hex[:6]}"
+    ledger = get_ledger(name, PrivacyBudget(0.05, 1e-5), tmp_path / "shared.journal",
+                        namespace="tests")
+    try:
+        with pytest.raises(InvalidParameterError, match="budget"):
+            DPTuner(None, {**SPACE, "noise_multiplier": 1.0}, "random_stopping",
+                    PrivacyBudget(0.05, 1e-5), data=data, storage_path=tmp_path, ledger=ledger,
+                    search_kwargs={"mean": 5.0}).fit()
+        assert ledger.charges() == ()
+        assert not (tmp_path / "tune").exists()
+    finally:
+        ledger.kill()
+
+
+def test_grid_search_halts_when_ledger_refuses(ray_session, data, tmp_path: Path) -> None:
+    # A shared ledger with less budget than the grid needs: the grid composes every trial,
+    # so the ledger refuses part-way and the search ends cleanly with the budget spent.
+    name = f"grid-{uuid.uuid4().hex[:6]}"
+    ledger = get_ledger(name, PrivacyBudget(2.0, 1e-5), tmp_path / "grid.journal",
+                        namespace="tests")
+    try:
+        space = {**SPACE, "lr": tune.grid_search([0.1, 0.3, 1.0]), "noise_multiplier": 1.6}
+        tuner = DPTuner(None, space, "grid_composed", PrivacyBudget(50.0, 1e-5), data=data,
+                        storage_path=tmp_path, ledger=ledger, max_concurrent_trials=1)
+        result = tuner.fit()
+        assert ledger.spent() <= 2.0
+        admitted = len(ledger.charges())
+        assert 1 <= admitted < 3
+        assert result.budget_exhausted
+        assert result.certificate.epsilon <= 2.0 + 1e-9
+    finally:
+        ledger.kill()
+
+
+def test_selection_on_unprivatised_metric_is_refused(ray_session, data, tmp_path: Path) -> None:
+    tuner = DPTuner(None, SPACE, "random_stopping", PrivacyBudget(4.0, 1e-5), metric="loss",
+                    mode="min", data=data, storage_path=tmp_path, search_kwargs={"mean": 2.0})
+    with pytest.raises(InvalidParameterError, match="val_accuracy"):
+        tuner.fit()
+    # the dedicated ledger actor is gone with fit(); its journal is the record
+    journal = tmp_path / tuner.experiment / "ledger.journal"
+    # refused before the plan charge (the actor may not even have written its journal yet)
+    assert not journal.exists() or PrivacyLedger.read_only(journal).charges() == ()
+    with pytest.raises(RayDPHPOError, match="no ledger named"):
+        get_ledger(f"ledger-{tuner.experiment}", namespace="raydp_hpo")
+
+
+ALGORITHM_CASES = {
+    "subsampled_transfer": (SPACE, {"mean": 2.0, "subsample_rate": 0.3}),
+    "svt_threshold": (
+        {**SPACE, "lr": tune.grid_search([0.1, 0.5])},
+        {"num_partitions": 3, "max_rounds": 2, "round_epsilon": 0.5},
+    ),
+    "linear_scaling": (
+        {"max_grad_norm": 1.0, "model": "mlp"},
+        {"runs_per_sweep": 1, "sweep_epsilons": (0.3, 0.6), "steps_range": (2, 4)},
+    ),
+    "one_shot_random": (SPACE, {}),
+}
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHM_CASES))
+def test_each_algorithm_in_a_real_tuner(ray_session, data, tmp_path: Path, algorithm) -> None:
+    space, kwargs = ALGORITHM_CASES[algorithm]
+    budget = PrivacyBudget(6.0, 1e-5)
+    tuner = DPTuner(None, space, algorithm, budget, data=data, storage_path=tmp_path,
+                    experiment=f"{algorithm}-{uuid.uuid4().hex[:6]}", search_kwargs=kwargs,
+                    max_concurrent_trials=2)
+    result = tuner.fit()
+    cert = result.certificate
+    assert cert.within_budget
+    # everything charged is exactly the searcher's plan (one up-front charge)
+    assert len(cert.charges) == 1 and cert.charges[0][0].endswith("/plan")
+    assert result.hyperparameters is not None and result.model is not None
+    assert not any(t["error"] for t in result.private_trials), result.private_trials
+
+
+def test_resume_replays_the_plan_charge(ray_session, data, tmp_path: Path) -> None:
+    # Resuming must judge the plan as the dedicated ledger's first charge again (not count the
+    # already-charged plan twice, which would refuse it or calibrate a different plan).
+    experiment = f"resume-{uuid.uuid4().hex[:6]}"
+
+    def make() -> DPTuner:
+        return DPTuner(None, SPACE, "random_stopping", PrivacyBudget(4.0, 1e-5), data=data,
+                       storage_path=tmp_path, experiment=experiment, search_kwargs={"mean": 2.0})
+
+    first = make().fit()
+    with pytest.raises(InvalidParameterError, match="already exists"):
+        make().fit()  # a second fresh run of the same experiment is refused
+    again = make().fit(resume=True)
+    assert len(again.certificate.charges) == 1
+    assert again.certificate.charges == first.certificate.charges
+    assert again.certificate.epsilon == pytest.approx(first.certificate.epsilon)
+    assert again.hyperparameters == first.hyperparameters
+
+
+def test_runs_inside_a_ray_task(ray_session, tmp_path: Path) -> None:
+    import ray
+
+    @ray.remote(num_cpus=0)  # the driver task must not hold the CPUs its trials need
+    def search(storage: str) -> tuple[float, float, bool]:
+        from raydp_hpo.accounting.budget import PrivacyBudget
+        from raydp_hpo.trainables.data import load_mnist1d, split
+        from raydp_hpo.tune.tuner import DPTuner
+
+        data = split(load_mnist1d(num_samples=600, seed=5), 0.2, 0.2, seed=0)
+        result = DPTuner(None, SPACE, "one_shot_random", PrivacyBudget(2.0, 1e-5), data=data,
+                         storage_path=storage).fit()
+        cert = result.certificate
+        return cert.epsilon, cert.budget.epsilon, result.model is not None
+
+    eps, budget_eps, has_model = ray.get(search.remote(str(tmp_path)), timeout=600)
+    assert 0 < eps <= budget_eps and has_model
+
+
+def test_dedicated_ledger_that_cannot_start_runs_nothing(ray_session, data, tmp_path: Path) -> None:
+    """Tune starts while a freshly created dedicated ledger comes up; if it never does (here: a
+    journal left with another budget), every admission fails, nothing trains, and fit() says
+    why. The journal is untouched."""
+    from raydp_hpo.accounting.mechanisms import SubsampledGaussian
+
+    experiment = f"stale-{uuid.uuid4().hex[:6]}"
+    journal = tmp_path / experiment / "ledger.journal"
+    journal.parent.mkdir(parents=True)
+    with PrivacyLedger(PrivacyBudget(1.0, 1e-5), journal) as stale:
+        stale.charge("old", SubsampledGaussian(2.0, 0.01, 10))
+    before = journal.read_bytes()
+    space = {**SPACE, "lr": tune.grid_search([0.1, 0.3, 1.0]), "noise_multiplier": 1.6}
+    tuner = DPTuner(None, space, "grid_composed", PrivacyBudget(8.0, 1e-5), data=data,
+                    storage_path=tmp_path, experiment=experiment, max_concurrent_trials=1)
+    with pytest.raises(RayDPHPOError, match="failed to start: .*LedgerMismatchError.*budget"):
+        tuner.fit()
+    assert journal.read_bytes() == before
+    results = [json.loads(line) for p in (tmp_path / experiment / "tune").rglob("result.json")
+               for line in p.read_text().splitlines() if line.strip()]
+    assert all("val_accuracy" not in r for r in results)  # no trial trained
+
+
+def test_fixed_plan_calibrates_on_the_tightest_valid_bound(ray_session, data, tmp_path: Path
+                                                           ) -> None:
+    """A one-shot run is a fixed plan: its noise is calibrated on min(RDP, PLD), so its PLD ε
+    meets the budget (within the calibration tolerance) instead of wasting ~15 % of it, as an
+    RDP-only calibration did (RDP 3.0 → PLD ≈ 2.55 at these settings)."""
+    budget = PrivacyBudget(3.0, 1e-5)
+    result = DPTuner(None, SPACE, "one_shot_random", budget, data=data, storage_path=tmp_path,
+                     experiment=f"best-{uuid.uuid4().hex[:6]}").fit()
+    (_, plan), = result.certificate.charges
+    assert result.certificate.ledger_halting_rule == "fixed_plan/profile"
+    eps_pld = epsilon(plan, budget.delta, Accountant.PLD)
+    assert 0.97 * budget.epsilon <= min(eps_pld, result.certificate.epsilon_rdp) <= budget.epsilon
+    assert result.certificate.epsilon_rdp > budget.epsilon  # RDP alone would have refused it
+
+
+def test_dp_test_accuracy_is_its_own_charge(ray_session, data, tmp_path: Path) -> None:
+    """test_accuracy_epsilon: the released model's test accuracy is released by the Laplace
+    mechanism on the correct count, charged to the ledger and listed in the certificate, with
+    the search calibrated to the rest of the budget."""
+    from raydp_hpo.accounting.mechanisms import Laplace
+
+    budget = PrivacyBudget(3.0, 1e-5)
+    result = DPTuner(None, SPACE, "one_shot_random", budget, data=data, storage_path=tmp_path,
+                     experiment=f"dptest-{uuid.uuid4().hex[:6]}",
+                     test_accuracy_epsilon=0.5).fit()
+    ids = [cid for cid, _ in result.certificate.charges]
+    assert ids[-1].endswith("/test_accuracy")
+    assert result.certificate.charges[-1][1] == Laplace(0.5)
+    assert result.dp_test_accuracy is not None and 0.0 <= result.dp_test_accuracy <= 1.0
+    assert result.certificate.epsilon <= budget.epsilon
+    public = json.loads((Path(result.experiment_path) / "release.json").read_text())
+    assert public["dp_test_accuracy"]["covered_by_certificate"] is True
+    assert public["dp_test_accuracy"]["epsilon"] == 0.5
+    with pytest.raises(InvalidParameterError, match="leaves nothing"):
+        DPTuner(None, SPACE, "one_shot_random", budget, data=data, test_accuracy_epsilon=3.0)
+
+
+def test_resumed_dedicated_ledger_keeps_its_journal_accountant(tmp_path):
+    """An experiment started when fixed plans halted on BEST resumes on BEST (a valid, looser
+    bound) instead of failing on the new PROFILE default; a fresh journal gets PROFILE."""
+    from raydp_hpo.accounting.accountants import Accountant
+    from raydp_hpo.accounting.budget import PrivacyBudget
+    from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger
+    from raydp_hpo.tune.tuner import _resumed_accountant
+
+    journal = tmp_path / "ledger.journal"
+    assert _resumed_accountant(journal, Adaptivity.FIXED_PLAN) is Accountant.PROFILE
+    PrivacyLedger(
+        PrivacyBudget(3.0, 1e-5), journal, adaptivity=Adaptivity.FIXED_PLAN,
+        accountant=Accountant.BEST,
+    ).close()
+    assert _resumed_accountant(journal, Adaptivity.FIXED_PLAN) is Accountant.BEST
+    # a different halting rule is not silently adopted: the actor reports the mismatch
+    assert _resumed_accountant(journal, Adaptivity.ADAPTIVE) is Accountant.RDP

@@ -1,0 +1,63 @@
+"""DPTuner hands the admitted plan's receipt to every trial it covers (marked `ray`).
+
+The trainable here passes the real privacy gate and reports what its plan check found, so
+the test sees that each plan-covered trial was admitted from the journal on this node with no
+ledger round trip, and that the receipt names the plan charge the ledger holds.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from ray import tune
+
+from raydp_hpo.accounting.budget import PrivacyBudget
+from raydp_hpo.ledger.journal import read_journal
+from raydp_hpo.trainables.data import Dataset, split
+from raydp_hpo.tune.tuner import DPTuner
+
+pytestmark = [pytest.mark.ray]
+
+
+def gate_trainable(config: dict[str, Any]) -> None:
+    """Admits like the real trainable and reports how the plan charge was checked."""
+    from raydp_hpo.ledger.plan_receipt import check_receipt
+    from raydp_hpo.trainables.privacy_gate import RaydpSettings, admit, resolve_ledger
+    from raydp_hpo.trial.privacy import privacy_from_config
+
+    settings = RaydpSettings.from_config(config)
+    ledger = resolve_ledger(settings, None)
+    receipt = settings.plan_receipt
+    admit(settings, privacy_from_config(config, 1000).mechanism(), ledger, owner="test")
+    tune.report({
+        "val_accuracy": float(config["lr"]),
+        "attached": ledger is not None,
+        "check": None if receipt is None else check_receipt(receipt, settings.covered_by).value,
+        "seq": None if receipt is None else receipt.seq,
+    })
+
+
+def test_plan_covered_trials_check_the_receipt_locally(ray_session, tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    data = split(Dataset(rng.normal(size=(1000, 4)).astype(np.float32),
+                         rng.integers(0, 2, size=1000), 2), 0.1, 0.1)
+    space = {"lr": tune.uniform(0.0, 1.0), "epochs": 1, "sample_rate": 0.01,
+             "noise_multiplier": 20.0}
+    name = f"rcpt-{uuid.uuid4().hex[:6]}"
+    result = DPTuner(tune.with_resources(gate_trainable, {"cpu": 1}), space, "random_stopping",
+                     PrivacyBudget(20.0, 1e-5), data=data, storage_path=tmp_path,
+                     experiment=name, search_kwargs={"mean": 3.0, "distribution": "poisson"},
+                     secret_seed=1).fit()
+    trials = result.private_trials
+    assert trials and all(t["error"] is None for t in trials)
+    _, records = read_journal(tmp_path / name / "ledger.journal")
+    plan = [r for r in records if r["charge_id"] == f"{name}/plan"]
+    assert len(plan) == 1
+    for t in trials:
+        assert t["metrics"]["attached"] is False  # no ledger actor look-up, no round trip
+        assert t["metrics"]["check"] == "durable"
+        assert t["metrics"]["seq"] == plan[0]["seq"]
