@@ -26,7 +26,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
-	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules raydp_hpo search_algs trainables
+	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules raydp_hpo
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
@@ -37,7 +37,8 @@ test-cluster: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check raydp_hpo search_algs trainables cluster tests benchmarks
-	$(VENV)/bin/mypy raydp_hpo search_algs trainables
+	$(VENV)/bin/mypy raydp_hpo
+	$(VENV)/bin/lint-imports
 
 bench: $(STAMP)
 	$(PY) benchmarks/ledger.py

@@ -1,6 +1,6 @@
 """Sequential in-process driver for the privacy-utility benchmark (no Ray Tune).
 
-It runs the REAL searchers of :mod:`search_algs` and the REAL trainable
+It runs the REAL searchers of :mod:`raydp_hpo.searchers` and the REAL trainable
 :func:`raydp_hpo.trainables.training.train_dp` one trial after the other, following the lifecycle of
 :class:`raydp_hpo.searchers.base.DPSearcher` exactly as ``DPTuner`` does:
 

@@ -37,7 +37,7 @@ independent run a disjoint seed set) and reports, over seeds:
   clipping or noise, best on validation — the cost of DP training itself;
 * wall time of a search and its gradient evaluations.
 
-**Driver.** The benchmark drives the same searchers (:mod:`search_algs`) and the same trainable
+**Driver.** The benchmark drives the same searchers (:mod:`raydp_hpo.searchers`) and the same trainable
 (:func:`raydp_hpo.trainables.training.train_dp`) *sequentially, in process, without Ray Tune*
 (``benchmarks/_driver.py``): a :class:`~raydp_hpo.ledger.PrivacyLedger` (FIXED_PLAN, halting
 on the run's accountant) admits the plan charge exactly as ``DPTuner`` does, then ``suggest`` →

@@ -1,7 +1,11 @@
 """raydp-hpo: differentially private hyperparameter optimisation on Ray Tune.
 
 The public API is re-exported lazily (PEP 562) so that importing the privacy core from
-``search_algs`` or ``trainables`` never pulls in the orchestration layer (Ray Tune, torch).
+:mod:`raydp_hpo.searchers` or :mod:`raydp_hpo.trainables` never pulls in the orchestration layer
+(Ray Tune, torch). Where things live: :mod:`raydp_hpo.accounting` (mechanisms and bounds, no Ray
+or torch), :mod:`raydp_hpo.ledger` (the privacy filter, journal and Ray actor),
+:mod:`raydp_hpo.trial` (the searcher–trial contract), :mod:`raydp_hpo.searchers`,
+:mod:`raydp_hpo.trainables`, :mod:`raydp_hpo.tune` (DPTuner) and :mod:`raydp_hpo.cli`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``DPTuner``: one DP hyperparameter search against one total budget, and its release.
 
-Orchestration layer: the only place that wires a search algorithm (``search_algs``), the DP
-trainable (``trainables``), the ledger actor and Ray Tune together.
+Orchestration layer: the only place that wires a search algorithm (``raydp_hpo.searchers``), the DP
+trainable (``raydp_hpo.trainables``), the ledger actor and Ray Tune together.
 
 Data flow of :meth:`DPTuner.fit` (DESIGN.md, "Data flow of one run"):
 
