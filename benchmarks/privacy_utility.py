@@ -242,9 +242,10 @@ def oracle_sigma(size: dict[str, Any], epsilon: float, accountant: str) -> float
     the accounting the one-shot baseline is calibrated with, so the oracle's runs are as
     noisy as one-shot random's and RERR compares like with like."""
     from raydp_hpo.accounting import Accountant, calibrate_noise
+    from raydp_hpo.trial_privacy import dpsgd_steps
 
     q = float(size["sample_rate"])
-    steps = max(1, math.ceil(float(size["epochs"]) / q - 1e-9))
+    steps = dpsgd_steps(float(size["epochs"]), q)
     acc = Accountant(accountant)
     if acc is Accountant.PROFILE:  # one subsampled Gaussian: profile = PLD, both within BEST
         acc = Accountant.BEST

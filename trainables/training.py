@@ -43,6 +43,7 @@ from raydp_hpo.mechanisms import Gaussian, Mechanism, SubsampledGaussian, mechan
 from raydp_hpo.trial_privacy import (
     DPSGDPrivacy,
     Optimizer,
+    dpsgd_steps,
     privacy_from_config,
     trial_mechanism,
 )
@@ -565,7 +566,7 @@ def train_dp(
         torch.set_rng_state(checkpoint["torch_rng"])
 
     total = privacy.steps
-    per_epoch = math.ceil(1.0 / privacy.sample_rate - 1e-9)
+    per_epoch = dpsgd_steps(1.0, privacy.sample_rate)
     epochs = math.ceil(total / per_epoch)
     evals_per_step = privacy.gradient_evaluations_per_step
     for epoch in range(start_epoch, epochs):
