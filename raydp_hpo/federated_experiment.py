@@ -58,13 +58,13 @@ clients' learning rates, step counts or shard sizes.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from raydp_hpo._atomic_io import atomic_write_json
 from raydp_hpo.budget import PrivacyBudget
 from raydp_hpo.errors import ConfigError, RayDPHPOError
 from raydp_hpo.experiment import (
@@ -370,9 +370,7 @@ def run_federated_experiment(
     finally:
         if ledger is not None:
             ledger.close()
-    tmp = run_dir / (RESULT_FILE + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    os.replace(tmp, run_dir / RESULT_FILE)
+    atomic_write_json(run_dir / RESULT_FILE, payload)
     out(f"final test accuracy {result.accuracy[-1]:.4f}; wrote {run_dir / RESULT_FILE}")
     return payload
 

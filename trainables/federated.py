@@ -75,7 +75,6 @@ import math
 import os
 import secrets
 import sys
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -86,6 +85,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from raydp_hpo._atomic_io import atomic_write
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 from raydp_hpo.mechanisms import Gaussian
 from trainables.data import Dataset
@@ -483,17 +483,7 @@ class _Pool:
 
 
 def _save_atomic(path: Path, payload: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(payload, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda fh: torch.save(payload, fh))
 
 
 def _resumable(settings: Mapping[str, Any]) -> dict[str, Any]:

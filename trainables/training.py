@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import secrets
-import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +35,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from raydp_hpo._atomic_io import replace_dir
+from raydp_hpo._validation import closest_match
 from raydp_hpo.accounting import Accountant, epsilon
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 from raydp_hpo.mechanisms import Gaussian, Mechanism, SubsampledGaussian, mechanism_to_dict
@@ -183,16 +183,12 @@ def validate_trial_space(space: Mapping[str, Any]) -> None:
     Constants, ``tune.choice`` and ``tune.grid_search`` values are checked for type and range
     (``lr: "fast"`` fails here, not in a trial after the plan was charged).
     """
-    import difflib
-
     for key, value in space.items():
         if key == "raydp":
             continue
         if key not in TRAINABLE_CONFIG_KEYS:
-            close = [_ALIASES[key]] if key in _ALIASES else difflib.get_close_matches(
-                key, list(TRAINABLE_CONFIG_KEYS), n=1, cutoff=0.5
-            )
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            close = _ALIASES.get(key) or closest_match(key, TRAINABLE_CONFIG_KEYS, cutoff=0.5)
+            hint = f" (did you mean {close!r}?)" if close else ""
             raise InvalidParameterError(
                 f"search space key {key!r} is not read by the DP trainable{hint}. A released "
                 "configuration must describe the model that was trained (keys the trainable "
@@ -441,19 +437,14 @@ def count_correct(model: nn.Module, data: Dataset, batch: int = 4096) -> int:
 
 
 def _save_checkpoint(path: Path, payload: dict[str, Any], meta: dict[str, Any]) -> None:
-    """Write the checkpoint directory atomically: build ``<path>.partial``, then swap."""
-    path = Path(path).resolve()
-    partial = path.with_name(path.name + ".partial")
-    old = path.with_name(path.name + ".old")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    torch.save(payload, partial / CHECKPOINT_FILE)
-    (partial / CHECKPOINT_META).write_text(json.dumps(meta, indent=2, sort_keys=True))
-    if path.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(path, old)
-    os.replace(partial, path)
-    shutil.rmtree(old, ignore_errors=True)
+    """Write the checkpoint directory: built beside ``path``, then swapped in
+    (:func:`raydp_hpo._atomic_io.replace_dir`)."""
+
+    def build(folder: Path) -> None:
+        torch.save(payload, folder / CHECKPOINT_FILE)
+        (folder / CHECKPOINT_META).write_text(json.dumps(meta, indent=2, sort_keys=True))
+
+    replace_dir(path, build)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
