@@ -62,7 +62,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raydp_hpo._atomic_io import atomic_write_json
 from raydp_hpo.budget import PrivacyBudget
@@ -77,6 +77,10 @@ from raydp_hpo.experiment import (
     _StrictLoader,
     run_dir_of,
 )
+from raydp_hpo.ledger_like import LedgerLike
+
+if TYPE_CHECKING:
+    from raydp_hpo.ledger import PrivacyLedger
 
 __all__ = [
     "FederatedSpec",
@@ -394,7 +398,7 @@ def _run(spec: FederatedSpec, shards: list[Any], test: Any, settings: Any,
             ray.shutdown()
 
 
-def _client_ledger(spec: FederatedSpec) -> Any:
+def _client_ledger(spec: FederatedSpec) -> PrivacyLedger:
     """The client-level ledger: its journal (created with ``privacy.budget``, or reopened —
     a reopened journal must have that budget)."""
     from raydp_hpo.ledger import PrivacyLedger
@@ -416,7 +420,7 @@ def _client_ledger(spec: FederatedSpec) -> Any:
     return PrivacyLedger(spec.privacy.budget, journal)
 
 
-def _privacy_figures(spec: FederatedSpec, settings: Any, ledger: Any) -> dict[str, Any]:
+def _privacy_figures(spec: FederatedSpec, settings: Any, ledger: LedgerLike) -> dict[str, Any]:
     from raydp_hpo.accounting import Accountant, epsilon_or_inf
     from raydp_hpo.mechanisms import mechanism_to_dict
 

@@ -87,6 +87,7 @@ from torch import nn
 
 from raydp_hpo._atomic_io import atomic_write
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
+from raydp_hpo.ledger_like import LedgerLike
 from raydp_hpo.mechanisms import Gaussian
 from trainables.data import Dataset
 from trainables.models import build_model
@@ -494,7 +495,7 @@ def _resumable(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 def _admit(
     settings: FedSettings,
-    ledger: Any | None,
+    ledger: LedgerLike | None,
     charge_id: str | None,
     checkpoint_dir: str | Path | None,
 ) -> None:
@@ -627,7 +628,7 @@ def run_federated(
     seed: int,
     checkpoint_dir: str | Path | None = None,
     on_round: Callable[[int, float], None] | None = None,
-    ledger: Any | None = None,
+    ledger: LedgerLike | None = None,
     charge_id: str | None = None,
     noise_seed: int | None = None,
 ) -> FedResult:
@@ -666,7 +667,7 @@ def run_federated_ray(
     num_cpus: float = 1.0,
     checkpoint_dir: str | Path | None = None,
     on_round: Callable[[int, float], None] | None = None,
-    ledger: Any | None = None,
+    ledger: LedgerLike | None = None,
     charge_id: str | None = None,
     noise_seed: int | None = None,
 ) -> FedResult:

@@ -39,6 +39,7 @@ from raydp_hpo._atomic_io import replace_dir
 from raydp_hpo._validation import closest_match
 from raydp_hpo.accounting import Accountant, epsilon
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
+from raydp_hpo.ledger_like import LedgerLike
 from raydp_hpo.mechanisms import Gaussian, Mechanism, SubsampledGaussian, mechanism_to_dict
 from raydp_hpo.trial_privacy import (
     DPSGDPrivacy,
@@ -465,7 +466,7 @@ def train_dp(
     config: Mapping[str, Any],
     data: DataSplits,
     *,
-    ledger: Any | None = None,
+    ledger: LedgerLike | None = None,
     report: ReportFn | None = None,
     checkpoint_dir: str | Path | None = None,
     resume_from: str | Path | None = None,
