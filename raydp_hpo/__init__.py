@@ -4,7 +4,10 @@ The public API is re-exported lazily (PEP 562) so that importing the privacy cor
 ``search_algs`` or ``trainables`` never pulls in the orchestration layer (Ray Tune, torch).
 """
 
+# ruff: noqa: F401  (the TYPE_CHECKING imports below are re-exports)
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from raydp_hpo._lazy_exports import lazy_exports
 
@@ -59,6 +62,7 @@ _EXPORTS: dict[str, str] = {
     "PrivacyLedger": "raydp_hpo.ledger",
     "ChargeDecision": "raydp_hpo.ledger",
     "LedgerReport": "raydp_hpo.ledger",
+    "LedgerLike": "raydp_hpo.ledger_like",
     "get_ledger": "raydp_hpo.ledger_actor",
     "LedgerHandle": "raydp_hpo.ledger_actor",
     "LedgerStopper": "raydp_hpo.tune_hooks",
@@ -71,6 +75,53 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = sorted(_EXPORTS)
+
+# The real types, for mypy and IDEs: under TYPE_CHECKING only, so at run time every name stays
+# lazy (tests/raydp_hpo/test_public_api.py checks that these imports match _EXPORTS).
+if TYPE_CHECKING:
+    from raydp_hpo.accounting import Accountant, calibrate_noise, delta, epsilon, epsilons
+    from raydp_hpo.budget import PrivacyBudget
+    from raydp_hpo.calibration import calibrate_analytic_gaussian, calibrate_laplace
+    from raydp_hpo.coverage import is_covered
+    from raydp_hpo.errors import (
+        BudgetExhaustedError,
+        ChargeConflictError,
+        ConfigError,
+        DataValidationError,
+        InvalidParameterError,
+        LedgerCorruptedError,
+        LedgerMismatchError,
+        RayDPHPOError,
+        SearchSpaceError,
+        UnsupportedMechanismError,
+    )
+    from raydp_hpo.gdp import compose_mu, gdp_delta, gdp_epsilon, gdp_mu
+    from raydp_hpo.ledger import Adaptivity, ChargeDecision, LedgerReport, PrivacyLedger
+    from raydp_hpo.ledger_actor import LedgerHandle, get_ledger
+    from raydp_hpo.ledger_like import LedgerLike
+    from raydp_hpo.mechanisms import (
+        ApproxDP,
+        Composition,
+        Gaussian,
+        Laplace,
+        Mechanism,
+        PureDP,
+        RandomStopping,
+        StoppingDistribution,
+        SubsampledGaussian,
+        SubsampledTuning,
+        WorstCase,
+    )
+    from raydp_hpo.trial_privacy import (
+        DPSGDPrivacy,
+        Optimizer,
+        ScoreNoise,
+        ScoreRelease,
+        privacy_from_config,
+    )
+    from raydp_hpo.trial_settings import RaydpSettings
+    from raydp_hpo.tune_hooks import LedgerAuditCallback, LedgerStopper, NoTensorBoardLogger
+    from raydp_hpo.tuner import DPResult, DPTuner, PrivacyCertificate
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
