@@ -42,7 +42,7 @@ from raydp_hpo import (
     privacy_from_config,
 )
 from search_algs import DPSearcher, PrivacyPlan, SearchAlgorithm, make_searcher
-from trainables import DataSplits, Dataset, load_mnist1d, split, train_dp
+from trainables import Dataset, DataSplits, load_mnist1d, split, train_dp
 
 
 def accounting() -> None:
