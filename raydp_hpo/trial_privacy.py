@@ -192,6 +192,11 @@ class Optimizer(Enum):
     GD = "gd"  #: full-batch DP gradient descent (sample rate 1, Panda et al. 2024)
     ADADP = "adadp"  #: Koskela & Honkela (2020) adaptive learning rate, 2 gradients per step
 
+    @property
+    def gradient_evaluations_per_step(self) -> int:
+        """Noisy gradients per optimiser step: 2 for ADADP (independent Poisson batches)."""
+        return 2 if self is Optimizer.ADADP else 1
+
 
 @dataclass(frozen=True)
 class DPSGDPrivacy:
@@ -223,7 +228,7 @@ class DPSGDPrivacy:
     @property
     def gradient_evaluations_per_step(self) -> int:
         """ADADP evaluates two noisy gradients per step on independent Poisson batches."""
-        return 2 if self.optimizer is Optimizer.ADADP else 1
+        return self.optimizer.gradient_evaluations_per_step
 
     def expected_gradient_evaluations(self, dataset_size: int) -> float:
         """Expected per-example gradient evaluations of the run on ``dataset_size`` (public)
@@ -285,7 +290,7 @@ def privacy_from_config(config: Mapping[str, Any], dataset_size: int) -> DPSGDPr
         raise InvalidParameterError("config needs 'epochs'")
     epochs = positive_float("epochs", config["epochs"])
     steps = dpsgd_steps(epochs, q)
-    evals = steps * (2 if optimizer is Optimizer.ADADP else 1)
+    evals = steps * optimizer.gradient_evaluations_per_step
 
     if "noise_multiplier" in config:
         sigma = positive_float("noise_multiplier", config["noise_multiplier"])
