@@ -35,9 +35,11 @@ test-slow: $(STAMP)
 test-cluster: $(STAMP)
 	$(PY) -m pytest -q -m cluster
 
+# Style, types (tests/typecheck/ holds the public-API and LedgerLike checks) and the import
+# contracts of pyproject.toml. CI runs it after `make test`.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check raydp_hpo search_algs trainables cluster tests benchmarks
-	$(VENV)/bin/mypy raydp_hpo
+	$(VENV)/bin/mypy raydp_hpo tests/typecheck
 	$(VENV)/bin/lint-imports
 
 bench: $(STAMP)

@@ -37,7 +37,7 @@ independent run a disjoint seed set) and reports, over seeds:
   clipping or noise, best on validation — the cost of DP training itself;
 * wall time of a search and its gradient evaluations.
 
-**Driver.** The benchmark drives the same searchers (:mod:`raydp_hpo.searchers`) and the same trainable
+**Driver.** The benchmark drives the same searchers (:mod:`search_algs`) and the same trainable
 (:func:`raydp_hpo.trainables.training.train_dp`) *sequentially, in process, without Ray Tune*
 (``benchmarks/_driver.py``): a :class:`~raydp_hpo.ledger.PrivacyLedger` (FIXED_PLAN, halting
 on the run's accountant) admits the plan charge exactly as ``DPTuner`` does, then ``suggest`` →
@@ -242,9 +242,10 @@ def oracle_sigma(size: dict[str, Any], epsilon: float, accountant: str) -> float
     the accounting the one-shot baseline is calibrated with, so the oracle's runs are as
     noisy as one-shot random's and RERR compares like with like."""
     from raydp_hpo.accounting.accountants import Accountant, calibrate_noise
+    from raydp_hpo.trial.privacy import dpsgd_steps
 
     q = float(size["sample_rate"])
-    steps = max(1, math.ceil(float(size["epochs"]) / q - 1e-9))
+    steps = dpsgd_steps(float(size["epochs"]), q)
     acc = Accountant(accountant)
     if acc is Accountant.PROFILE:  # one subsampled Gaussian: profile = PLD, both within BEST
         acc = Accountant.BEST

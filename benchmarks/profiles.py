@@ -1,8 +1,8 @@
 """Random stopping: ε under Papernot–Steinke RDP vs privacy profiles, and the time it takes.
 
-Base: Poisson-subsampled Gaussian DP-SGD (default σ = 1, q = 0.01, T = 1000, the reference
-setting of ../shared/papers/koskela-redberg-wang-2024-privacy-profiles-private-selection.txt,
-section 7 A), E[K] = 10, δ = 1e-5. For each law of K prints ε (RDP, P&S Thm. 2/6), ε (profile,
+Base: Poisson-subsampled Gaussian DP-SGD (default σ = 1, q = 0.01, T = 1000: our reference
+setting for the privacy-profile bound of :mod:`raydp_hpo.accounting.profiles`, after Koskela, Redberg &
+Wang 2024, arXiv:2402.06701; not a setting taken from the paper), E[K] = 10, δ = 1e-5. For each law of K prints ε (RDP, P&S Thm. 2/6), ε (profile,
 :mod:`raydp_hpo.accounting.profiles` alone), the reported minimum, and the time of the profile figure:
 
 * "cold": the base's PLD, its profile on the t-grid and the G envelope (once per base);

@@ -8,7 +8,10 @@ or torch), :mod:`raydp_hpo.ledger` (the privacy filter, journal and Ray actor),
 :mod:`raydp_hpo.trainables`, :mod:`raydp_hpo.tune` (DPTuner) and :mod:`raydp_hpo.cli`.
 """
 
+# ruff: noqa: F401  (the TYPE_CHECKING imports below are re-exports)
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from raydp_hpo._lazy_exports import lazy_exports
 
@@ -63,6 +66,7 @@ _EXPORTS: dict[str, str] = {
     "PrivacyLedger": "raydp_hpo.ledger.filter",
     "ChargeDecision": "raydp_hpo.ledger.filter",
     "LedgerReport": "raydp_hpo.ledger.filter",
+    "LedgerLike": "raydp_hpo.ledger.ledger_like",
     "get_ledger": "raydp_hpo.ledger.actor",
     "LedgerHandle": "raydp_hpo.ledger.actor",
     "LedgerStopper": "raydp_hpo.tune.hooks",
@@ -75,6 +79,59 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = sorted(_EXPORTS)
+
+# The real types, for mypy and IDEs: under TYPE_CHECKING only, so at run time every name stays
+# lazy (tests/raydp_hpo/test_public_api.py checks that these imports match _EXPORTS).
+if TYPE_CHECKING:
+    from raydp_hpo.accounting.accountants import (
+        Accountant,
+        calibrate_noise,
+        delta,
+        epsilon,
+        epsilons,
+    )
+    from raydp_hpo.accounting.budget import PrivacyBudget
+    from raydp_hpo.accounting.calibration import calibrate_analytic_gaussian, calibrate_laplace
+    from raydp_hpo.accounting.gdp import compose_mu, gdp_delta, gdp_epsilon, gdp_mu
+    from raydp_hpo.accounting.mechanisms import (
+        ApproxDP,
+        Composition,
+        Gaussian,
+        Laplace,
+        Mechanism,
+        PureDP,
+        RandomStopping,
+        StoppingDistribution,
+        SubsampledGaussian,
+        SubsampledTuning,
+        WorstCase,
+    )
+    from raydp_hpo.errors import (
+        BudgetExhaustedError,
+        ChargeConflictError,
+        ConfigError,
+        DataValidationError,
+        InvalidParameterError,
+        LedgerCorruptedError,
+        LedgerMismatchError,
+        RayDPHPOError,
+        SearchSpaceError,
+        UnsupportedMechanismError,
+    )
+    from raydp_hpo.ledger.actor import LedgerHandle, get_ledger
+    from raydp_hpo.ledger.coverage import is_covered
+    from raydp_hpo.ledger.filter import Adaptivity, ChargeDecision, LedgerReport, PrivacyLedger
+    from raydp_hpo.ledger.ledger_like import LedgerLike
+    from raydp_hpo.trial.privacy import (
+        DPSGDPrivacy,
+        Optimizer,
+        ScoreNoise,
+        ScoreRelease,
+        privacy_from_config,
+    )
+    from raydp_hpo.trial.settings import RaydpSettings
+    from raydp_hpo.tune.hooks import LedgerAuditCallback, LedgerStopper, NoTensorBoardLogger
+    from raydp_hpo.tune.tuner import DPResult, DPTuner, PrivacyCertificate
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

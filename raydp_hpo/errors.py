@@ -7,6 +7,8 @@ so generic code that expects ``ValueError`` for bad arguments keeps working.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "RayDPHPOError",
     "InvalidParameterError",
@@ -72,7 +74,7 @@ class BudgetExhaustedError(RayDPHPOError):
             "ledger with a larger budget."
         )
 
-    def __reduce__(self):  # keep the attributes across Ray's pickling
+    def __reduce__(self) -> tuple[Any, ...]:  # keep the attributes across Ray's pickling
         return (
             type(self),
             (

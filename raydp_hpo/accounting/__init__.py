@@ -13,9 +13,24 @@ Names are re-exported lazily (PEP 562): importing one light module (e.g. ``.rdp`
 never imports dp-accounting.
 """
 
+# ruff: noqa: F401  (the TYPE_CHECKING imports below are re-exports)
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from raydp_hpo._lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from raydp_hpo.accounting.accountants import (
+        Accountant,
+        calibrate_noise,
+        delta,
+        epsilon,
+        epsilon_or_inf,
+        epsilons,
+        smallest_noise_multiplier,
+    )
+    from raydp_hpo.accounting.budget import PrivacyBudget
 
 _EXPORTS: dict[str, str] = {
     "Accountant": "raydp_hpo.accounting.accountants",

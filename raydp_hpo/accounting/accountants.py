@@ -23,6 +23,10 @@ Accountants (an enum, never a string flag):
 Every figure is additionally capped by a pure-DP bound when one exists (:mod:`raydp_hpo.accounting.pure`).
 These are statements about a *fixed* list of mechanisms; the ledger's halting rule under
 adaptive charges is in :mod:`raydp_hpo.ledger`.
+
+The PLD, PRV and profile accountants are imported when a figure needs them: importing
+dp-accounting loads its whole PLD stack (~1 s), which RDP-only callers (trial workers, the
+ledger actor, searchers) never need.
 """
 
 from __future__ import annotations
@@ -40,9 +44,6 @@ from raydp_hpo._validation import (
 )
 from raydp_hpo.accounting.accountant_kind import Accountant
 from raydp_hpo.accounting.mechanisms import Composition, Mechanism, SubsampledGaussian
-from raydp_hpo.accounting.pld import count_non_pld, has_pld, pld_delta, pld_epsilon
-from raydp_hpo.accounting.profiles import profile_delta, profile_epsilon
-from raydp_hpo.accounting.prv import prv_epsilon
 from raydp_hpo.accounting.pure import pure_epsilon
 from raydp_hpo.accounting.rdp import RdpProfile, rdp_profile
 from raydp_hpo.errors import InvalidParameterError
@@ -110,13 +111,20 @@ def epsilon(
     if accountant in (Accountant.RDP, Accountant.BEST, Accountant.PROFILE):
         candidates.append(_rdp_total(mechs).epsilon(delta))
     if accountant in (Accountant.PLD, Accountant.BEST, Accountant.PROFILE):
+        from raydp_hpo.accounting.pld import pld_epsilon
+        from raydp_hpo.accounting.prv import prv_epsilon
+
         candidates.append(pld_epsilon(mechs, delta))
         prv = prv_epsilon(mechs, delta)  # error-bounded upper bound, where valid
         if prv is not None:
             candidates.append(prv)
-    if accountant is Accountant.PROFILE and any(count_non_pld(m) for m in mechs):
-        # with every part having a PLD, the profile figure is the PLD composition above
-        candidates.append(profile_epsilon(mechs, delta))
+    if accountant is Accountant.PROFILE:
+        from raydp_hpo.accounting.pld import count_non_pld
+        from raydp_hpo.accounting.profiles import profile_epsilon
+
+        if any(count_non_pld(m) for m in mechs):
+            # with every part having a PLD, the profile figure is the PLD composition above
+            candidates.append(profile_epsilon(mechs, delta))
     pure = _pure_total(mechs)
     if pure is not None:
         candidates.append(pure)
@@ -162,11 +170,14 @@ def delta(
     candidates: list[float] = []
     if accountant in (Accountant.RDP, Accountant.BEST):
         candidates.append(_rdp_total(mechs).delta(eps))
-    if accountant is Accountant.PLD:
-        candidates.append(pld_delta(mechs, eps))
-    if accountant is Accountant.BEST and all(has_pld(m) for m in mechs):
-        candidates.append(pld_delta(mechs, eps))
+    if accountant in (Accountant.PLD, Accountant.BEST):
+        from raydp_hpo.accounting.pld import has_pld, pld_delta
+
+        if accountant is Accountant.PLD or all(has_pld(m) for m in mechs):
+            candidates.append(pld_delta(mechs, eps))
     if accountant is Accountant.PROFILE:
+        from raydp_hpo.accounting.profiles import profile_delta
+
         # raises UnsupportedMechanismError for a composition that contains a selection
         candidates.append(profile_delta(mechs, eps))
         candidates.append(_rdp_total(mechs).delta(eps))

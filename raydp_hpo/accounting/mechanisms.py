@@ -279,8 +279,10 @@ class SubsampledTuning:
 
     X₁ is a Poisson subsample of X with rate q = ``subsample_rate``; ``tuning`` (M₁, typically a
     :class:`RandomStopping`) runs on X₁ and ``final`` (M₂) on X ∖ X₁ with the transferred
-    hyperparameters. The RDP of the whole is bounded by the theorem of
-    ../shared/papers/koskela-kulkarni-2023-subsampled-dp-hpo.txt at integer orders.
+    hyperparameters. The RDP of the whole is bounded at integer orders by the theorem of
+    Koskela & Kulkarni, "Practical Differentially Private Hyperparameter Tuning with
+    Subsampling" (2023, arXiv:2301.11989; the RDP bound for
+    M(X) = (M₁(X₁), M₂(M₁(X₁), X ∖ X₁)) stated in their ICLR 2023 TrustML workshop version).
     """
 
     tuning: Mechanism

@@ -3,11 +3,10 @@
 Bounds the privacy profile δ_M(ε) of Papernot & Steinke's private selection M (run a base
 mechanism Q K times, K ~ a data-independent law, release only the best-scoring output) from
 the privacy profile of Q and the probability generating function (PGF) f(x) = E[x^K] of K,
-following the approach of Koskela, Redberg & Wang (ICML 2024, "Privacy Profiles for Private
-Selection"). The paper's own theorem statements could not be read
-(../shared/papers/koskela-redberg-wang-2024-privacy-profiles-private-selection.txt, "READ THIS
-FIRST"); the theorem below is the digest's reconstruction, checked and proved here in full. Do
-not cite it as "KRW Theorem x".
+following the approach of Koskela, Redberg & Wang, "Privacy Profiles for Private Selection"
+(ICML 2024, PMLR 235; arXiv:2402.06701). Only the paper's abstract and introduction could be
+read, not its theorem statements: the theorem below is our reconstruction of that approach,
+checked and proved here in full. Do not cite it as "KRW Theorem x".
 
 Notation
 --------
@@ -56,9 +55,9 @@ F_P(y) ≤ G(F_R(y)). f' is non-decreasing, so
 = e^{ε₁} ∫₀¹ [f'(G(u)) − e^{ε₂} f'(u)]_+ du, since F_R(Y') ~ Unif(0, 1) for Y' ~ R.
 
 Summing (iii)–(v) bounds H_{e^ε}(M(X)‖M(Y)); every ordered pair is one of the two
-orientations. ∎ (The reverse branch of G is the digest's t < 0 branch rewritten with
+orientations. ∎ (The reverse branch of G is the t < 0 branch of a one-sided G rewritten with
 H_γ(P‖R) = 1 − γ + γH_{1/γ}(R‖P); only t ≥ 0 is ever asked of the PLD. Keeping the two
-orientations apart, instead of the digest's symmetric max(remove, add) in both places, is
+orientations apart, instead of a symmetric max(remove, add) in both places, is
 valid by the pairing above and lowers ε for DP-SGD, whose two directions differ.)
 
 Pure-DP corollary. If Q is ε₀-DP, d→(t) = d←(t) = 0 for t ≥ ε₀. Take ε₁ = ε₀: G(u) = min(e^{ε₀}u,

@@ -15,8 +15,9 @@ Sources of each curve:
 * Worst case over candidates: pointwise maximum.
 * Random stopping over any base curve: Papernot & Steinke (2022) Thm. 2 (truncated negative
   binomial) / Thm. 6 (Poisson), ported from dp-accounting's implementation of those formulas.
-* Subsampled tuning: Koskela & Kulkarni (2023), theorem in
-  ../shared/papers/koskela-kulkarni-2023-subsampled-dp-hpo.txt, integer orders, log-space.
+* Subsampled tuning: Koskela & Kulkarni (2023, "Practical Differentially Private
+  Hyperparameter Tuning with Subsampling", arXiv:2301.11989), their RDP bound for tuning on
+  a Poisson subsample and a final run on the rest; integer orders, log-space.
 
 Conversions: :func:`rdp_to_epsilon` uses the improved bound of Canonne, Kamath & Steinke
 (2020, Prop. 12) / Asoodeh et al. (2020) (dp-accounting's ``compute_epsilon``);

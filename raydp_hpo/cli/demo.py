@@ -24,6 +24,7 @@ from raydp_hpo.accounting.mechanisms import (
     SubsampledTuning,
 )
 from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger
+from raydp_hpo.trial.privacy import dpsgd_steps
 
 __all__ = ["run_demo", "run_accounting_walkthrough"]
 
@@ -118,7 +119,7 @@ def run_accounting_walkthrough(*, quick: bool = False) -> int:
     budget = PrivacyBudget(epsilon=3.0, delta=1e-5)
     n, batch, epochs = 60_000, 256, 5 if quick else 20
     q = batch / n
-    steps = round(epochs / q)
+    steps = dpsgd_steps(epochs, q)
     print(f"Total budget: ε={budget.epsilon}, δ={budget.delta}  (n={n}, batch={batch}, {epochs} epochs)")
 
     sigma_one = calibrate_noise(budget.epsilon, budget.delta, q, steps)

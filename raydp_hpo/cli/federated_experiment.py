@@ -58,13 +58,13 @@ clients' learning rates, step counts or shard sizes.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from raydp_hpo._atomic_io import atomic_write_json
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.cli.experiment import (
     _budget,
@@ -77,6 +77,10 @@ from raydp_hpo.cli.experiment import (
     run_dir_of,
 )
 from raydp_hpo.errors import ConfigError, RayDPHPOError
+from raydp_hpo.ledger.ledger_like import LedgerLike
+
+if TYPE_CHECKING:
+    from raydp_hpo.ledger.filter import PrivacyLedger
 
 __all__ = [
     "FederatedSpec",
@@ -370,9 +374,7 @@ def run_federated_experiment(
     finally:
         if ledger is not None:
             ledger.close()
-    tmp = run_dir / (RESULT_FILE + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    os.replace(tmp, run_dir / RESULT_FILE)
+    atomic_write_json(run_dir / RESULT_FILE, payload)
     out(f"final test accuracy {result.accuracy[-1]:.4f}; wrote {run_dir / RESULT_FILE}")
     return payload
 
@@ -396,7 +398,7 @@ def _run(spec: FederatedSpec, shards: list[Any], test: Any, settings: Any,
             ray.shutdown()
 
 
-def _client_ledger(spec: FederatedSpec) -> Any:
+def _client_ledger(spec: FederatedSpec) -> PrivacyLedger:
     """The client-level ledger: its journal (created with ``privacy.budget``, or reopened —
     a reopened journal must have that budget)."""
     from raydp_hpo.ledger.filter import PrivacyLedger
@@ -418,7 +420,7 @@ def _client_ledger(spec: FederatedSpec) -> Any:
     return PrivacyLedger(spec.privacy.budget, journal)
 
 
-def _privacy_figures(spec: FederatedSpec, settings: Any, ledger: Any) -> dict[str, Any]:
+def _privacy_figures(spec: FederatedSpec, settings: Any, ledger: LedgerLike) -> dict[str, Any]:
     from raydp_hpo.accounting.accountants import Accountant, epsilon_or_inf
     from raydp_hpo.accounting.mechanisms import mechanism_to_dict
 

@@ -4,9 +4,25 @@
 checks (:mod:`.coverage`) and the Ray actor (:mod:`.actor`, the only module here that imports Ray).
 """
 
+# ruff: noqa: F401  (the TYPE_CHECKING imports below are re-exports)
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from raydp_hpo._lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from raydp_hpo.ledger.actor import DEFAULT_NAMESPACE, LedgerHandle, get_ledger
+    from raydp_hpo.ledger.filter import (
+        Adaptivity,
+        Charge,
+        ChargeDecision,
+        LedgerReport,
+        PrivacyLedger,
+        filter_epsilon,
+        tightest_halting_accountant,
+    )
+    from raydp_hpo.ledger.ledger_like import LedgerLike
 
 _EXPORTS: dict[str, str] = {
     "Adaptivity": "raydp_hpo.ledger.filter",
@@ -17,6 +33,7 @@ _EXPORTS: dict[str, str] = {
     "filter_epsilon": "raydp_hpo.ledger.filter",
     "tightest_halting_accountant": "raydp_hpo.ledger.filter",
     "get_ledger": "raydp_hpo.ledger.actor",
+    "LedgerLike": "raydp_hpo.ledger.ledger_like",
     "LedgerHandle": "raydp_hpo.ledger.actor",
     "DEFAULT_NAMESPACE": "raydp_hpo.ledger.actor",
 }

@@ -117,7 +117,7 @@ class LedgerHandle:
 
     _expected: tuple[Any, ...] | None = None  # settings still to verify (get_ledger wait=False)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (_reattach, (self.name, self.namespace))
 
     def verify(self) -> LedgerHandle:

@@ -412,6 +412,31 @@ class DPSearcher(Searcher, abc.ABC):
         """The score release for plan descriptions ("" when none)."""
         return "" if self._score is None else self._score.describe()
 
+    def _if_scored(self, text: str) -> str:
+        """``text`` when trials release noisy scores, else "" (for plan descriptions)."""
+        return "" if self._score_epsilon is None else text
+
+    def _make_plan(
+        self,
+        *,
+        mechanism: Mechanism | None,
+        base: Mechanism | None,
+        description: str,
+        expected_gradient_evaluations: float,
+        per_trial_charges: bool = False,
+    ) -> PrivacyPlan:
+        """This searcher's :class:`PrivacyPlan`, with its ``algorithm`` and ``paper``: the one
+        place a plan is built, so every searcher states its cost the same way."""
+        return PrivacyPlan(
+            mechanism=mechanism,
+            base=base,
+            per_trial_charges=per_trial_charges,
+            algorithm=self.algorithm,
+            paper=self.paper,
+            description=description,
+            expected_gradient_evaluations=float(expected_gradient_evaluations),
+        )
+
     @property
     def plan_charge_id(self) -> str:
         """The ledger charge id of the plan: ``f"{experiment}/plan"``."""
@@ -477,12 +502,8 @@ class DPSearcher(Searcher, abc.ABC):
     def _max_gradient_evaluations(self, extra: Mapping[str, Any] | None = None) -> float:
         """Largest expected number of per-example gradient evaluations of one trial on the
         full data: steps · q · n · (2 for ADADP), maximised over the privacy grid."""
-        n = self._dataset_size
-        return float(
-            max(
-                p.steps * p.sample_rate * n * p.gradient_evaluations_per_step
-                for p in self._privacies(extra)
-            )
+        return max(
+            p.expected_gradient_evaluations(self._dataset_size) for p in self._privacies(extra)
         )
 
     def _needs_noise_calibration(self) -> bool:

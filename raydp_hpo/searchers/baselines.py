@@ -54,16 +54,11 @@ class OneShotRandomSearch(DPSearcher):
         mech = self._mechanism_of(self._config)
         self._require_admissible(mech, what="one training run")
         p = privacy_from_config(self._config, self._dataset_size)
-        self._plan = PrivacyPlan(
+        self._plan = self._make_plan(
             mechanism=mech,
             base=mech,
-            per_trial_charges=False,
-            algorithm=self.algorithm,
-            paper=self.paper,
             description="one DP training run at the whole budget",
-            expected_gradient_evaluations=float(
-                p.steps * p.sample_rate * self._dataset_size * p.gradient_evaluations_per_step
-            ),
+            expected_gradient_evaluations=p.expected_gradient_evaluations(self._dataset_size),
         )
         self._trial: str | None = None
 
@@ -140,19 +135,15 @@ class GridSearchComposed(DPSearcher):
             self._require_admissible(first, what="the first grid trial")
         total = self._composition(self._sigma)
         fits = self._admissible(total)
-        self._plan = PrivacyPlan(
+        self._plan = self._make_plan(
             mechanism=None,
             base=None,
             per_trial_charges=True,
-            algorithm=self.algorithm,
-            paper=self.paper,
             description=(
                 f"{len(self._grid)} trials, each charged by itself; their composition "
                 + ("fits the budget" if fits else "exceeds the budget: the ledger stops the grid")
             ),
-            expected_gradient_evaluations=float(
-                sum(self._gradient_evaluations(c) for c in self._grid)
-            ),
+            expected_gradient_evaluations=sum(self._gradient_evaluations(c) for c in self._grid),
         )
         self._next = 0
         self._stopped = False
@@ -174,7 +165,7 @@ class GridSearchComposed(DPSearcher):
 
     def _gradient_evaluations(self, config: Mapping[str, Any]) -> float:
         p = privacy_from_config(self._with_sigma(config, self._sigma or 1.0), self._dataset_size)
-        return p.steps * p.sample_rate * self._dataset_size * p.gradient_evaluations_per_step
+        return p.expected_gradient_evaluations(self._dataset_size)
 
     @property
     def grid_size(self) -> int:

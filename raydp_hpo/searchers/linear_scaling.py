@@ -225,27 +225,20 @@ class LinearScalingSearch(DPSearcher):
         mech = self._plan_mechanism()
         self._require_admissible(mech, what="linear scaling")
         per_run = t_max * self._q * self._dataset_size
-        self._plan = PrivacyPlan(
+        self._plan = self._make_plan(
             mechanism=mech,
             base=self._final_run_mechanism(),
-            per_trial_charges=False,
-            algorithm=self.algorithm,
-            paper=self.paper,
             description=(
                 f"one Composition charge: {self._n} runs at ε={eps1:g}, {self._n} at ε={eps2:g} "
                 f"and a final run at ε={final_eps:.4g} (each at δ={delta:g})"
-                + (
-                    ""
-                    if self._score_epsilon is None
-                    else f", plus {2 * self._n} noisy sweep scores {self._score_text()}"
-                )
+                + self._if_scored(f", plus {2 * self._n} noisy sweep scores {self._score_text()}")
                 + (
                     f"; μ_t = {self.total_mu:.4g} of the Gaussian part (Panda et al. Thm. 4.1)"
                     if self._full_batch
                     else ""
                 )
             ),
-            expected_gradient_evaluations=float((2 * self._n + 1) * per_run),
+            expected_gradient_evaluations=(2 * self._n + 1) * per_run,
         )
         self._sweeps: tuple[list[str], list[str]] = ([], [])
         self._r_of: dict[str, float] = {}

@@ -7,8 +7,9 @@ release only the best trial (its hyperparameters and its model). D is one of
 * the truncated negative binomial D_{η,γ} of their Def. 1,
   P[K = k] = (1 − γ)^k / (γ^{−η} − 1) · Π_{ℓ=0}^{k−1} (ℓ + η)/(ℓ + 1), k ≥ 1, η > 0,
   with η = 1 the geometric distribution γ(1 − γ)^{k−1} and the η → 0 limit the logarithmic
-  distribution (1 − γ)^k / (k · log(1/γ)); γ is set from E[K] exactly as dp-accounting does
-  (``_gamma_truncated_negative_binomial``), so the sampled law is the one that is accounted;
+  distribution (1 − γ)^k / (k · log(1/γ)); γ is set from E[K] by the same function the RDP
+  and profile accountants use (:func:`raydp_hpo.accounting._rdp_kernels.truncated_negative_binomial_gamma`,
+  dp-accounting's inversion, ported), so the sampled law is the one that is accounted;
 * Poisson(μ) (their Sec. 3.3), which can give K = 0: nothing is selected then;
 * binomial(m, p) with p = E[K]/m (``shape`` = m): at most m trials, K = 0 with probability
   (1 − p)^m. It is priced by privacy profiles (:mod:`raydp_hpo.accounting.profiles`, whose binomial
@@ -18,10 +19,11 @@ release only the best trial (its hyperparameters and its model). D is one of
 Privacy: one :class:`~raydp_hpo.accounting.mechanisms.RandomStopping` charge over the worst-case base
 trial, whose base is the trial's *whole* mechanism Q of P&S (model and score):
 ``trial_mechanism(training, ε_s) = Composition((training, Laplace(ε_s)))`` — each trial
-reports its validation score with Laplace noise because the selection reads it. Admitted before the first trial — RDP by Papernot & Steinke (2022) Thm. 2 (truncated
-negative binomial) and Thm. 6 (Poisson), computed by dp-accounting's
-``RepeatAndSelectDpEvent`` implementation. Trials carry ``charge=False`` and are covered by the
-plan; each checks that its own mechanism is dominated by the base.
+reports its validation score with Laplace noise because the selection reads it. Admitted
+before the first trial — RDP by Papernot & Steinke (2022, arXiv:2110.03620) Thm. 2 (truncated
+negative binomial) and Thm. 6 (Poisson), computed by :mod:`raydp_hpo.accounting.rdp` (a port of
+dp-accounting's ``RepeatAndSelectDpEvent`` implementation, golden-tested against it). Trials
+carry ``charge=False`` and are covered by the plan; each checks that its own mechanism is dominated by the base.
 """
 
 from __future__ import annotations
@@ -31,11 +33,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from dp_accounting.rdp.rdp_privacy_accountant import _gamma_truncated_negative_binomial
 from ray.tune.search import Searcher
 from scipy.special import gammaln
 
 from raydp_hpo._validation import coerce_enum, positive_float
+from raydp_hpo.accounting._rdp_kernels import truncated_negative_binomial_gamma
 from raydp_hpo.accounting.mechanisms import Mechanism, PureDP, RandomStopping, StoppingDistribution
 from raydp_hpo.searchers.base import DPSearcher, Phase, PrivacyPlan, Release
 
@@ -65,22 +67,16 @@ def _binomial_p(mean: float, m: int) -> float:
     return min(1.0, mean / m)
 
 
+def _law(distribution: StoppingDistribution, mean: float, shape: float | None) -> RandomStopping:
+    """The law's parameters, validated and read (η, m) exactly as the accountants read them:
+    a :class:`RandomStopping` over a placeholder base."""
+    return RandomStopping(base=PureDP(1.0), distribution=distribution, mean=mean, shape=shape)
+
+
 def _binomial_m(shape: float | None, mean: float) -> int:
-    # validated like RandomStopping does (an integer m >= mean)
-    return RandomStopping(
-        base=PureDP(1.0), distribution=StoppingDistribution.BINOMIAL, mean=mean, shape=shape
-    ).trials  # type: ignore[return-value]
-
-
-def _eta(distribution: StoppingDistribution, shape: float | None) -> float:
-    if distribution is StoppingDistribution.GEOMETRIC:
-        return 1.0
-    if distribution is StoppingDistribution.LOGARITHMIC:
-        return 0.0
-    if distribution is StoppingDistribution.POISSON:
-        return math.inf
-    assert shape is not None
-    return float(shape)
+    trials = _law(StoppingDistribution.BINOMIAL, mean, shape).trials
+    assert trials is not None  # a binomial law always has m
+    return trials
 
 
 def stopping_pmf(
@@ -103,8 +99,8 @@ def stopping_pmf(
         return math.exp(log_c + k * math.log(p) + (m - k) * math.log1p(-p))
     if k == 0:
         return 0.0
-    eta = _eta(dist, shape)
-    return _tnb_pmf(k, eta, _gamma_truncated_negative_binomial(eta, mean))
+    eta = _law(dist, mean, shape).eta
+    return _tnb_pmf(k, eta, truncated_negative_binomial_gamma(eta, mean))
 
 
 def _tnb_pmf(k: int, eta: float, gamma: float) -> float:
@@ -128,8 +124,8 @@ def sample_stopping_k(
     """Draw K from the stopping distribution with E[K] = ``mean``.
 
     Poisson via numpy; the truncated negative binomial family (incl. geometric and
-    logarithmic) by inversion of the exact pmf of P&S (2022) Def. 1 with γ from dp-accounting's
-    inversion of the mean — so the law sampled is the law accounted.
+    logarithmic) by inversion of the exact pmf of P&S (2022) Def. 1 with γ from the
+    accountants' inversion of the mean — so the law sampled is the law accounted.
     """
     dist = _coerce_distribution(distribution)
     mean = positive_float("mean", mean)
@@ -138,8 +134,8 @@ def sample_stopping_k(
     if dist is StoppingDistribution.BINOMIAL:
         m = _binomial_m(shape, mean)
         return int(rng.binomial(m, _binomial_p(mean, m)))
-    eta = _eta(dist, shape)
-    gamma = _gamma_truncated_negative_binomial(eta, mean)
+    eta = _law(dist, mean, shape).eta
+    gamma = truncated_negative_binomial_gamma(eta, mean)
     u = float(rng.random())
     cdf = 0.0
     k = 0
@@ -199,21 +195,14 @@ class RandomStoppingSearch(DPSearcher):
         base = self._scored(self._base_mechanism(self._noise_extra()))
         mech = self._plan_mechanism(base)
         self._require_admissible(mech, what=f"random stopping with E[K]={mean}")
-        self._plan = PrivacyPlan(
+        self._plan = self._make_plan(
             mechanism=mech,
             base=base,
-            per_trial_charges=False,
-            algorithm=self.algorithm,
-            paper=self.paper,
             description=(
                 f"one RandomStopping charge: K ~ {self._distribution.value}"
                 f"{'' if shape is None else f'(η={shape})'} with E[K]={mean} over the "
                 "worst-case base trial"
-                + (
-                    ""
-                    if self._score_epsilon is None
-                    else f" + {self._score_text()} noisy score"
-                )
+                + self._if_scored(f" + {self._score_text()} noisy score")
                 + " (RDP: P&S 2022 Thm. 2/6; privacy profiles: Koskela, Redberg & Wang 2024)"
             ),
             expected_gradient_evaluations=float(mean) * self._max_gradient_evaluations(

@@ -156,27 +156,18 @@ class SubsampledTransferSearch(DPSearcher):
             "random_stopping_full_data_gradient_evaluations": mean * per_trial,
             "saving_factor_vs_random_stopping": mean / (mean * q + 1.0),
         }
-        self._plan = PrivacyPlan(
+        self._plan = self._make_plan(
             mechanism=mech,
             base=self._scored(base),
-            per_trial_charges=False,
-            algorithm=self.algorithm,
-            paper=self.paper,
             description=(
                 f"one charge: RandomStopping (K ~ {self._distribution.value}, "
                 f"E[K]={mean}) on a q={q} Poisson subsample"
-                + (
-                    ""
-                    if self._score_epsilon is None
-                    else f" (tuning trials + {self._score_text()} noisy score)"
-                )
+                + self._if_scored(f" (tuning trials + {self._score_text()} noisy score)")
                 + ", final run on the complement "
                 "(K&K 2023 Theorem, integer RDP orders; privacy profiles by joint convexity, "
                 "raydp_hpo.accounting.profiles_subsampled)"
-                + (
-                    ""
-                    if self._score_epsilon is None
-                    else "; worst case with the unamplified noisy scores of a validation record"
+                + self._if_scored(
+                    "; worst case with the unamplified noisy scores of a validation record"
                 )
             ),
             expected_gradient_evaluations=self._gradient_extras["expected_gradient_evaluations"],

@@ -185,12 +185,9 @@ class SVTThresholdSearch(DPSearcher):
         mech = self._plan_mechanism(base)
         self._require_admissible(mech, what=what)
         final_evals = self._max_gradient_evaluations(self._noise_extra())
-        self._plan = PrivacyPlan(
+        self._plan = self._make_plan(
             mechanism=mech,
             base=base,
-            per_trial_charges=False,
-            algorithm=self.algorithm,
-            paper=self.paper,
             description=(
                 f"one Composition charge: PureDP(ϵ={round_epsilon:g}, count=T_max={max_rounds}) "
                 f"for the AboveThreshold rounds plus the final DP run; {len(self._candidates)} "
@@ -198,7 +195,7 @@ class SVTThresholdSearch(DPSearcher):
                 f"({'DP' if private_partitions else 'non-private'} partition training, not charged)"
             ),
             # every candidate trains k models on n/k records each (≈ one pass per candidate)
-            expected_gradient_evaluations=float((len(self._candidates) + 1) * final_evals),
+            expected_gradient_evaluations=(len(self._candidates) + 1) * final_evals,
         )
         self._partition_seed = int(self._rng.integers(2**31 - 1))
         self._candidate_trials: list[str] = []

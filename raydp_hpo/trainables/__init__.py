@@ -5,7 +5,10 @@ Re-exported lazily (PEP 562): ``from raydp_hpo.trainables.privacy_gate import ad
 ``raydp_hpo.trainables.data`` never pulls in torch unless the name needs it.
 """
 
+# ruff: noqa: F401  (the TYPE_CHECKING imports below are re-exports)
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from raydp_hpo._lazy_exports import lazy_exports
 
@@ -40,6 +43,38 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = list(_EXPORTS)
+
+# The real types, for mypy and IDEs: under TYPE_CHECKING only, so at run time every name stays
+# lazy (tests/raydp_hpo/test_public_api.py checks that these imports match _EXPORTS).
+if TYPE_CHECKING:
+    from raydp_hpo.trainables.data import (
+        Dataset,
+        DataSplits,
+        load_digits,
+        load_mnist1d,
+        load_parquet,
+        select_view,
+        split,
+    )
+    from raydp_hpo.trainables.federated import (
+        ClientOptimizer,
+        FedResult,
+        FedSettings,
+        fed_avg,
+        pathological_split,
+        run_federated,
+        run_federated_ray,
+    )
+    from raydp_hpo.trainables.models import MODEL_NAMES, build_model, validate_model
+    from raydp_hpo.trainables.privacy_gate import RaydpSettings, admit
+    from raydp_hpo.trainables.training import (
+        ReleaseLog,
+        TrainResult,
+        declared_privacy,
+        load_checkpoint,
+        train_dp,
+    )
+    from raydp_hpo.trainables.tune_trainable import dp_trainable, make_trainable, with_data
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -75,7 +75,6 @@ import math
 import os
 import secrets
 import sys
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -86,8 +85,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from raydp_hpo._atomic_io import atomic_write
 from raydp_hpo.accounting.mechanisms import Gaussian
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
+from raydp_hpo.ledger.ledger_like import LedgerLike
 from raydp_hpo.trainables.data import Dataset
 from raydp_hpo.trainables.models import build_model
 from raydp_hpo.trainables.training import (
@@ -483,17 +484,7 @@ class _Pool:
 
 
 def _save_atomic(path: Path, payload: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(payload, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda fh: torch.save(payload, fh))
 
 
 def _resumable(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -504,7 +495,7 @@ def _resumable(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 def _admit(
     settings: FedSettings,
-    ledger: Any | None,
+    ledger: LedgerLike | None,
     charge_id: str | None,
     checkpoint_dir: str | Path | None,
 ) -> None:
@@ -637,7 +628,7 @@ def run_federated(
     seed: int,
     checkpoint_dir: str | Path | None = None,
     on_round: Callable[[int, float], None] | None = None,
-    ledger: Any | None = None,
+    ledger: LedgerLike | None = None,
     charge_id: str | None = None,
     noise_seed: int | None = None,
 ) -> FedResult:
@@ -676,7 +667,7 @@ def run_federated_ray(
     num_cpus: float = 1.0,
     checkpoint_dir: str | Path | None = None,
     on_round: Callable[[int, float], None] | None = None,
-    ledger: Any | None = None,
+    ledger: LedgerLike | None = None,
     charge_id: str | None = None,
     noise_seed: int | None = None,
 ) -> FedResult:

@@ -25,16 +25,20 @@ check raises :class:`~raydp_hpo.errors.RayDPHPOError`; nothing is trained in eit
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from raydp_hpo.accounting.mechanisms import Mechanism, mechanism_from_dict, mechanism_to_dict
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 from raydp_hpo.trial.settings import RaydpSettings
 
+if TYPE_CHECKING:
+    from raydp_hpo.ledger.actor import LedgerHandle
+    from raydp_hpo.ledger.ledger_like import LedgerLike
+
 __all__ = ["RaydpSettings", "admit", "ledger_delta", "resolve_ledger"]
 
 
-def resolve_ledger(settings: RaydpSettings, ledger: Any | None) -> Any | None:
+def resolve_ledger(settings: RaydpSettings, ledger: LedgerLike | None) -> LedgerLike | None:
     """The ledger passed in, else the named ledger actor (Ray must be initialised).
 
     ``None`` for a trial that does not need the ledger, and for one that carries a plan
@@ -46,7 +50,7 @@ def resolve_ledger(settings: RaydpSettings, ledger: Any | None) -> Any | None:
     return _attach(settings)
 
 
-def _attach(settings: RaydpSettings) -> Any:
+def _attach(settings: RaydpSettings) -> LedgerHandle:
     if not settings.ledger:
         raise InvalidParameterError(
             "config['raydp'] asks for a charge/coverage check but names no ledger"
@@ -56,7 +60,7 @@ def _attach(settings: RaydpSettings) -> Any:
     return get_ledger(settings.ledger, namespace=settings.namespace)
 
 
-def _plan_charge_durable(settings: RaydpSettings, ledger: Any | None) -> bool:
+def _plan_charge_durable(settings: RaydpSettings, ledger: LedgerLike | None) -> bool:
     """Is the trial's ``covered_by`` charge admitted (and so durable)? Locally from the plan
     receipt when the journal on this node shows it; else one ledger round trip. Raises when
     the journal contradicts the receipt."""
@@ -74,7 +78,7 @@ def _plan_charge_durable(settings: RaydpSettings, ledger: Any | None) -> bool:
 def admit(
     settings: RaydpSettings,
     mechanism: Mechanism,
-    ledger: Any | None,
+    ledger: LedgerLike | None,
     *,
     owner: str,
     resume_charge_id: str | None = None,
@@ -128,12 +132,11 @@ def admit(
     return decision.raise_if_refused().charge_id  # raises BudgetExhaustedError
 
 
-def ledger_delta(settings: RaydpSettings, ledger: Any | None) -> float | None:
+def ledger_delta(settings: RaydpSettings, ledger: LedgerLike | None) -> float | None:
     """The ledger budget's δ (the figure a trial reports its own ε at), without a round trip
     for a trial with a plan receipt; ``None`` for an unaccounted trial."""
     if ledger is None and settings.plan_receipt is not None:
         return settings.plan_receipt.delta
     if ledger is None:
         return None
-    budget = ledger.budget
-    return float(budget.delta if hasattr(budget, "delta") else budget().delta)
+    return float(ledger.budget.delta)

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import secrets
-import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +35,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from raydp_hpo._atomic_io import replace_dir
+from raydp_hpo._validation import closest_match
 from raydp_hpo.accounting.accountants import Accountant, epsilon
 from raydp_hpo.accounting.mechanisms import (
     Gaussian,
@@ -45,6 +45,7 @@ from raydp_hpo.accounting.mechanisms import (
     mechanism_to_dict,
 )
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
+from raydp_hpo.ledger.ledger_like import LedgerLike
 from raydp_hpo.trainables.data import Dataset, DataSplits, select_view, view_kind
 from raydp_hpo.trainables.dp_step import GaussianNoise, make_clipper, poisson_batch
 from raydp_hpo.trainables.models import build_model
@@ -52,6 +53,7 @@ from raydp_hpo.trainables.privacy_gate import RaydpSettings, admit, ledger_delta
 from raydp_hpo.trial.privacy import (
     DPSGDPrivacy,
     Optimizer,
+    dpsgd_steps,
     privacy_from_config,
     trial_mechanism,
 )
@@ -187,16 +189,12 @@ def validate_trial_space(space: Mapping[str, Any]) -> None:
     Constants, ``tune.choice`` and ``tune.grid_search`` values are checked for type and range
     (``lr: "fast"`` fails here, not in a trial after the plan was charged).
     """
-    import difflib
-
     for key, value in space.items():
         if key == "raydp":
             continue
         if key not in TRAINABLE_CONFIG_KEYS:
-            close = [_ALIASES[key]] if key in _ALIASES else difflib.get_close_matches(
-                key, list(TRAINABLE_CONFIG_KEYS), n=1, cutoff=0.5
-            )
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            close = _ALIASES.get(key) or closest_match(key, TRAINABLE_CONFIG_KEYS, cutoff=0.5)
+            hint = f" (did you mean {close!r}?)" if close else ""
             raise InvalidParameterError(
                 f"search space key {key!r} is not read by the DP trainable{hint}. A released "
                 "configuration must describe the model that was trained (keys the trainable "
@@ -445,19 +443,14 @@ def count_correct(model: nn.Module, data: Dataset, batch: int = 4096) -> int:
 
 
 def _save_checkpoint(path: Path, payload: dict[str, Any], meta: dict[str, Any]) -> None:
-    """Write the checkpoint directory atomically: build ``<path>.partial``, then swap."""
-    path = Path(path).resolve()
-    partial = path.with_name(path.name + ".partial")
-    old = path.with_name(path.name + ".old")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    torch.save(payload, partial / CHECKPOINT_FILE)
-    (partial / CHECKPOINT_META).write_text(json.dumps(meta, indent=2, sort_keys=True))
-    if path.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(path, old)
-    os.replace(partial, path)
-    shutil.rmtree(old, ignore_errors=True)
+    """Write the checkpoint directory: built beside ``path``, then swapped in
+    (:func:`raydp_hpo._atomic_io.replace_dir`)."""
+
+    def build(folder: Path) -> None:
+        torch.save(payload, folder / CHECKPOINT_FILE)
+        (folder / CHECKPOINT_META).write_text(json.dumps(meta, indent=2, sort_keys=True))
+
+    replace_dir(path, build)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -478,7 +471,7 @@ def train_dp(
     config: Mapping[str, Any],
     data: DataSplits,
     *,
-    ledger: Any | None = None,
+    ledger: LedgerLike | None = None,
     report: ReportFn | None = None,
     checkpoint_dir: str | Path | None = None,
     resume_from: str | Path | None = None,
@@ -570,7 +563,7 @@ def train_dp(
         torch.set_rng_state(checkpoint["torch_rng"])
 
     total = privacy.steps
-    per_epoch = math.ceil(1.0 / privacy.sample_rate - 1e-9)
+    per_epoch = dpsgd_steps(1.0, privacy.sample_rate)
     epochs = math.ceil(total / per_epoch)
     evals_per_step = privacy.gradient_evaluations_per_step
     for epoch in range(start_epoch, epochs):

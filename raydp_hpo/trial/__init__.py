@@ -2,9 +2,23 @@
 (:mod:`.settings`) and the mechanism a trial's configuration costs (:mod:`.privacy`).
 """
 
+# ruff: noqa: F401  (the TYPE_CHECKING imports below are re-exports)
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from raydp_hpo._lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from raydp_hpo.trial.privacy import (
+        DPSGDPrivacy,
+        Optimizer,
+        ScoreNoise,
+        ScoreRelease,
+        privacy_from_config,
+        trial_mechanism,
+    )
+    from raydp_hpo.trial.settings import RAYDP_KEY, RaydpSettings
 
 _EXPORTS: dict[str, str] = {
     "Optimizer": "raydp_hpo.trial.privacy",

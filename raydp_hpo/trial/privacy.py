@@ -70,6 +70,7 @@ from raydp_hpo.errors import InvalidParameterError
 __all__ = [
     "Optimizer",
     "DPSGDPrivacy",
+    "dpsgd_steps",
     "privacy_from_config",
     "trial_mechanism",
     "score_noise_scale",
@@ -173,6 +174,21 @@ def score_noise_scale(score_epsilon: float) -> float:
     return calibrate_laplace(positive_float("score_epsilon", score_epsilon))
 
 
+def dpsgd_steps(epochs: float, sample_rate: float) -> int:
+    """Optimiser steps of a DP-SGD run of ``epochs`` expected passes at sample rate q:
+    ⌈epochs / q⌉ (each step sees q·n records in expectation), at least 1.
+
+    The one steps formula: the mechanism a trial declares, the trainable's step loop and its
+    epochs of ⌈1/q⌉ steps (``dpsgd_steps(1, q)``) all use it, so the steps charged are the
+    steps run. A 1e-9 slack keeps float noise (``0.3 / 0.1 = 2.9999999999999996``) from
+    adding a step.
+
+    >>> dpsgd_steps(5, 256 / 60000), dpsgd_steps(0.3, 0.1), dpsgd_steps(1, 1.0)
+    (1172, 3, 1)
+    """
+    return max(1, math.ceil(epochs / sample_rate - 1e-9))
+
+
 class Optimizer(Enum):
     """Optimisers a DP trial can use."""
 
@@ -181,6 +197,11 @@ class Optimizer(Enum):
     ADAM = "adam"
     GD = "gd"  #: full-batch DP gradient descent (sample rate 1, Panda et al. 2024)
     ADADP = "adadp"  #: Koskela & Honkela (2020) adaptive learning rate, 2 gradients per step
+
+    @property
+    def gradient_evaluations_per_step(self) -> int:
+        """Noisy gradients per optimiser step: 2 for ADADP (independent Poisson batches)."""
+        return 2 if self is Optimizer.ADADP else 1
 
 
 @dataclass(frozen=True)
@@ -207,13 +228,20 @@ class DPSGDPrivacy:
 
     @property
     def steps(self) -> int:
-        """Optimiser steps: ⌈epochs / q⌉ (each step sees q·n records in expectation)."""
-        return max(1, math.ceil(self.epochs / self.sample_rate - 1e-9))
+        """Optimiser steps: ⌈epochs / q⌉ (:func:`dpsgd_steps`)."""
+        return dpsgd_steps(self.epochs, self.sample_rate)
 
     @property
     def gradient_evaluations_per_step(self) -> int:
         """ADADP evaluates two noisy gradients per step on independent Poisson batches."""
-        return 2 if self.optimizer is Optimizer.ADADP else 1
+        return self.optimizer.gradient_evaluations_per_step
+
+    def expected_gradient_evaluations(self, dataset_size: int) -> float:
+        """Expected per-example gradient evaluations of the run on ``dataset_size`` (public)
+        records: steps · q · n · (2 for ADADP). A compute figure, not a privacy one."""
+        return float(
+            self.steps * self.sample_rate * dataset_size * self.gradient_evaluations_per_step
+        )
 
     def mechanism(self) -> Mechanism:
         """The mechanism this run executes.
@@ -267,8 +295,8 @@ def privacy_from_config(config: Mapping[str, Any], dataset_size: int) -> DPSGDPr
     if "epochs" not in config:
         raise InvalidParameterError("config needs 'epochs'")
     epochs = positive_float("epochs", config["epochs"])
-    steps = max(1, math.ceil(epochs / q - 1e-9))
-    evals = steps * (2 if optimizer is Optimizer.ADADP else 1)
+    steps = dpsgd_steps(epochs, q)
+    evals = steps * optimizer.gradient_evaluations_per_step
 
     if "noise_multiplier" in config:
         sigma = positive_float("noise_multiplier", config["noise_multiplier"])

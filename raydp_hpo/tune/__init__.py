@@ -3,9 +3,17 @@ release with a certificate, :mod:`.tuner`), the Tune stopper/callbacks around th
 (:mod:`.hooks`) and connecting to Ray (:mod:`.ray_runtime`).
 """
 
+# ruff: noqa: F401  (the TYPE_CHECKING imports below are re-exports)
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from raydp_hpo._lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from raydp_hpo.tune.hooks import LedgerAuditCallback, LedgerStopper, NoTensorBoardLogger
+    from raydp_hpo.tune.ray_runtime import ensure_ray
+    from raydp_hpo.tune.tuner import DPResult, DPTuner, PrivacyCertificate
 
 _EXPORTS: dict[str, str] = {
     "DPTuner": "raydp_hpo.tune.tuner",

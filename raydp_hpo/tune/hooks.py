@@ -25,6 +25,7 @@ from ray.tune import Callback, Stopper
 from ray.tune.logger import LoggerCallback, TBXLoggerCallback
 
 from raydp_hpo.accounting.mechanisms import Mechanism
+from raydp_hpo.ledger.ledger_like import LedgerLike
 
 __all__ = ["LedgerStopper", "LedgerAuditCallback", "NoTensorBoardLogger", "BUDGET_EXHAUSTED_KEY"]
 
@@ -52,7 +53,7 @@ class LedgerStopper(Stopper):
 
     def __init__(
         self,
-        ledger: Any,
+        ledger: LedgerLike,
         next_charge: Mechanism | None = None,
         *,
         min_remaining_epsilon: float = 0.0,
@@ -122,7 +123,7 @@ class LedgerAuditCallback(Callback):
     """
 
     def __init__(
-        self, ledger: Any, path: str | os.PathLike[str], *, spend_interval_s: float = 1.0
+        self, ledger: LedgerLike, path: str | os.PathLike[str], *, spend_interval_s: float = 1.0
     ) -> None:
         self._ledger = ledger
         self._path = Path(path).expanduser().resolve()

@@ -278,13 +278,18 @@ def _def1_pmf(k: int, eta: float, gamma: float) -> float:
 
 @pytest.mark.parametrize(("dist", "shape"), [(GEO, None), (LOG, None), (TNB, 0.5), (TNB, 2.0)])
 def test_tnb_law_is_the_one_the_searcher_samples(dist: StoppingDistribution, shape: float | None) -> None:
-    # The searcher takes γ from dp-accounting's _gamma_truncated_negative_binomial
-    # (raydp_hpo/searchers/random_stopping.py) and samples Def. 1's pmf with it.
-    from dp_accounting.rdp.rdp_privacy_accountant import _gamma_truncated_negative_binomial
+    # The searcher takes γ from the RDP port's truncated_negative_binomial_gamma (itself
+    # golden-tested against dp-accounting) and samples Def. 1's pmf with it.
+    from raydp_hpo.accounting._rdp_kernels import truncated_negative_binomial_gamma
+    from raydp_hpo.searchers.random_stopping import stopping_pmf
 
     rs = RandomStopping(Gaussian(3.0), dist, 7.5, shape)
     law = pr.stopping_law(rs)
-    assert law.gamma == _gamma_truncated_negative_binomial(rs.eta, 7.5)
+    assert law.gamma == truncated_negative_binomial_gamma(rs.eta, 7.5)
+    for k in (1, 2, 7, 30):
+        assert stopping_pmf(k, dist, 7.5, shape) == pytest.approx(
+            _def1_pmf(k, rs.eta, law.gamma), rel=1e-12
+        )
     x = 0.7
     series = sum(_def1_pmf(k, rs.eta, law.gamma) * x**k for k in range(1, 120))  # 0.7^120 < 1e-18
     assert float(law.pgf(np.array([x]))[0]) == pytest.approx(series, rel=1e-9)
