@@ -127,13 +127,17 @@ def test_bad_input_names_the_key(raw: dict[str, Any], path: str, value: Any,
         parse_experiment(_set(raw, path, value))
 
 
-def test_parquet_source_needs_its_columns(raw: dict[str, Any]) -> None:
+def test_parquet_source_needs_its_label_column(raw: dict[str, Any]) -> None:
+    """Feature columns are listed only when needed (default: every column but the label);
+    both kinds at once and a missing label column are refused."""
     raw["data"] = {"source": "parquet", "uri": "x.parquet", "label_column": "y"}
-    with pytest.raises(ConfigError, match="exactly one of data.feature_columns"):
-        parse_experiment(raw)
+    spec = parse_experiment(raw)
+    assert spec.data.feature_columns is None and spec.data.feature_column is None
     raw["data"]["feature_columns"] = ["a", "b"]
     spec = parse_experiment(raw)
     assert spec.data.feature_columns == ("a", "b")
+    with pytest.raises(ConfigError, match="at most one of data.feature_columns"):
+        parse_experiment(_set(raw, "data.feature_column", "x"))
     del raw["data"]["label_column"]
     with pytest.raises(ConfigError, match="needs data.label_column"):
         parse_experiment(raw)
@@ -307,7 +311,7 @@ def test_every_error_of_a_file_is_reported_at_once_with_its_path(raw: dict[str, 
     with pytest.raises(ConfigError) as info:
         parse_experiment(raw)
     paths = {path for path, _ in info.value.problems}
-    assert {"budget", "search", "space.lr", "resources.cpu", "tensorbord"} <= paths
+    assert {"budget", "search.algorithm", "space.lr", "resources.cpu", "tensorbord"} <= paths
     message = str(info.value)
     assert "5 errors" in message
     for words in ("delta", "random_stoping", "space.lr", "resources.cpu", "tensorbord"):
