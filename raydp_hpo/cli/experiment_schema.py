@@ -146,30 +146,41 @@ def _fraction(value: float) -> float:
     return value
 
 
-#: A finite number; numeric strings (PyYAML's reading of ``1e-5``) are accepted.
-_NUMBER_JSON = {"anyOf": [
-    {"type": "number"},
-    {"type": "string", "pattern": r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$"},
-]}
+#: A numeric string, as PyYAML reads ``1e-5`` (no dot); a leading sign only where allowed.
+_NUMERIC_STRING = r"^{sign}(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$"
 
 
-class _NumberSchema:
-    """JSON Schema of :data:`Number`: a number, or a numeric string (what PyYAML gives)."""
+@dataclass(frozen=True)
+class _NumberJson:
+    """JSON Schema of a number field: a number (within the bounds), or a numeric string."""
 
-    @classmethod
-    def __get_pydantic_json_schema__(cls, schema: core_schema.CoreSchema,
+    minimum: float | None = None
+    exclusive_maximum: float | None = None
+
+    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema,
                                      handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        return dict(_NUMBER_JSON)
+        return self.json()
+
+    def json(self) -> dict[str, Any]:
+        number: dict[str, Any] = {"type": "number"}
+        if self.minimum is not None:
+            number["minimum"] = self.minimum
+        if self.exclusive_maximum is not None:
+            number["exclusiveMaximum"] = self.exclusive_maximum
+        sign = "[-+]?" if self.minimum is None or self.minimum < 0 else "[+]?"
+        return {"anyOf": [number, {"type": "string",
+                                   "pattern": _NUMERIC_STRING.format(sign=sign)}]}
 
 
-Number = Annotated[float, BeforeValidator(_number), _NumberSchema]
+Number = Annotated[float, BeforeValidator(_number), _NumberJson()]
 NonNegative = Annotated[float, BeforeValidator(_number), AfterValidator(_nonnegative),
-                        _NumberSchema]
-Fraction = Annotated[float, BeforeValidator(_number), AfterValidator(_fraction), _NumberSchema]
+                        _NumberJson(minimum=0)]
+Fraction = Annotated[float, BeforeValidator(_number), AfterValidator(_fraction),
+                     _NumberJson(minimum=0, exclusive_maximum=1)]
 Int = Annotated[int, BeforeValidator(_integer())]
-NonNegativeInt = Annotated[int, BeforeValidator(_integer(0)), Field(ge=0)]
-PositiveInt = Annotated[int, BeforeValidator(_integer(1)), Field(ge=1)]
-Text = Annotated[str, BeforeValidator(_string), Field(min_length=1)]
+NonNegativeInt = Annotated[int, Field(ge=0), BeforeValidator(_integer(0))]
+PositiveInt = Annotated[int, Field(ge=1), BeforeValidator(_integer(1))]
+Text = Annotated[str, Field(min_length=1), BeforeValidator(_string)]
 Bool = Annotated[bool, BeforeValidator(_boolean)]
 
 
@@ -253,7 +264,7 @@ class Mnist1dData(_DataBase):
     """MNIST-1D (Greydanus 2020), generated locally."""
 
     source: Literal["mnist1d"]
-    size: Annotated[int, BeforeValidator(_integer(10)), Field(ge=10)] | None = Field(
+    size: Annotated[int, Field(ge=10), BeforeValidator(_integer(10))] | None = Field(
         None, description="number of samples (default 5000)")
     generator_seed: Int = Field(42, description="seed of the MNIST-1D generator")
 
@@ -290,7 +301,7 @@ class ParquetData(_DataBase):
         None, description="one numeric column per feature; default: every column but the label")
     feature_column: Text | None = Field(
         None, description="one list-valued column holding each row's feature vector")
-    num_classes: Annotated[int, BeforeValidator(_integer(2)), Field(ge=2)] | None = Field(
+    num_classes: Annotated[int, Field(ge=2), BeforeValidator(_integer(2))] | None = Field(
         None, description="default max(label) + 1")
 
     @model_validator(mode="after")
@@ -505,7 +516,7 @@ def _space(space: dict[str, Any]) -> dict[str, Any]:
 
 
 def _domain_json(kind: str) -> dict[str, Any]:
-    number = _NUMBER_JSON
+    number = _NumberJson().json()
     args: dict[str, Any]
     if kind in ("choice", "grid"):
         args = {"type": "array", "minItems": 1}
@@ -609,7 +620,7 @@ class ExperimentFile(_Strict):
     test_accuracy_epsilon: Number | None = Field(
         None, description="release a DP test accuracy (Laplace, its own charge, taken from the "
                           "budget); omit: a noiseless one, NOT covered by the certificate")
-    resources: ResourcesModel = Field(default_factory=ResourcesModel)
+    resources: ResourcesModel = Field(default_factory=lambda: ResourcesModel.model_validate({}))
     storage_path: Annotated[Text, AfterValidator(_storage_path)] = Field(
         "raydp_results", description="local dir or NFS mount shared by every node")
     ledger: Annotated[LedgerModel, BeforeValidator(_name_shorthand), _OrName] | None = Field(
