@@ -142,7 +142,7 @@ def _boolean(value: Any) -> bool:
 
 def _fraction(value: float) -> float:
     if not 0.0 <= value < 1.0:
-        _fail(f"must be in [0, 1), got {value:g}")
+        _fail(f"must be in [0, 1), got {value!r}")
     return value
 
 
@@ -711,6 +711,9 @@ def _problem(error: Mapping[str, Any]) -> tuple[str, str]:
                               f"not {tag!r}")
         section = _SECTIONS.get(tuple(section_loc))
         valid = list(section.model_fields) if section is not None else []
+        if tag is not None:  # the source, its own keys, then the common ones
+            common = list(_DataBase.model_fields)
+            valid = [k for k in valid if k not in common] + common
         return path, (f"unknown key {key!r} in {parent or _FILE}{did_you_mean(str(key), valid)}"
                       + (f" (valid keys: {', '.join(valid)})" if valid else ""))
     if kind == "union_tag_invalid":
