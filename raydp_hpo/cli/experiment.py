@@ -427,7 +427,6 @@ class _Problems:
 def _spec_of(file: ExperimentFile, source_path: str | None) -> ExperimentSpec:
     """The frozen spec of a validated experiment file (defaults filled in, paths resolved)."""
     d = file.data
-    parquet = d.source == "parquet"
     val_uri = getattr(d, "val_uri", None)
     test_uri = getattr(d, "test_uri", None)
     columns = getattr(d, "feature_columns", None)
@@ -440,8 +439,8 @@ def _spec_of(file: ExperimentFile, source_path: str | None) -> ExperimentSpec:
         feature_column=getattr(d, "feature_column", None),
         label_column=getattr(d, "label_column", None),
         num_classes=getattr(d, "num_classes", None),
-        val_fraction=0.0 if parquet and val_uri else d.val_fraction,
-        test_fraction=0.0 if parquet and test_uri else d.test_fraction,
+        val_fraction=0.0 if val_uri else d.val_fraction,  # the split is its own file
+        test_fraction=0.0 if test_uri else d.test_fraction,
         declared_train_size=d.declared_train_size,
         declared_validation_size=d.declared_validation_size,
         val_uri=val_uri,
@@ -510,7 +509,8 @@ def load_experiment(path: str | os.PathLike[str]) -> ExperimentSpec:
         raise ConfigError(f"experiment file {str(p)!r} is not valid YAML: {exc}") from None
     if raw is None:
         raise ConfigError(f"experiment file {str(p)!r} is empty; see the schema in "
-                          "raydp_hpo/cli/experiment.py or cluster/examples/")
+                          "raydp_hpo/cli/experiment.py ('raydp-hpo schema' prints it as JSON "
+                          "Schema) or cluster/examples/")
     return parse_experiment(raw, source_path=str(p.resolve()))
 
 

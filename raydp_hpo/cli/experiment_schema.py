@@ -529,8 +529,9 @@ def _domain_json(kind: str) -> dict[str, Any]:
     if kind in POINT_DOMAIN_KINDS:
         properties["points"] = {
             "type": "integer", "minimum": 2,
-            "description": "grid and SVT search take this many points (log-spaced for "
-                           "loguniform); other searchers sample the range"}
+            "description": "grid and SVT search, and every searcher for a privacy key "
+                           "(noise, batch size, epochs), take this many points from low to "
+                           "high (log-spaced for loguniform); otherwise the range is sampled"}
     return {"type": "object", "properties": properties, "required": [kind],
             "additionalProperties": False}
 

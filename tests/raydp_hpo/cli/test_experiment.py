@@ -193,6 +193,12 @@ def test_no_default_secret_seed_and_never_in_run_metadata(raw: dict[str, Any]) -
     assert secret.secret_seed == 987654321
     assert "987654321" not in repr(secret) and "987654321" not in repr(secret.to_dict())
     assert secret.to_dict()["secret_seed_given"] is True
+    from raydp_hpo.cli.experiment_schema import validate_experiment_file
+
+    assert "987654321" not in repr(validate_experiment_file({**raw, "secret_seed": 987654321}))
+    with pytest.raises(ConfigError) as info:  # an error elsewhere does not echo the file
+        parse_experiment({**raw, "secret_seed": 987654321, "budget": 8, "model": [1]})
+    assert "987654321" not in str(info.value) and "987654321" not in repr(info.value.problems)
 
 
 def test_budget_belongs_to_the_dataset(raw: dict[str, Any]) -> None:
@@ -409,6 +415,9 @@ def test_points_make_one_space_fit_every_searcher(raw: dict[str, Any]) -> None:
     assert grid["lr"]["grid_search"] == pytest.approx([0.01, 0.1, 1.0])
     assert grid["noise_multiplier"] == {"grid_search": [1.0, 1.5, 2.0]}
     validate_search(parse_experiment(raw), 1600, 200)
+    raw["search"] = {"algorithm": "svt_threshold", "settings": {}}  # enumerates its space too
+    assert build_param_space(parse_experiment(raw))["lr"] == grid["lr"]
+    raw["search"] = {"algorithm": "grid_composed", "settings": {}}
 
     del raw["space"]["lr"]["points"]  # a continuous domain: the error says how to fix it
     with pytest.raises(ConfigError, match=r"continuous.*give space.lr a number of points"):
