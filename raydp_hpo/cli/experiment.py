@@ -1,8 +1,11 @@
 """Experiment files: ``raydp-hpo run EXPERIMENT.yaml``.
 
-An experiment file is a YAML mapping, parsed into frozen dataclasses and validated in full
-*before* anything runs (no Ray, no ledger, no data loaded): an unknown or misspelled key is an
-error that names the key and suggests the closest valid one. Schema (``?`` = optional)::
+An experiment file is a YAML mapping, validated in full *before* anything runs (no Ray, no
+ledger, no data loaded) against the pydantic models of :mod:`raydp_hpo.cli.experiment_schema`,
+then turned into the frozen spec dataclasses below. An unknown or misspelled key or value is
+an error that names its path and suggests the closest valid one, and every error of a file is
+reported at once. ``raydp-hpo schema`` prints the JSON Schema, for editors that complete
+experiment files. Schema (``?`` = optional)::
 
     experiment: mnist1d-small        # name: run dir <storage_path>/<experiment>, charge-id prefix
     split_seed?: 0                   # PUBLIC: makes the train/val/test split reproducible
@@ -13,15 +16,19 @@ error that names the key and suggests the closest valid one. Schema (``?`` = opt
       size?: 2000                    # mnist1d: number of samples (default 5000)
       generator_seed?: 42            # mnist1d: generator seed
       uri?: s3://bucket/data.parquet # parquet: any URI pyarrow can read
-      feature_columns?: [f0, f1]     # parquet: one numeric column per feature, or ...
-      feature_column?: x             # parquet: ... one list-valued column
+      val_uri?: s3://bucket/val.parquet   # parquet: the validation split from its own file
+      test_uri?: s3://bucket/test.parquet # parquet: the test split from its own file
       label_column?: y               # parquet (required there)
+      feature_columns?: [f0, f1]     # parquet: one numeric column per feature, or ...
+      feature_column?: x             # parquet: ... one list-valued column; neither: every
+                                     # column but the label is a feature
       num_classes?: 10               # parquet (default max(label) + 1)
-      val_fraction?: 0.1
-      test_fraction?: 0.1
+      val_fraction?: 0.1             # (not with val_uri)
+      test_fraction?: 0.1            # (not with test_uri)
       declared_train_size?: 1600     # PUBLIC sizes used by the accounting and normalisers;
       declared_validation_size?: 200 # default: from the source's public size for built-ins,
                                      # else the realised sizes, listed as treated as public
+    model:                           # or just `model: mlp`
       name: mlp                      # mlp | cnn1d | cnn2d | linear | package.module:Class
       kwargs?: {hidden: [32]}
     search:
@@ -33,10 +40,11 @@ error that names the key and suggests the closest valid one. Schema (``?`` = opt
       mode?: max
       max_concurrent_trials?: 2
     space:                           # flat: constants or one-key domain mappings
-      lr: {loguniform: [0.05, 2.0]}
+      lr: {loguniform: [0.05, 2.0], points: 4}   # points: grid and SVT search take 4
+                                     # log-spaced values; other searchers sample the range
       batch_size: {choice: [64, 128]}
       epochs: 1
-      noise_multiplier: {uniform: [1.0, 2.0]}
+      noise_multiplier: {uniform: [1.0, 2.0], points: 3}
       # also {randint: [a, b]}, {grid: [...]}, {quniform: [a, b, q]}, {qloguniform: ...},
       # {randn: [mean, sd]}
     budget: {epsilon: 8.0, delta: 1.0e-5}
@@ -51,6 +59,14 @@ error that names the key and suggests the closest valid one. Schema (``?`` = opt
       journal?: /nfs/ledgers/mnist1d.journal  # default <storage_path>/ledgers/<name>.journal
       namespace?: raydp_hpo
 
+**One space for every searcher.** A continuous ``uniform`` / ``loguniform`` domain with
+``points: N`` becomes a grid of N values from low to high (log-spaced for loguniform) where a
+finite set is needed: for every key under grid and SVT search, which enumerate the space, and
+for the privacy keys (noise, batch size, epochs, ...) under every searcher, which charge the
+worst case over their values; elsewhere it is sampled as usual. The points are a function of
+the file alone (public). Linear scaling sets ``lr``, the steps and the noise itself and
+ignores those keys with a warning.
+
 **The budget belongs to the data.** Without a ``ledger:`` block an experiment charges the
 dataset's default ledger, named from a fingerprint of the data source
 (:meth:`DataSpec.fingerprint`: the built-in dataset and its generator settings, or the
@@ -60,6 +76,9 @@ instead of getting a fresh one. The first experiment on a dataset creates its le
 ``budget`` (logged); later ones attach to it, their own ``budget`` being a cap on what they
 spend. A fresh budget on the same data is an explicit, logged act: name another ledger in
 ``ledger:``. A crashed run continues with ``raydp-hpo run --resume`` (same experiment name).
+Parquet ``val_uri`` / ``test_uri`` files are private data of the same dataset: they are
+accounted on the ledger of ``uri``. Use a validation or test file with one training file only,
+or name one shared ``ledger:`` for every experiment that reads it.
 
 :func:`run_experiment` executes a spec: connects to ``RAY_ADDRESS`` when set (a cluster, or
 the cluster a ``ray job submit`` job runs on), else starts a local Ray; runs
@@ -80,8 +99,15 @@ from pathlib import Path
 from typing import Any
 
 from raydp_hpo._atomic_io import atomic_write_json
-from raydp_hpo._validation import did_you_mean
 from raydp_hpo.accounting.budget import PrivacyBudget
+from raydp_hpo.cli.experiment_schema import (
+    DATA_SOURCES,
+    DOMAIN_KINDS,
+    ExperimentFile,
+    config_error,
+    domain_of,
+    validate_experiment_file,
+)
 from raydp_hpo.errors import BudgetTooSmallError, ConfigError, RayDPHPOError
 from raydp_hpo.tune.ray_runtime import ensure_ray
 
@@ -103,33 +129,20 @@ __all__ = [
     "DOMAIN_KINDS",
 ]
 
-DATA_SOURCES = ("mnist1d", "digits", "parquet")
-DOMAIN_KINDS = (
-    "uniform", "loguniform", "quniform", "qloguniform", "randint", "choice", "grid", "randn",
-)
-_TOP_KEYS = (
-    "experiment", "split_seed", "secret_seed", "data", "model", "search", "space", "budget",
-    "resources", "storage_path", "ledger", "tensorboard", "test_accuracy_epsilon",
-)
-_DATA_KEYS = (
-    "source", "size", "generator_seed", "uri", "feature_columns", "feature_column",
-    "label_column", "num_classes", "val_fraction", "test_fraction", "declared_train_size",
-    "declared_validation_size",
-)
 #: Public sizes of the built-in datasets (records before the split).
 _BUILTIN_SIZES = {"digits": 1797}
-_MODEL_KEYS = ("name", "kwargs")
-_SEARCH_KEYS = ("algorithm", "settings", "metric", "mode", "max_concurrent_trials")
-_BUDGET_KEYS = ("epsilon", "delta")
-_RESOURCE_KEYS = ("cpu", "gpu", "memory")
-_LEDGER_KEYS = ("name", "budget", "journal", "namespace")
+#: Searchers that enumerate their space: a domain with ``points`` becomes a grid for every key.
+_ENUMERATING = ("grid_composed", "svt_threshold")
 
 
-# --------------------------------------------------------------------------------- helpers
+# ---------------------------------------------- helpers of the federated experiment files
+# (raydp_hpo.federated_experiment still validates by hand; experiment files use the schema)
 
 
 def _check_keys(where: str, mapping: Mapping[str, Any], allowed: tuple[str, ...],
                 required: tuple[str, ...] = ()) -> None:
+    from raydp_hpo._validation import did_you_mean
+
     for key in mapping:
         if not isinstance(key, str) or key not in allowed:
             hint = did_you_mean(str(key), allowed)
@@ -169,12 +182,6 @@ def _int(where: str, value: Any, minimum: int | None = None) -> int:
     return int(value)
 
 
-def _bool(where: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{where} must be true or false, got {value!r}")
-    return value
-
-
 def _str(where: str, value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{where} must be a non-empty string, got {value!r}")
@@ -183,7 +190,7 @@ def _str(where: str, value: Any) -> str:
 
 def _budget(where: str, value: Any) -> PrivacyBudget:
     m = _mapping(where, value)
-    _check_keys(where, m, _BUDGET_KEYS, required=_BUDGET_KEYS)
+    _check_keys(where, m, ("epsilon", "delta"), required=("epsilon", "delta"))
     try:
         return PrivacyBudget(_number(f"{where}.epsilon", m["epsilon"]),
                              _number(f"{where}.delta", m["delta"]))
@@ -198,7 +205,10 @@ def _budget(where: str, value: Any) -> PrivacyBudget:
 
 @dataclass(frozen=True)
 class DataSpec:
-    """Where the private dataset comes from and how it is split (all splits are private)."""
+    """Where the private dataset comes from and how it is split (all splits are private).
+
+    ``val_fraction`` / ``test_fraction`` are the shares split off ``uri`` (0 for a split read
+    from ``val_uri`` / ``test_uri``)."""
 
     source: str
     size: int | None = None
@@ -212,6 +222,8 @@ class DataSpec:
     test_fraction: float = 0.1
     declared_train_size: int | None = None
     declared_validation_size: int | None = None
+    val_uri: str | None = None
+    test_uri: str | None = None
 
     def _public_total(self) -> int | None:
         """Records of a built-in source before the split (public: ``size`` for MNIST-1D,
@@ -261,98 +273,11 @@ class DataSpec:
         digest = hashlib.sha256(self.fingerprint().encode("utf-8")).hexdigest()[:12]
         return f"data-{self.source}-{digest}"
 
-    @classmethod
-    def parse(cls, value: Any) -> DataSpec:
-        m = _mapping("data", value)
-        _check_keys("data", m, _DATA_KEYS, required=("source",))
-        source = _str("data.source", m["source"])
-        if source not in DATA_SOURCES:
-            hint = did_you_mean(source, DATA_SOURCES)
-            raise ConfigError(
-                f"data.source {source!r} is not one of {', '.join(DATA_SOURCES)}{hint}"
-            )
-        parquet_only = ("uri", "feature_columns", "feature_column", "label_column", "num_classes")
-        if source != "parquet":
-            wrong = [k for k in parquet_only if k in m]
-            if wrong:
-                raise ConfigError(f"data.{wrong[0]} is only for source 'parquet', not {source!r}")
-        if source != "mnist1d":
-            wrong = [k for k in ("size", "generator_seed") if k in m]
-            if wrong:
-                raise ConfigError(f"data.{wrong[0]} is only for source 'mnist1d', not {source!r}")
-        size = _int("data.size", m["size"], 10) if "size" in m else None
-        feature_columns: tuple[str, ...] | None = None
-        if source == "parquet":
-            for key in ("uri", "label_column"):
-                if key not in m:
-                    raise ConfigError(f"data source 'parquet' needs data.{key}")
-            if ("feature_columns" in m) == ("feature_column" in m):
-                raise ConfigError(
-                    "data source 'parquet' needs exactly one of data.feature_columns (one "
-                    "numeric column per feature) or data.feature_column (a list column)"
-                )
-            if "feature_columns" in m:
-                cols = m["feature_columns"]
-                if not isinstance(cols, list) or not cols or not all(
-                    isinstance(c, str) and c for c in cols
-                ):
-                    raise ConfigError(
-                        f"data.feature_columns must be a non-empty list of names, got {cols!r}"
-                    )
-                feature_columns = tuple(cols)
-        fractions = {}
-        for key in ("val_fraction", "test_fraction"):
-            f = _number(f"data.{key}", m.get(key, 0.1))
-            if not 0.0 <= f < 1.0:
-                raise ConfigError(f"data.{key} must be in [0, 1), got {f!r}")
-            fractions[key] = f
-        if fractions["val_fraction"] + fractions["test_fraction"] >= 1.0:
-            raise ConfigError("data.val_fraction + data.test_fraction must be < 1")
-        declared = {
-            key: _int(f"data.{key}", m[key], 1) for key in
-            ("declared_train_size", "declared_validation_size") if key in m
-        }
-        return cls(
-            source=source,
-            size=size,
-            generator_seed=_int("data.generator_seed", m.get("generator_seed", 42)),
-            uri=_str("data.uri", m["uri"]) if "uri" in m else None,
-            feature_columns=feature_columns,
-            feature_column=_str("data.feature_column", m["feature_column"])
-            if "feature_column" in m else None,
-            label_column=_str("data.label_column", m["label_column"])
-            if "label_column" in m else None,
-            num_classes=_int("data.num_classes", m["num_classes"], 2)
-            if "num_classes" in m else None,
-            val_fraction=fractions["val_fraction"],
-            test_fraction=fractions["test_fraction"],
-            declared_train_size=declared.get("declared_train_size"),
-            declared_validation_size=declared.get("declared_validation_size"),
-        )
-
 
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
     kwargs: Mapping[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, value: Any) -> ModelSpec:
-        if isinstance(value, str):
-            value = {"name": value}
-        m = _mapping("model", value)
-        _check_keys("model", m, _MODEL_KEYS, required=("name",))
-        kwargs = dict(_mapping("model.kwargs", m.get("kwargs", {})))
-        name = _str("model.name", m["name"])
-        from raydp_hpo.trainables.models import MODEL_NAMES
-
-        if name not in MODEL_NAMES and ":" not in name:
-            hint = did_you_mean(name, list(MODEL_NAMES))
-            raise ConfigError(
-                f"model.name {name!r} is not one of {', '.join(MODEL_NAMES)} and not a "
-                f"'package.module:Class' path{hint}"
-            )
-        return cls(name, kwargs)
 
 
 @dataclass(frozen=True)
@@ -363,32 +288,6 @@ class SearchSpec:
     mode: str = "max"
     max_concurrent_trials: int = 2
 
-    @classmethod
-    def parse(cls, value: Any) -> SearchSpec:
-        from raydp_hpo.searchers import SearchAlgorithm
-
-        m = _mapping("search", value)
-        _check_keys("search", m, _SEARCH_KEYS, required=("algorithm",))
-        algorithm = _str("search.algorithm", m["algorithm"])
-        names = [a.value for a in SearchAlgorithm]
-        if algorithm not in names:
-            hint = did_you_mean(algorithm, names)
-            raise ConfigError(
-                f"search.algorithm {algorithm!r} is not one of {', '.join(names)}{hint}"
-            )
-        mode = m.get("mode", "max")
-        if mode not in ("max", "min"):
-            raise ConfigError(f"search.mode must be 'max' or 'min', got {mode!r}")
-        return cls(
-            algorithm=algorithm,
-            settings=dict(_mapping("search.settings", m.get("settings", {}))),
-            metric=_str("search.metric", m.get("metric", "val_accuracy")),
-            mode=mode,
-            max_concurrent_trials=_int(
-                "search.max_concurrent_trials", m.get("max_concurrent_trials", 2), 1
-            ),
-        )
-
 
 @dataclass(frozen=True)
 class LedgerSpec:
@@ -398,19 +297,6 @@ class LedgerSpec:
     budget: PrivacyBudget | None = None
     journal: str | None = None
     namespace: str = "raydp_hpo"
-
-    @classmethod
-    def parse(cls, value: Any) -> LedgerSpec:
-        if isinstance(value, str):
-            value = {"name": value}
-        m = _mapping("ledger", value)
-        _check_keys("ledger", m, _LEDGER_KEYS, required=("name",))
-        return cls(
-            name=_str("ledger.name", m["name"]),
-            budget=_budget("ledger.budget", m["budget"]) if "budget" in m else None,
-            journal=_str("ledger.journal", m["journal"]) if "journal" in m else None,
-            namespace=_str("ledger.namespace", m.get("namespace", "raydp_hpo")),
-        )
 
 
 @dataclass(frozen=True)
@@ -464,65 +350,44 @@ def run_dir_of(storage_path: str | os.PathLike[str], experiment: str) -> Path:
     return Path(storage_path).expanduser().resolve() / _safe_name(experiment)
 
 
-def _parse_domain(key: str, value: Any) -> Any:
-    """``{kind: args}`` → a ``ray.tune`` domain; anything else is a constant."""
-    if not isinstance(value, Mapping) or len(value) != 1:
-        if isinstance(value, Mapping):
-            raise ConfigError(
-                f"space.{key} must be a constant or a one-key domain mapping like "
-                f"{{loguniform: [1e-3, 1]}}, got {dict(value)!r}"
-            )
-        return value
-    ((kind, args),) = value.items()
-    if kind not in DOMAIN_KINDS:
-        hint = did_you_mean(str(kind), DOMAIN_KINDS)
-        raise ConfigError(
-            f"unknown domain {kind!r} in space.{key}{hint} (valid: {', '.join(DOMAIN_KINDS)})"
-        )
-    from ray import tune
-
-    where = f"space.{key}.{kind}"
-    if kind in ("choice", "grid"):
-        if not isinstance(args, list) or not args:
-            raise ConfigError(f"{where} needs a non-empty list of values, got {args!r}")
-        return tune.choice(args) if kind == "choice" else tune.grid_search(args)
-    arity = 3 if kind in ("quniform", "qloguniform") else 2
-    if not isinstance(args, list) or len(args) != arity:
-        raise ConfigError(f"{where} needs a list of {arity} numbers, got {args!r}")
-    if kind == "randint":
-        ilo, ihi = (_int(where, a) for a in args)
-        if not ilo < ihi:
-            raise ConfigError(f"{where} needs low < high, got {args!r}")
-        return tune.randint(ilo, ihi)
-    nums = [_number(where, a) for a in args]
-    if kind == "randn":
-        if nums[1] <= 0:
-            raise ConfigError(f"{where} needs a positive standard deviation, got {args!r}")
-        return tune.randn(nums[0], nums[1])
-    lo, hi = nums[0], nums[1]
-    if not lo < hi:
-        raise ConfigError(f"{where} needs low < high, got {args!r}")
-    if kind in ("loguniform", "qloguniform") and lo <= 0:
-        raise ConfigError(f"{where} needs low > 0, got {args!r}")
-    return {
-        "uniform": lambda: tune.uniform(lo, hi),
-        "loguniform": lambda: tune.loguniform(lo, hi),
-        "quniform": lambda: tune.quniform(lo, hi, nums[2]),
-        "qloguniform": lambda: tune.qloguniform(lo, hi, nums[2]),
-    }[kind]()
-
-
 def build_param_space(spec: ExperimentSpec) -> dict[str, Any]:
-    """The searcher's flat space: model name/kwargs plus the file's ``space`` as domains."""
+    """The searcher's flat space: model name/kwargs plus the file's ``space`` as domains.
+
+    A ``uniform`` / ``loguniform`` domain with ``points: N`` becomes a grid of N values for
+    every key under a searcher that enumerates its space (grid, SVT) and, under any searcher,
+    for a privacy key (which must take finitely many values so their worst case is charged);
+    elsewhere it stays continuous."""
     from ray import tune
 
+    from raydp_hpo.searchers.base import PRIVACY_KEYS
+
+    enumerating = spec.search.algorithm in _ENUMERATING
     space: dict[str, Any] = {"model": spec.model.name}
     if spec.model.kwargs:
         # a one-value Categorical: searchers need a flat space, and a constant dict is "nested"
         space["model_kwargs"] = tune.choice([dict(spec.model.kwargs)])
     for key, value in spec.space.items():
-        space[key] = _parse_domain(key, value)
+        domain = domain_of(key, value)
+        if domain is None:
+            space[key] = value
+        elif domain.points is not None and enumerating:
+            space[key] = tune.grid_search(domain.grid())
+        elif domain.points is not None and key in PRIVACY_KEYS:
+            space[key] = tune.choice(domain.grid())
+        else:
+            space[key] = domain.to_tune()
     return space
+
+
+def _continuous_without_points(spec: ExperimentSpec) -> list[str]:
+    """Space keys with a continuous domain and no ``points`` (a grid / SVT search refuses
+    them)."""
+    out = []
+    for key, value in spec.space.items():
+        domain = domain_of(key, value)
+        if domain is not None and domain.kind not in ("choice", "grid") and domain.points is None:
+            out.append(key)
+    return out
 
 
 class _Problems:
@@ -556,136 +421,72 @@ class _Problems:
             return
         if len(self.items) == 1 and self.too_small is not None:
             raise self.too_small  # alone: keeps its "budget exhausted" exit code
-        if len(self.items) == 1:
-            path, message = self.items[0]
-            raise ConfigError(message, ((path, message),))
-        lines = "\n".join(f"  - {path or '(file)'}: {message}" for path, message in self.items)
-        raise ConfigError(f"{len(self.items)} errors in {what}:\n{lines}", tuple(self.items))
+        raise config_error(self.items, what)
+
+
+def _spec_of(file: ExperimentFile, source_path: str | None) -> ExperimentSpec:
+    """The frozen spec of a validated experiment file (defaults filled in, paths resolved)."""
+    d = file.data
+    val_uri = getattr(d, "val_uri", None)
+    test_uri = getattr(d, "test_uri", None)
+    columns = getattr(d, "feature_columns", None)
+    data = DataSpec(
+        source=d.source,
+        size=getattr(d, "size", None),
+        generator_seed=getattr(d, "generator_seed", 42),
+        uri=getattr(d, "uri", None),
+        feature_columns=tuple(columns) if columns is not None else None,
+        feature_column=getattr(d, "feature_column", None),
+        label_column=getattr(d, "label_column", None),
+        num_classes=getattr(d, "num_classes", None),
+        val_fraction=0.0 if val_uri else d.val_fraction,  # the split is its own file
+        test_fraction=0.0 if test_uri else d.test_fraction,
+        declared_train_size=d.declared_train_size,
+        declared_validation_size=d.declared_validation_size,
+        val_uri=val_uri,
+        test_uri=test_uri,
+    )
+    resources = {"cpu": file.resources.cpu, "gpu": file.resources.gpu}
+    if file.resources.memory is not None:
+        resources["memory"] = file.resources.memory
+    ledger = None
+    if file.ledger is not None:
+        ledger = LedgerSpec(
+            name=file.ledger.name,
+            budget=file.ledger.budget.budget() if file.ledger.budget is not None else None,
+            journal=file.ledger.journal,
+            namespace=file.ledger.namespace,
+        )
+    return ExperimentSpec(
+        experiment=file.experiment,
+        data=data,
+        model=ModelSpec(file.model.name, dict(file.model.kwargs)),
+        search=SearchSpec(
+            algorithm=file.search.algorithm,
+            settings=dict(file.search.settings),
+            metric=file.search.metric,
+            mode=file.search.mode,
+            max_concurrent_trials=file.search.max_concurrent_trials,
+        ),
+        space=dict(file.space),
+        budget=file.budget.budget(),
+        split_seed=file.split_seed,
+        secret_seed=file.secret_seed,
+        resources=resources,
+        # relative: to the working dir
+        storage_path=str(Path(file.storage_path).expanduser().resolve()),
+        ledger=ledger,
+        source_path=source_path,
+        tensorboard=file.tensorboard,
+        test_accuracy_epsilon=file.test_accuracy_epsilon,
+    )
 
 
 def parse_experiment(raw: Any, *, source_path: str | None = None) -> ExperimentSpec:
     """Validate a parsed experiment mapping; raises one :class:`ConfigError` listing every
     error found (``problems``: (path, message) pairs), not just the first."""
     what = f"experiment file {source_path!r}" if source_path else "the experiment"
-    m = _mapping("the experiment file", raw)
-    problems = _Problems()
-    if "seed" in m:
-        problems.add("seed",
-            "the key 'seed' is no longer accepted: it made the searcher's secrets public. Use "
-            "'split_seed' (public: makes the train/val/test split reproducible) and omit "
-            "'secret_seed' so every secret comes from OS entropy (set secret_seed only to "
-            "reproduce a run, and keep the file as secret as the data)"
-        )
-    for key in m:
-        if key != "seed":
-            problems.run(str(key), lambda key=key: _check_keys(
-                "the experiment file", {key: None}, _TOP_KEYS))
-    for key in ("experiment", "data", "model", "search", "space", "budget"):
-        if key not in m:
-            problems.add(key, f"the experiment file needs the key {key!r}")
-
-    def experiment_name() -> str:
-        experiment = _str("experiment", m["experiment"])
-        if experiment.strip(".") == "" or any(c in experiment for c in "/\\") or (
-            experiment.startswith(".")
-        ):
-            raise ConfigError(
-                f"experiment {experiment!r} must be a plain name (no '/', no leading '.'): it "
-                "names the run directory inside storage_path"
-            )
-        return experiment
-
-    def space_of() -> dict[str, Any]:
-        space = dict(_mapping("space", m["space"]))
-        if not space:
-            raise ConfigError("space must set at least one key")
-        return space
-
-    space = problems.run("space", space_of) if "space" in m else None
-    for key, value in (space or {}).items():
-        if not isinstance(key, str):
-            problems.add("space", f"space keys must be strings, got {key!r}")
-        elif key in ("model", "model_kwargs", "raydp"):
-            problems.add(f"space.{key}", f"space.{key} is reserved; set the model under model:")
-        else:
-            problems.run(f"space.{key}", lambda key=key, value=value: _parse_domain(key, value))
-    resources: dict[str, float] = {"cpu": 1.0, "gpu": 0.0}
-    if "resources" in m:
-        res = problems.run("resources", lambda: _mapping("resources", m["resources"]))
-        for key, value in (res or {}).items():
-            where = f"resources.{key}"
-            if key not in _RESOURCE_KEYS:
-                problems.run(where, lambda key=key: _check_keys("resources", {key: None},
-                                                                _RESOURCE_KEYS))
-                continue
-            number = problems.run(where, lambda where=where, value=value: _number(where, value))
-            if number is not None and number < 0:
-                problems.add(where, f"{where} must be >= 0, got {value!r}")
-            elif number is not None:
-                resources[key] = number
-
-    def storage() -> str:
-        storage = _str("storage_path", m.get("storage_path", "raydp_results"))
-        if "://" in storage:
-            raise ConfigError(
-                f"storage_path {storage!r}: use a mounted shared file system path (NFS, a "
-                "fuse-mounted bucket); the ledger journal needs POSIX append + fsync"
-            )
-        return str(Path(storage).expanduser().resolve())  # relative: to the working dir
-
-    def optional(key: str, parse: Callable[[Any], Any]) -> Any:
-        return problems.run(key, lambda: parse(m[key])) if m.get(key) is not None else None
-
-    parts = {
-        "experiment": problems.run("experiment", experiment_name) if "experiment" in m else None,
-        "data": problems.run("data", lambda: DataSpec.parse(m["data"])) if "data" in m else None,
-        "model": problems.run("model", lambda: ModelSpec.parse(m["model"]))
-        if "model" in m else None,
-        "search": problems.run("search", lambda: SearchSpec.parse(m["search"]))
-        if "search" in m else None,
-        "budget": problems.run("budget", lambda: _budget("budget", m["budget"]))
-        if "budget" in m else None,
-    }
-    split_seed = problems.run("split_seed", lambda: _int("split_seed", m.get("split_seed", 0), 0))
-    secret_seed = optional("secret_seed", lambda v: _int("secret_seed", v, 0))
-    storage_path = problems.run("storage_path", storage)
-    ledger = optional("ledger", LedgerSpec.parse)
-    tensorboard = problems.run("tensorboard",
-                               lambda: _bool("tensorboard", m.get("tensorboard", False)))
-    test_eps = optional("test_accuracy_epsilon",
-                        lambda v: _number("test_accuracy_epsilon", v))
-    budget = parts["budget"]
-    if budget is not None and test_eps is not None and not 0 < test_eps < budget.epsilon:
-        problems.add(
-            "test_accuracy_epsilon",
-            f"test_accuracy_epsilon={test_eps:g} must be in (0, budget.epsilon="
-            f"{budget.epsilon:g}): it is taken from the experiment's budget",
-        )
-    if budget is not None and ledger is not None and ledger.budget is not None and (
-        ledger.budget.delta != budget.delta
-    ):
-        problems.add(
-            "ledger.budget.delta",
-            f"ledger.budget.delta={ledger.budget.delta:g} differs from budget.delta="
-            f"{budget.delta:g}; a shared ledger states ε at one δ",
-        )
-    problems.raise_if_any(what)
-    return ExperimentSpec(
-        experiment=parts["experiment"],
-        data=parts["data"],
-        model=parts["model"],
-        search=parts["search"],
-        space=space or {},
-        budget=budget,
-        split_seed=split_seed,
-        secret_seed=secret_seed,
-        resources=resources,
-        storage_path=storage_path,
-        ledger=ledger,
-        source_path=source_path,
-        tensorboard=tensorboard,
-        test_accuracy_epsilon=test_eps,
-    )
+    return _spec_of(validate_experiment_file(raw, what), source_path)
 
 
 def load_experiment(path: str | os.PathLike[str]) -> ExperimentSpec:
@@ -708,7 +509,8 @@ def load_experiment(path: str | os.PathLike[str]) -> ExperimentSpec:
         raise ConfigError(f"experiment file {str(p)!r} is not valid YAML: {exc}") from None
     if raw is None:
         raise ConfigError(f"experiment file {str(p)!r} is empty; see the schema in "
-                          "raydp_hpo/cli/experiment.py or cluster/examples/")
+                          "raydp_hpo/cli/experiment.py ('raydp-hpo schema' prints it as JSON "
+                          "Schema) or cluster/examples/")
     return parse_experiment(raw, source_path=str(p.resolve()))
 
 
@@ -743,9 +545,20 @@ _StrictLoader = _strict_loader()
 
 
 def load_data(spec: DataSpec, split_seed: int) -> Any:
-    """Load and split the private dataset (``raydp_hpo.trainables.DataSplits``); the split is stable per
-    record and its seed is public (:func:`raydp_hpo.trainables.data.split`)."""
-    from raydp_hpo.trainables.data import load_digits, load_mnist1d, load_parquet, split
+    """Load and split the private dataset (``raydp_hpo.trainables.DataSplits``); the split is
+    stable per record and its seed is public (:func:`raydp_hpo.trainables.data.split`). A
+    Parquet ``val_uri`` / ``test_uri`` file is that split as is (``uri`` then gives none of its
+    records to it)."""
+    from raydp_hpo.errors import DataValidationError
+    from raydp_hpo.trainables.data import (
+        Dataset,
+        DataSplits,
+        load_digits,
+        load_mnist1d,
+        load_parquet,
+        parquet_feature_columns,
+        split,
+    )
 
     if spec.source == "mnist1d":
         dataset = load_mnist1d(spec.size or 5000, seed=spec.generator_seed)
@@ -760,6 +573,31 @@ def load_data(spec: DataSpec, split_seed: int) -> Any:
             feature_column=spec.feature_column,
             num_classes=spec.num_classes,
         )
+        if spec.val_uri or spec.test_uri:
+            default = spec.feature_columns is None and spec.feature_column is None
+            files = {}
+            for name, uri in (("val", spec.val_uri), ("test", spec.test_uri)):
+                if not uri:
+                    continue
+                if default:  # the same features in every file
+                    here = parquet_feature_columns(uri, spec.label_column, f"data.{name}_uri")
+                    there = parquet_feature_columns(spec.uri, spec.label_column)
+                    if here != there:
+                        raise DataValidationError(
+                            f"data.{name}_uri {uri!r} has the feature columns {here}, data.uri "
+                            f"{there}: list the features in data.feature_columns"
+                        )
+                files[name] = load_parquet(
+                    uri, label_column=spec.label_column, feature_columns=spec.feature_columns,
+                    feature_column=spec.feature_column, num_classes=spec.num_classes,
+                    key=f"data.{name}_uri")
+            splits = split(dataset, spec.val_fraction, spec.test_fraction, seed=split_seed)
+            parts = {"train": splits.train, "val": files.get("val", splits.val),
+                     "test": files.get("test", splits.test)}
+            # one label set: num_classes (default max(label) + 1) over every file
+            k = max(part.num_classes for part in parts.values())
+            return DataSplits(**{name: Dataset(part.features, part.labels, k)
+                                 for name, part in parts.items()})
     return split(dataset, spec.val_fraction, spec.test_fraction, seed=split_seed)
 
 
@@ -843,7 +681,13 @@ def _validate_search(spec: ExperimentSpec, dataset_size: int, validation_size: i
         problems.too_small = exc
         problems.add("budget", str(exc))
     except SearchSpaceError as exc:
-        problems.add("space", f"space ({spec.search.algorithm}): {exc}")
+        hint = ""
+        continuous = _continuous_without_points(spec)
+        if spec.search.algorithm in _ENUMERATING and continuous:
+            hint = (f"; in the experiment file, give space.{continuous[0]} a number of points "
+                    "to take from its range (e.g. {loguniform: [0.01, 1], points: 5}: a grid "
+                    "of 5 log-spaced values)")
+        problems.add("space", f"space ({spec.search.algorithm}): {exc}{hint}")
     except (RayDPHPOError, ValueError) as exc:
         problems.add("search.settings", str(exc))
 

@@ -8,6 +8,8 @@ Subcommands:
 * ``ledger verify JOURNAL`` — integrity of a journal, read-only (exit 0 intact, 2 corrupted).
 * ``demo``     — the main job on the built-in default (see :mod:`raydp_hpo.cli.demo`).
 * ``run EXPERIMENT.yaml`` — run an experiment file (:mod:`raydp_hpo.cli.experiment`).
+* ``schema [--output FILE]`` — the JSON Schema of experiment files, for editors
+  (:mod:`raydp_hpo.cli.experiment_schema`).
 * ``report RUN_DIR`` — certificate, plots and ``report.md`` of a run (:mod:`raydp_hpo.cli.report`).
 * ``audit``    — empirical privacy audit of every search algorithm (:mod:`raydp_hpo.audit`):
   an ε lower bound per algorithm against its claim, plus the property checks; exit 1 when any
@@ -352,6 +354,27 @@ def _cmd_federated(args: argparse.Namespace) -> int:
     return int(federated_main(rest))
 
 
+def _cmd_schema(args: argparse.Namespace) -> int:
+    """The JSON Schema of experiment files, printed or written to ``--output``."""
+    from raydp_hpo.cli.experiment_schema import experiment_json_schema
+
+    text = json.dumps(experiment_json_schema(), indent=2, ensure_ascii=False) + "\n"
+    if args.output is None:
+        print(text, end="")
+        return EXIT_OK
+    out = Path(args.output)
+    if out.is_dir():
+        raise RayDPHPOError(f"--output {str(out)!r} is a directory; name a file, e.g. "
+                            f"{str(out / 'experiment.schema.json')!r}")
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise RayDPHPOError(f"cannot write the schema to {str(out)!r}: {exc}") from None
+    print(f"wrote the experiment file schema to {out} (editors: add the line "
+          f"'# yaml-language-server: $schema={out.resolve()}' at the top of an experiment file)")
+    return EXIT_OK
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from raydp_hpo.cli.report import write_report
 
@@ -496,6 +519,11 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--progress-interval", type=_positive_float, default=5.0,
                      help="seconds between progress lines")
     run.set_defaults(func=_cmd_run)
+
+    sch = sub.add_parser("schema", help="print the JSON Schema of experiment files (for "
+                                        "editors that complete and check YAML)")
+    sch.add_argument("--output", default=None, help="write it to this file instead")
+    sch.set_defaults(func=_cmd_schema)
 
     fed = sub.add_parser(
         "federated", add_help=False,

@@ -57,6 +57,7 @@ every ε printed are unchanged.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from enum import Enum
 from typing import Any
@@ -119,7 +120,8 @@ class LinearScalingSearch(DPSearcher):
             unclamped line (clipped to [r_min, r_max] only).
 
     The space holds only the other (fixed) hyperparameters as constants: Alg. 3 searches r
-    alone. μ_f is the largest value such that the plan is admissible and μ_t meets the budget
+    alone. Keys it sets itself (``lr_key`` and the privacy keys: noise, batch, epochs,
+    optimizer) are ignored with a warning, so one space serves every searcher. μ_f is the largest value such that the plan is admissible and μ_t meets the budget
     under exact GDP conversion; it must be at least μ₂ (else the budget is refused). With
     ``score_epsilon`` set, the admissibility of the whole plan (including the 2n
     ``Laplace(score_epsilon)`` score releases) lowers μ_f further; μ_t (:attr:`total_mu`) is
@@ -146,14 +148,19 @@ class LinearScalingSearch(DPSearcher):
         max_extrapolation: float | None = 2.0,
         **kwargs: Any,
     ) -> None:
+        own = [k for k in (*PRIVACY_KEYS, lr_key)
+               if isinstance(param_space, Mapping) and k in param_space]
+        if own:
+            # One space for every searcher: keys this algorithm sets itself are dropped (never
+            # reach a trial, so the plan below is what the trials run), not refused.
+            warnings.warn(
+                f"linear scaling sets {', '.join(map(repr, own))} itself (r = η·T, μ per sweep, "
+                "the noise and the batch); it ignores them in the search space (tune them with "
+                "lr_range / steps_range / sweep_epsilons / sample_rate)",
+                UserWarning, stacklevel=2,
+            )
+            param_space = {k: v for k, v in param_space.items() if k not in own}
         super().__init__(param_space, **kwargs)
-        for key in (*PRIVACY_KEYS, lr_key):
-            if key in self._space:
-                raise SearchSpaceError(
-                    f"search space key {key!r} is set by linear scaling itself (r = η·T, μ per "
-                    "sweep, full batch); remove it from the space and use the constructor "
-                    "arguments lr_range / steps_range / sweep_epsilons / sample_rate"
-                )
         for key, value in self._space.items():
             vals = finite_values(key, value)
             if vals is None or len(vals) != 1:

@@ -39,6 +39,7 @@ __all__ = [
     "Dataset",
     "DataSplits",
     "load_parquet",
+    "parquet_feature_columns",
     "load_digits",
     "load_mnist1d",
     "split",
@@ -161,6 +162,14 @@ def _numeric_column(table: Any, name: str) -> np.ndarray:
     return np.asarray(column.to_numpy(), dtype=np.float64)
 
 
+def _is_list(table: Any, name: str) -> bool:
+    import pyarrow as pa
+
+    typ = table.schema.field(name).type
+    return bool(pa.types.is_list(typ) or pa.types.is_large_list(typ)
+                or pa.types.is_fixed_size_list(typ))
+
+
 def _check_finite(values: np.ndarray, name: str) -> None:
     bad = ~np.isfinite(values)
     if bad.any():
@@ -191,26 +200,12 @@ def _labels(table: Any, name: str) -> np.ndarray:
     )
 
 
-def load_parquet(
-    uri: str,
-    *,
-    label_column: str,
-    feature_columns: Sequence[str] | None = None,
-    feature_column: str | None = None,
-    num_classes: int | None = None,
-) -> Dataset:
-    """Load a Parquet file or directory from any URI pyarrow can read (local path, ``file://``,
-    ``s3://``, ``gs://``, ``hdfs://`` ...).
-
-    Give exactly one of ``feature_columns`` (one numeric column per feature) or
-    ``feature_column`` (one list-valued column holding every row's feature vector).
-    ``num_classes`` defaults to ``max(label) + 1``.
-    """
+def _read_parquet(uri: str, key: str, *, schema_only: bool = False) -> Any:
+    """The table (or only its schema) of a Parquet file or directory at ``uri``; errors name
+    ``uri`` and the setting ``key`` that gave it."""
     import pyarrow.dataset as pads
     import pyarrow.fs as pafs
 
-    if (feature_columns is None) == (feature_column is None):
-        raise InvalidParameterError("give exactly one of feature_columns or feature_column")
     try:
         filesystem, path = pafs.FileSystem.from_uri(uri)
     except (ValueError, TypeError):  # a plain relative path
@@ -221,12 +216,51 @@ def load_parquet(
         raise DataValidationError(f"cannot reach Parquet data at {uri!r}: {exc}") from None
     if info.type == pafs.FileType.NotFound:
         raise DataValidationError(
-            f"Parquet data not found at {uri!r} (resolved to {path!r}); check data.uri"
+            f"Parquet data not found at {uri!r} (resolved to {path!r}); check {key}"
         )
     try:
-        table = pads.dataset(path, filesystem=filesystem, format="parquet").to_table()
+        data = pads.dataset(path, filesystem=filesystem, format="parquet")
+        return data.schema if schema_only else data.to_table()
     except (OSError, ValueError) as exc:
         raise DataValidationError(f"cannot read Parquet data at {uri!r}: {exc}") from None
+
+
+def parquet_feature_columns(uri: str, label_column: str, key: str = "data.uri") -> list[str]:
+    """The default feature columns of a Parquet dataset: every column but the label, in the
+    file's order (read from the schema only; column names are not records)."""
+    return [c for c in _read_parquet(uri, key, schema_only=True).names if c != label_column]
+
+
+def load_parquet(
+    uri: str,
+    *,
+    label_column: str,
+    feature_columns: Sequence[str] | None = None,
+    feature_column: str | None = None,
+    num_classes: int | None = None,
+    key: str = "data.uri",
+) -> Dataset:
+    """Load a Parquet file or directory from any URI pyarrow can read (local path, ``file://``,
+    ``s3://``, ``gs://``, ``hdfs://`` ...).
+
+    Give at most one of ``feature_columns`` (one numeric column per feature) or
+    ``feature_column`` (one list-valued column holding every row's feature vector); with
+    neither, every column but the label is a feature (a single list-valued one is taken as
+    ``feature_column``). ``num_classes`` defaults to ``max(label) + 1``. ``key`` names the
+    setting that gave ``uri`` in error messages.
+    """
+    if feature_columns is not None and feature_column is not None:
+        raise InvalidParameterError("give at most one of feature_columns or feature_column")
+    table = _read_parquet(uri, key)
+    default = feature_columns is None and feature_column is None
+    if default:
+        feature_columns = [c for c in table.column_names if c != label_column]
+        if not feature_columns:
+            raise DataValidationError(
+                f"{uri!r} has no column but the label {label_column!r}: no features"
+            )
+        if len(feature_columns) == 1 and _is_list(table, feature_columns[0]):
+            feature_column, feature_columns = feature_columns[0], None
     wanted = [*(feature_columns or [feature_column]), label_column]  # type: ignore[list-item]
     missing = [c for c in wanted if c not in table.column_names]
     if missing:
@@ -241,7 +275,15 @@ def load_parquet(
     else:
         cols = []
         for name in feature_columns or ():
-            col = _numeric_column(table, name)
+            try:
+                col = _numeric_column(table, name)
+            except DataValidationError as exc:
+                if not default:
+                    raise
+                raise DataValidationError(
+                    f"{exc}; by default every column but the label is a feature: list the "
+                    "features (feature_columns, data.feature_columns in an experiment file)"
+                ) from None
             if col.ndim != 1:
                 raise DataValidationError(
                     f"column {name!r} is list-valued; pass it as feature_column={name!r}"

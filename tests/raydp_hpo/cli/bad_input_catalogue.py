@@ -177,7 +177,12 @@ CASES: list[Case] = [
     _exp("space clip norm negative", ("space.max_grad_norm", -1.0),
          words=("max_grad_norm", "-1")),
     _exp("space grid for grid search continuous",
-         ("search", {"algorithm": "grid_composed", "settings": {}}), words=("grid", "lr")),
+         ("search", {"algorithm": "grid_composed", "settings": {}}),
+         words=("grid", "lr", "points")),
+    _exp("space points on a choice", ("space.batch_size", {"choice": [32, 64], "points": 3}),
+         words=("space.batch_size.points", "choice")),
+    _exp("space one point", ("space.lr", {"loguniform": [0.1, 1.0], "points": 1}),
+         words=("space.lr.points", ">= 2", "1")),
     # -- algorithm settings ---------------------------------------------------------------------
     _exp("algorithm misspelled", ("search.algorithm", "random_stoping"),
          words=("random_stoping", "random_stopping")),
@@ -239,8 +244,23 @@ CASES: list[Case] = [
     _pq("parquet not parquet", {"uri": "{data}/text.parquet", "label_column": "y",
                                 "feature_columns": ["f0", "f1"]},
         words=("text.parquet",)),
-    _pq("parquet no columns given", {"uri": "{data}/good.parquet", "label_column": "y"},
-        words=("feature_columns", "feature_column")),
+    _pq("parquet both column kinds given", {"uri": "{data}/good.parquet", "label_column": "y",
+                                            "feature_columns": ["f0"], "feature_column": "f1"},
+        words=("feature_columns", "feature_column", "at most one")),
+    _pq("parquet default features not numeric", {"uri": "{data}/strfeat.parquet",
+                                                 "label_column": "y"},
+        words=("'colour'", "numeric", "feature_columns")),
+    _pq("parquet val_uri with val_fraction", {"uri": "{data}/good.parquet", "label_column": "y",
+                                              "val_uri": "{data}/good.parquet"},
+        words=("val_uri", "val_fraction")),
+    _pq("parquet val_uri missing file", {"uri": "{data}/good.parquet", "label_column": "y",
+                                         "val_fraction": _DELETE,
+                                         "val_uri": "{data}/nope_val.parquet"},
+        words=("nope_val.parquet", "data.val_uri")),
+    _pq("parquet test_uri other columns", {"uri": "{data}/good.parquet", "label_column": "y",
+                                           "test_fraction": _DELETE,
+                                           "test_uri": "{data}/othercols.parquet"},
+        words=("data.test_uri", "'g1'", "feature_columns")),
     _pq("parquet num_classes too small", {"uri": "{data}/good.parquet", "label_column": "y",
                                           "feature_columns": ["f0", "f1"], "num_classes": 2},
         words=("num_classes", "2")),
@@ -432,6 +452,8 @@ def make_data(folder: Path) -> None:
     write("strlabel.parquet", f0=f0, f1=f1, y=np.array(["a", "b"] * (n // 2)))
     write("neglabel.parquet", f0=f0, f1=f1, y=np.where(np.arange(n) == 3, -1, y))
     write("empty.parquet", f0=f0[:0], f1=f1[:0], y=y[:0])
+    write("strfeat.parquet", f0=f0, colour=np.array(["a", "b"] * (n // 2)), y=y)
+    write("othercols.parquet", f0=f0, g1=f1, y=y)
     (folder / "text.parquet").write_text("not parquet\n")
 
 

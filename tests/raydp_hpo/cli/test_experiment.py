@@ -127,13 +127,17 @@ def test_bad_input_names_the_key(raw: dict[str, Any], path: str, value: Any,
         parse_experiment(_set(raw, path, value))
 
 
-def test_parquet_source_needs_its_columns(raw: dict[str, Any]) -> None:
+def test_parquet_source_needs_its_label_column(raw: dict[str, Any]) -> None:
+    """Feature columns are listed only when needed (default: every column but the label);
+    both kinds at once and a missing label column are refused."""
     raw["data"] = {"source": "parquet", "uri": "x.parquet", "label_column": "y"}
-    with pytest.raises(ConfigError, match="exactly one of data.feature_columns"):
-        parse_experiment(raw)
+    spec = parse_experiment(raw)
+    assert spec.data.feature_columns is None and spec.data.feature_column is None
     raw["data"]["feature_columns"] = ["a", "b"]
     spec = parse_experiment(raw)
     assert spec.data.feature_columns == ("a", "b")
+    with pytest.raises(ConfigError, match="at most one of data.feature_columns"):
+        parse_experiment(_set(raw, "data.feature_column", "x"))
     del raw["data"]["label_column"]
     with pytest.raises(ConfigError, match="needs data.label_column"):
         parse_experiment(raw)
@@ -189,6 +193,12 @@ def test_no_default_secret_seed_and_never_in_run_metadata(raw: dict[str, Any]) -
     assert secret.secret_seed == 987654321
     assert "987654321" not in repr(secret) and "987654321" not in repr(secret.to_dict())
     assert secret.to_dict()["secret_seed_given"] is True
+    from raydp_hpo.cli.experiment_schema import validate_experiment_file
+
+    assert "987654321" not in repr(validate_experiment_file({**raw, "secret_seed": 987654321}))
+    with pytest.raises(ConfigError) as info:  # an error elsewhere does not echo the file
+        parse_experiment({**raw, "secret_seed": 987654321, "budget": 8, "model": [1]})
+    assert "987654321" not in str(info.value) and "987654321" not in repr(info.value.problems)
 
 
 def test_budget_belongs_to_the_dataset(raw: dict[str, Any]) -> None:
@@ -307,7 +317,7 @@ def test_every_error_of_a_file_is_reported_at_once_with_its_path(raw: dict[str, 
     with pytest.raises(ConfigError) as info:
         parse_experiment(raw)
     paths = {path for path, _ in info.value.problems}
-    assert {"budget", "search", "space.lr", "resources.cpu", "tensorbord"} <= paths
+    assert {"budget", "search.algorithm", "space.lr", "resources.cpu", "tensorbord"} <= paths
     message = str(info.value)
     assert "5 errors" in message
     for words in ("delta", "random_stoping", "space.lr", "resources.cpu", "tensorbord"):
@@ -331,3 +341,92 @@ def test_search_plan_errors_are_reported_together(raw: dict[str, Any], tmp_path:
     assert main(["run", str(path), "--dry-run"]) == EXIT_BAD_INPUT
     assert main(["run", str(path)]) == EXIT_BAD_INPUT
     assert not (tmp_path / "store" / "ledgers").exists()  # nothing charged, no journal
+
+
+def _write_parquet(path: Path, rows: int, seed: int, **extra: Any) -> None:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    pq.write_table(pa.table({"f0": rng.normal(size=rows), "f1": rng.normal(size=rows),
+                             "y": rng.integers(0, 3, size=rows), **extra}), path)
+
+
+def test_parquet_default_features_and_split_files(raw: dict[str, Any], tmp_path: Path) -> None:
+    """Without feature columns every column but the label is a feature; val_uri / test_uri
+    are the validation / test splits as they are (uri then gives them none of its records),
+    with the same features, and the budget still belongs to uri (same ledger)."""
+    from raydp_hpo.cli.experiment import preflight
+
+    for name, rows, seed in (("train", 300, 0), ("val", 40, 1), ("test", 30, 2)):
+        _write_parquet(tmp_path / f"{name}.parquet", rows, seed)
+    raw["data"] = {"source": "parquet", "uri": str(tmp_path / "train.parquet"),
+                   "label_column": "y", "val_fraction": 0.2, "test_fraction": 0.1}
+    raw["storage_path"] = str(tmp_path / "store")
+    raw["budget"]["epsilon"] = 50.0  # a few hundred records: the plan needs more than 8
+    split = preflight(parse_experiment(raw))
+    assert split.data.train.feature_shape == (2,)
+    assert len(split.data.train) + len(split.data.val) + len(split.data.test) == 300
+    assert split.data.val.labels.size and split.data.test.labels.size
+    ledger = parse_experiment(raw).ledger_name
+
+    both = copy.deepcopy(raw)
+    both["data"] = {"source": "parquet", "uri": str(tmp_path / "train.parquet"),
+                    "val_uri": str(tmp_path / "val.parquet"),
+                    "test_uri": str(tmp_path / "test.parquet"), "label_column": "y"}
+    spec = parse_experiment(both)
+    assert (spec.data.val_fraction, spec.data.test_fraction) == (0.0, 0.0)
+    assert spec.ledger_name == ledger  # the same dataset budget
+    files = preflight(spec)
+    assert (len(files.data.train), len(files.data.val), len(files.data.test)) == (300, 40, 30)
+    assert (files.train_size, files.validation_size) == (300, 40)  # realised, as today
+
+    only_val = copy.deepcopy(both)
+    del only_val["data"]["test_uri"]
+    split = preflight(parse_experiment(only_val)).data
+    assert len(split.val) == 40 and len(split.train) + len(split.test) == 300
+    assert 0 < len(split.test) < 300  # test_fraction 0.1 (default) of uri
+
+    # a split file with other columns is refused by name (default features must agree)
+    _write_parquet(tmp_path / "odd.parquet", 40, 3, extra_col=[1.0] * 40)
+    both["data"]["val_uri"] = str(tmp_path / "odd.parquet")
+    with pytest.raises(ConfigError, match="data.val_uri.*'extra_col'.*feature_columns"):
+        preflight(parse_experiment(both))
+    both["data"]["feature_columns"] = ["f0", "f1"]  # listing them is the remedy
+    assert len(preflight(parse_experiment(both)).data.val) == 40
+
+
+def test_points_make_one_space_fit_every_searcher(raw: dict[str, Any]) -> None:
+    """``points: N`` on a uniform / loguniform domain: a grid of N values (log-spaced for
+    loguniform) for grid and SVT search and for privacy keys; other keys are sampled."""
+    from ray.tune.search.sample import Categorical, Float
+
+    raw["space"]["lr"] = {"loguniform": [0.01, 1.0], "points": 3}
+    raw["space"]["noise_multiplier"] = {"uniform": [1.0, 2.0], "points": 3}
+    sampled = build_param_space(parse_experiment(raw))  # random_stopping
+    assert isinstance(sampled["lr"], Float)
+    assert isinstance(sampled["noise_multiplier"], Categorical)  # a privacy key: finite
+    assert sampled["noise_multiplier"].categories == [1.0, 1.5, 2.0]
+    validate_search(parse_experiment(raw), 1600, 200)
+
+    raw["search"] = {"algorithm": "grid_composed", "settings": {}}
+    grid = build_param_space(parse_experiment(raw))
+    assert grid["lr"]["grid_search"] == pytest.approx([0.01, 0.1, 1.0])
+    assert grid["noise_multiplier"] == {"grid_search": [1.0, 1.5, 2.0]}
+    validate_search(parse_experiment(raw), 1600, 200)
+    raw["search"] = {"algorithm": "svt_threshold", "settings": {}}  # enumerates its space too
+    assert build_param_space(parse_experiment(raw))["lr"] == grid["lr"]
+    raw["search"] = {"algorithm": "grid_composed", "settings": {}}
+
+    del raw["space"]["lr"]["points"]  # a continuous domain: the error says how to fix it
+    with pytest.raises(ConfigError, match=r"continuous.*give space.lr a number of points"):
+        validate_search(parse_experiment(raw), 1600, 200)
+
+
+def test_linear_scaling_accepts_the_common_space_with_a_warning(raw: dict[str, Any]) -> None:
+    """The example's space (lr, batch size, noise, optimizer) under linear scaling: the keys
+    it sets itself are ignored with a warning (before: refused)."""
+    raw["search"] = {"algorithm": "linear_scaling", "settings": {"runs_per_sweep": 2}}
+    with pytest.warns(UserWarning, match="linear scaling sets .*'lr'"):
+        validate_search(parse_experiment(raw), 1600, 200)

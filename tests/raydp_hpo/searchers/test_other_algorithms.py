@@ -162,9 +162,23 @@ def test_linear_scaling_unclamped_option_is_the_paper_rule() -> None:
         LinearScalingSearch({}, max_extrapolation=0.5, **KW)
 
 
+def test_linear_scaling_ignores_keys_it_sets_itself_with_a_warning() -> None:
+    """One space for every searcher: lr, the noise and the batch in the space are dropped with
+    a warning (before: an error) and never reach a trial, whose privacy settings are the
+    plan's own."""
+    space = {"lr": tune.loguniform(1e-3, 1), "noise_multiplier": 1.0,
+             "batch_size": tune.choice([32, 64]), "epochs": 1, "width": 3}
+    with pytest.warns(UserWarning, match="'noise_multiplier', 'batch_size', 'epochs', 'lr'"):
+        s = LinearScalingSearch(space, runs_per_sweep=2, **KW)
+    assert s.plan_epsilon() == LinearScalingSearch({"width": 3}, runs_per_sweep=2,
+                                                   **KW).plan_epsilon()
+    cfg = s.suggest("t0")
+    assert isinstance(cfg, dict) and cfg["width"] == 3 and "mu" in cfg
+    assert "noise_multiplier" not in cfg and "batch_size" not in cfg
+    assert cfg["lr"] != space["lr"] and isinstance(cfg["lr"], float)
+
+
 def test_linear_scaling_refuses_bad_space_and_small_budget() -> None:
-    with pytest.raises(SearchSpaceError, match="'lr'"):
-        LinearScalingSearch({"lr": tune.loguniform(1e-3, 1)}, **KW)
     with pytest.raises(SearchSpaceError, match="fix 'width'"):
         LinearScalingSearch({"width": tune.choice([1, 2])}, **KW)
     with pytest.raises(InvalidParameterError, match=r"at least ε="):

@@ -1,0 +1,121 @@
+"""The published JSON Schema of experiment files (``raydp-hpo schema``): every example
+experiment file in cluster/examples/ and in the READMEs validates against it (with the
+``jsonschema`` package when installed, and always through the pydantic models that parse
+files), and files the parser refuses for a wrong key or value are refused by it too."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from raydp_hpo.cli.experiment import parse_experiment
+from raydp_hpo.cli.experiment_schema import experiment_json_schema
+from raydp_hpo.cli.main import EXIT_BAD_INPUT, EXIT_OK, main
+from raydp_hpo.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _examples() -> list[tuple[str, dict[str, Any]]]:
+    """Every experiment file of cluster/examples/ and every ```yaml block of the READMEs that
+    is one (federated files, ``kind: federated``, have their own format)."""
+    out = []
+    for path in sorted((ROOT / "cluster" / "examples").glob("*.yaml")):
+        out.append((str(path.relative_to(ROOT)), yaml.safe_load(path.read_text())))
+    for readme in (ROOT / "README.md", ROOT / "cluster" / "README.md"):
+        for i, block in enumerate(re.findall(r"```yaml\n(.*?)```", readme.read_text(), re.S)):
+            out.append((f"{readme.relative_to(ROOT)} block {i}", yaml.safe_load(block)))
+    return [(name, raw) for name, raw in out
+            if isinstance(raw, dict) and "experiment" in raw and raw.get("kind") != "federated"]
+
+
+EXAMPLES = _examples()
+
+
+@pytest.fixture(scope="module")
+def schema(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The schema as the CLI writes it."""
+    out = tmp_path_factory.mktemp("schema") / "experiment.schema.json"
+    assert main(["schema", "--output", str(out)]) == EXIT_OK
+    return json.loads(out.read_text())
+
+
+def _schema_errors(schema: dict[str, Any], raw: Any) -> list[str]:
+    """jsonschema's errors for ``raw`` ([] when valid); pydantic's when jsonschema is absent."""
+    try:
+        import jsonschema
+    except ImportError:
+        try:
+            parse_experiment(raw)
+        except ConfigError as exc:
+            return [message for _, message in exc.problems]
+        return []
+    validator = jsonschema.Draft202012Validator(schema)
+    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in validator.iter_errors(raw)]
+
+
+def test_there_are_examples_and_the_readme_shows_one() -> None:
+    names = [name for name, _ in EXAMPLES]
+    assert "cluster/examples/mnist1d_small.yaml" in names
+    assert any(name.startswith("README.md") for name in names), names
+
+
+@pytest.mark.parametrize(("name", "raw"), EXAMPLES, ids=[n for n, _ in EXAMPLES])
+def test_examples_validate_against_the_schema(schema: dict[str, Any], name: str,
+                                              raw: dict[str, Any]) -> None:
+    try:
+        import jsonschema
+    except ImportError:  # _schema_errors falls back to the pydantic models
+        pass
+    else:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    assert _schema_errors(schema, raw) == [], name
+    parse_experiment(raw)  # and the parser accepts it
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    ("budgte", {"epsilon": 1, "delta": 1e-5}),  # unknown top-level key
+    ("data.sise", 100),  # unknown key of the source's block
+    ("data.uri", "x.parquet"),  # a parquet key on mnist1d
+    ("data.source", "mnist"),  # unknown source
+    ("search.algorithm", "random_stoping"),  # unknown algorithm
+    ("search.mode", "maximise"),
+    ("model.name", "mlpp"),
+    ("space.lr", {"loguniforn": [0.1, 1]}),  # unknown domain
+    ("space.lr", {"loguniform": [0.1, 1], "points": 1}),
+    ("space.model", "cnn1d"),  # reserved key
+    ("budget.delta", "tiny"),
+    ("resources.cpu", -1),
+    ("split_seed", -1),
+    ("tensorboard", "yes"),
+])
+def test_the_schema_refuses_what_the_parser_refuses(schema: dict[str, Any], path: str,
+                                                    value: Any) -> None:
+    raw = copy.deepcopy(EXAMPLES[0][1])
+    node = raw
+    keys = path.split(".")
+    for key in keys[:-1]:
+        node = node[key]
+    node[keys[-1]] = value
+    with pytest.raises(ConfigError):
+        parse_experiment(raw)
+    assert _schema_errors(schema, raw), f"the schema accepts {path}={value!r}"
+
+
+def test_schema_command_prints_the_schema(capsys: pytest.CaptureFixture[str],
+                                          tmp_path: Path) -> None:
+    assert main(["schema"]) == EXIT_OK
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == experiment_json_schema()
+    assert printed["additionalProperties"] is False
+    assert set(printed["required"]) == {"experiment", "data", "model", "search", "space",
+                                        "budget"}
+    assert main(["schema", "--output", str(tmp_path)]) == EXIT_BAD_INPUT  # a directory
+    assert "is a directory" in capsys.readouterr().err
