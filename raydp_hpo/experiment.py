@@ -1064,11 +1064,11 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
     )
     tuner = DPTuner(
         None,
-        build_param_space(spec),
-        spec.search.algorithm,
-        spec.budget,
-        spec.search.metric,
-        spec.search.mode,
+        param_space=build_param_space(spec),
+        search=spec.search.algorithm,
+        budget=spec.budget,
+        metric=spec.search.metric,
+        mode=spec.search.mode,
         data=data,
         resources=dict(spec.resources),
         storage_path=spec.storage_path,
@@ -1083,6 +1083,8 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
         test_accuracy_epsilon=spec.test_accuracy_epsilon,
         test_size=spec.data.public_test_size() if spec.test_accuracy_epsilon else None,
         tensorboard=spec.tensorboard,
+        progress=out,
+        progress_interval_s=progress_interval_s,
     )
     run_dir.mkdir(parents=True, exist_ok=True)
     journal = spec.ledger_journal()
@@ -1097,11 +1099,8 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
     atomic_write_json(run_dir / "run.json", meta)
     out(f"[raydp-hpo] experiment {spec.experiment}: {spec.search.algorithm}, budget "
         f"ε={spec.budget.epsilon:g} δ={spec.budget.delta:g}, run dir {run_dir}")
-    monitor = ProgressMonitor(run_dir / "audit.jsonl", spec.budget.epsilon, spec.search.metric,
-                              spec.search.mode, progress_interval_s, out)
     try:
-        with monitor:
-            result = tuner.fit(resume=resume)
+        result = tuner.fit(resume=resume)
     except BaseException as exc:
         meta.update(status="failed", error=repr(exc)[:500], finished=time.time())
         atomic_write_json(run_dir / "run.json", meta)

@@ -28,7 +28,8 @@ SPACE = {
 
 def make_tuner(storage: str, experiment: str) -> DPTuner:
     data = split(load_mnist1d(num_samples=1200, seed=3), 0.2, 0.2, seed=0)
-    return DPTuner(None, SPACE, "grid_composed", PrivacyBudget(8.0, 1e-5), data=data,
+    return DPTuner(None, param_space=SPACE, search="grid_composed", budget=PrivacyBudget(8.0, 1e-5),
+                   data=data,
                    storage_path=storage, experiment=experiment, max_concurrent_trials=1)
 
 

@@ -36,7 +36,8 @@ def data():
 
 def test_random_stopping_end_to_end(ray_session, data, tmp_path: Path) -> None:
     budget = PrivacyBudget(4.0, 1e-5)
-    tuner = DPTuner(None, SPACE, "random_stopping", budget, data=data, storage_path=tmp_path,
+    tuner = DPTuner(None, param_space=SPACE, search="random_stopping", budget=budget,
+                    data=data, storage_path=tmp_path,
                     experiment=f"rs-{uuid.uuid4().hex[:6]}", search_kwargs={"mean": 2.0})
     result = tuner.fit()
     trial_files = list((Path(result.experiment_path) / "tune").rglob("*"))
@@ -73,8 +74,8 @@ def test_unknown_space_key_is_refused_before_any_charge(ray_session, data, tmp_p
                                                         ) -> None:
     """`learning_rate` is not read by the trainable: training would use the default lr and the
     release would publish a value that trained nothing. Refused before the plan charge."""
-    tuner = DPTuner(None, {**SPACE, "learning_rate": 0.1}, "random_stopping",
-                    PrivacyBudget(4.0, 1e-5), data=data, storage_path=tmp_path,
+    tuner = DPTuner(None, param_space={**SPACE, "learning_rate": 0.1}, search="random_stopping",
+                    budget=PrivacyBudget(4.0, 1e-5), data=data, storage_path=tmp_path,
                     search_kwargs={"mean": 2.0})
     with pytest.raises(InvalidParameterError, match="did you mean 'lr'"):
         tuner.fit()
@@ -86,7 +87,8 @@ def test_failed_final_model_means_no_release(ray_session, data, tmp_path: Path) 
     """The one trial crashes after its charge (a model that cannot be built): nothing is
     released, the spend stays on the certificate, and release.json says why."""
     space = {**SPACE, "model_kwargs": tune.choice([{"hidden": ["not-a-width"]}])}
-    result = DPTuner(None, space, "one_shot_random", PrivacyBudget(2.0, 1e-5), data=data,
+    result = DPTuner(None, param_space=space, search="one_shot_random",
+                     budget=PrivacyBudget(2.0, 1e-5), data=data,
                      storage_path=tmp_path, experiment=f"fail-{uuid.uuid4().hex[:6]}").fit()
     assert result.hyperparameters is None and result.model is None
     assert result.extras["final_failed"] is True
@@ -97,7 +99,8 @@ def test_failed_final_model_means_no_release(ray_session, data, tmp_path: Path) 
 
 def test_tensorboard_is_opt_in(ray_session, data, tmp_path: Path) -> None:
     space = {**SPACE, "lr": tune.grid_search([0.1, 0.3]), "noise_multiplier": 3.0}
-    result = DPTuner(None, space, "grid_composed", PrivacyBudget(8.0, 1e-5), data=data,
+    result = DPTuner(None, param_space=space, search="grid_composed",
+                     budget=PrivacyBudget(8.0, 1e-5), data=data,
                      storage_path=tmp_path, experiment=f"tb-{uuid.uuid4().hex[:6]}",
                      tensorboard=True).fit()
     events = list((Path(result.experiment_path) / "tune").rglob("events.out.tfevents*"))
@@ -110,9 +113,9 @@ def test_budget_too_small_fails_before_any_trial(ray_session, data, tmp_path: Pa
                         namespace="tests")
     try:
         with pytest.raises(InvalidParameterError, match="budget"):
-            DPTuner(None, {**SPACE, "noise_multiplier": 1.0}, "random_stopping",
-                    PrivacyBudget(0.05, 1e-5), data=data, storage_path=tmp_path, ledger=ledger,
-                    search_kwargs={"mean": 5.0}).fit()
+            DPTuner(None, param_space={**SPACE, "noise_multiplier": 1.0}, search="random_stopping",
+                    budget=PrivacyBudget(0.05, 1e-5), data=data, storage_path=tmp_path,
+                    ledger=ledger, search_kwargs={"mean": 5.0}).fit()
         assert ledger.charges() == ()
         assert not (tmp_path / "tune").exists()
     finally:
@@ -127,7 +130,8 @@ def test_grid_search_halts_when_ledger_refuses(ray_session, data, tmp_path: Path
                         namespace="tests")
     try:
         space = {**SPACE, "lr": tune.grid_search([0.1, 0.3, 1.0]), "noise_multiplier": 1.6}
-        tuner = DPTuner(None, space, "grid_composed", PrivacyBudget(50.0, 1e-5), data=data,
+        tuner = DPTuner(None, param_space=space, search="grid_composed",
+                        budget=PrivacyBudget(50.0, 1e-5), data=data,
                         storage_path=tmp_path, ledger=ledger, max_concurrent_trials=1)
         result = tuner.fit()
         assert ledger.spent() <= 2.0
@@ -140,7 +144,8 @@ def test_grid_search_halts_when_ledger_refuses(ray_session, data, tmp_path: Path
 
 
 def test_selection_on_unprivatised_metric_is_refused(ray_session, data, tmp_path: Path) -> None:
-    tuner = DPTuner(None, SPACE, "random_stopping", PrivacyBudget(4.0, 1e-5), metric="loss",
+    tuner = DPTuner(None, param_space=SPACE, search="random_stopping",
+                    budget=PrivacyBudget(4.0, 1e-5), metric="loss",
                     mode="min", data=data, storage_path=tmp_path, search_kwargs={"mean": 2.0})
     with pytest.raises(InvalidParameterError, match="val_accuracy"):
         tuner.fit()
@@ -170,7 +175,8 @@ ALGORITHM_CASES = {
 def test_each_algorithm_in_a_real_tuner(ray_session, data, tmp_path: Path, algorithm) -> None:
     space, kwargs = ALGORITHM_CASES[algorithm]
     budget = PrivacyBudget(6.0, 1e-5)
-    tuner = DPTuner(None, space, algorithm, budget, data=data, storage_path=tmp_path,
+    tuner = DPTuner(None, param_space=space, search=algorithm, budget=budget,
+                    data=data, storage_path=tmp_path,
                     experiment=f"{algorithm}-{uuid.uuid4().hex[:6]}", search_kwargs=kwargs,
                     max_concurrent_trials=2)
     result = tuner.fit()
@@ -188,7 +194,8 @@ def test_resume_replays_the_plan_charge(ray_session, data, tmp_path: Path) -> No
     experiment = f"resume-{uuid.uuid4().hex[:6]}"
 
     def make() -> DPTuner:
-        return DPTuner(None, SPACE, "random_stopping", PrivacyBudget(4.0, 1e-5), data=data,
+        return DPTuner(None, param_space=SPACE, search="random_stopping",
+                       budget=PrivacyBudget(4.0, 1e-5), data=data,
                        storage_path=tmp_path, experiment=experiment, search_kwargs={"mean": 2.0})
 
     first = make().fit()
@@ -211,7 +218,8 @@ def test_runs_inside_a_ray_task(ray_session, tmp_path: Path) -> None:
         from trainables.data import load_mnist1d, split
 
         data = split(load_mnist1d(num_samples=600, seed=5), 0.2, 0.2, seed=0)
-        result = DPTuner(None, SPACE, "one_shot_random", PrivacyBudget(2.0, 1e-5), data=data,
+        result = DPTuner(None, param_space=SPACE, search="one_shot_random",
+                         budget=PrivacyBudget(2.0, 1e-5), data=data,
                          storage_path=storage).fit()
         cert = result.certificate
         return cert.epsilon, cert.budget.epsilon, result.model is not None
@@ -233,7 +241,8 @@ def test_dedicated_ledger_that_cannot_start_runs_nothing(ray_session, data, tmp_
         stale.charge("old", SubsampledGaussian(2.0, 0.01, 10))
     before = journal.read_bytes()
     space = {**SPACE, "lr": tune.grid_search([0.1, 0.3, 1.0]), "noise_multiplier": 1.6}
-    tuner = DPTuner(None, space, "grid_composed", PrivacyBudget(8.0, 1e-5), data=data,
+    tuner = DPTuner(None, param_space=space, search="grid_composed",
+                    budget=PrivacyBudget(8.0, 1e-5), data=data,
                     storage_path=tmp_path, experiment=experiment, max_concurrent_trials=1)
     with pytest.raises(RayDPHPOError, match="failed to start: .*LedgerMismatchError.*budget"):
         tuner.fit()
@@ -249,7 +258,8 @@ def test_fixed_plan_calibrates_on_the_tightest_valid_bound(ray_session, data, tm
     meets the budget (within the calibration tolerance) instead of wasting ~15 % of it, as an
     RDP-only calibration did (RDP 3.0 → PLD ≈ 2.55 at these settings)."""
     budget = PrivacyBudget(3.0, 1e-5)
-    result = DPTuner(None, SPACE, "one_shot_random", budget, data=data, storage_path=tmp_path,
+    result = DPTuner(None, param_space=SPACE, search="one_shot_random", budget=budget,
+                     data=data, storage_path=tmp_path,
                      experiment=f"best-{uuid.uuid4().hex[:6]}").fit()
     (_, plan), = result.certificate.charges
     assert result.certificate.ledger_halting_rule == "fixed_plan/profile"
@@ -265,7 +275,8 @@ def test_dp_test_accuracy_is_its_own_charge(ray_session, data, tmp_path: Path) -
     from raydp_hpo.mechanisms import Laplace
 
     budget = PrivacyBudget(3.0, 1e-5)
-    result = DPTuner(None, SPACE, "one_shot_random", budget, data=data, storage_path=tmp_path,
+    result = DPTuner(None, param_space=SPACE, search="one_shot_random", budget=budget,
+                     data=data, storage_path=tmp_path,
                      experiment=f"dptest-{uuid.uuid4().hex[:6]}",
                      test_accuracy_epsilon=0.5).fit()
     ids = [cid for cid, _ in result.certificate.charges]
@@ -277,7 +288,8 @@ def test_dp_test_accuracy_is_its_own_charge(ray_session, data, tmp_path: Path) -
     assert public["dp_test_accuracy"]["covered_by_certificate"] is True
     assert public["dp_test_accuracy"]["epsilon"] == 0.5
     with pytest.raises(InvalidParameterError, match="leaves nothing"):
-        DPTuner(None, SPACE, "one_shot_random", budget, data=data, test_accuracy_epsilon=3.0)
+        DPTuner(None, param_space=SPACE, search="one_shot_random", budget=budget,
+                data=data, test_accuracy_epsilon=3.0)
 
 
 def test_resumed_dedicated_ledger_keeps_its_journal_accountant(tmp_path):
