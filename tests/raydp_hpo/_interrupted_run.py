@@ -13,7 +13,7 @@ from ray import tune  # noqa: E402
 
 from raydp_hpo.budget import PrivacyBudget  # noqa: E402
 from raydp_hpo.tuner import DPTuner  # noqa: E402
-from trainables.data import load_mnist1d, split  # noqa: E402
+from trainables.data import DataSplits, load_mnist1d, split  # noqa: E402
 
 SPACE = {
     "lr": tune.grid_search([0.1, 0.2, 0.4, 0.8]),
@@ -26,11 +26,14 @@ SPACE = {
 }
 
 
+def make_data() -> DataSplits:
+    return split(load_mnist1d(num_samples=1200, seed=3), 0.2, 0.2, seed=0)
+
+
 def make_tuner(storage: str, experiment: str) -> DPTuner:
-    data = split(load_mnist1d(num_samples=1200, seed=3), 0.2, 0.2, seed=0)
-    return DPTuner(None, param_space=SPACE, search="grid_composed", budget=PrivacyBudget(8.0, 1e-5),
-                   data=data,
-                   storage_path=storage, experiment=experiment, max_concurrent_trials=1)
+    return DPTuner(None, param_space=SPACE, search="grid_composed",
+                   budget=PrivacyBudget(8.0, 1e-5), data=make_data(), storage_path=storage,
+                   experiment=experiment, max_concurrent_trials=1)
 
 
 if __name__ == "__main__":

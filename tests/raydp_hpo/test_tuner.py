@@ -15,6 +15,7 @@ from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 from raydp_hpo.ledger import PrivacyLedger
 from raydp_hpo.ledger_actor import get_ledger
 from raydp_hpo.tuner import DPTuner
+from search_algs import OneShotRandomSearch
 from trainables.data import load_mnist1d, split
 
 pytestmark = [pytest.mark.ray]
@@ -36,10 +37,21 @@ def data():
 
 def test_random_stopping_end_to_end(ray_session, data, tmp_path: Path) -> None:
     budget = PrivacyBudget(4.0, 1e-5)
+    lines: list[str] = []
     tuner = DPTuner(None, param_space=SPACE, search="random_stopping", budget=budget,
-                    data=data, storage_path=tmp_path,
-                    experiment=f"rs-{uuid.uuid4().hex[:6]}", search_kwargs={"mean": 2.0})
+                    data=data, search_kwargs={"mean": 2.0}, progress=lines.append,
+                    tune_config=tune.TuneConfig(max_concurrent_trials=2, mode="max"),
+                    run_config=tune.RunConfig(name=f"rs-{uuid.uuid4().hex[:6]}",
+                                              storage_path=str(tmp_path)))
     result = tuner.fit()
+    assert result.experiment_path == str(tuner.experiment_path)
+    assert tuner.experiment_path.parent == tmp_path.resolve()  # from the RunConfig
+    # Tune's ResultGrid, private: one result per trial run, never in the release
+    grid = result.private_result_grid
+    assert isinstance(grid, tune.ResultGrid) and len(grid) == len(result.private_trials)
+    # progress came from the Tune callback: the last line has the ledger's final spend
+    assert lines and f"ledger ε spent {result.certificate.ledger_spent_epsilon:.4f} / 4" \
+        in lines[-1]
     trial_files = list((Path(result.experiment_path) / "tune").rglob("*"))
     assert any(p.name == "result.json" for p in trial_files)  # Tune's JSON and CSV logs stay
     assert not any(p.name.startswith("events.out.tfevents") for p in trial_files)  # no TB
@@ -201,7 +213,8 @@ def test_resume_replays_the_plan_charge(ray_session, data, tmp_path: Path) -> No
     first = make().fit()
     with pytest.raises(InvalidParameterError, match="already exists"):
         make().fit()  # a second fresh run of the same experiment is refused
-    again = make().fit(resume=True)
+    assert DPTuner.can_restore(first.experiment_path)
+    again = DPTuner.restore(first.experiment_path, data=data).fit()
     assert len(again.certificate.charges) == 1
     assert again.certificate.charges == first.certificate.charges
     assert again.certificate.epsilon == pytest.approx(first.certificate.epsilon)
@@ -275,10 +288,15 @@ def test_dp_test_accuracy_is_its_own_charge(ray_session, data, tmp_path: Path) -
     from raydp_hpo.mechanisms import Laplace
 
     budget = PrivacyBudget(3.0, 1e-5)
-    result = DPTuner(None, param_space=SPACE, search="one_shot_random", budget=budget,
-                     data=data, storage_path=tmp_path,
-                     experiment=f"dptest-{uuid.uuid4().hex[:6]}",
+    # a searcher constructed without space, ledger or sizes: DPTuner hands them over (with the
+    # search's share of the budget, ε − ε_t) and names its charges
+    searcher = OneShotRandomSearch(None, metric="val_accuracy", ledger_name="not-this-one")
+    result = DPTuner(None, param_space=SPACE, search=searcher, budget=budget, data=data,
+                     storage_path=tmp_path, experiment=f"dptest-{uuid.uuid4().hex[:6]}",
                      test_accuracy_epsilon=0.5).fit()
+    assert searcher.budget == PrivacyBudget(2.5, 1e-5)
+    assert searcher._ledger_name == result.certificate.ledger_name
+    assert [cid for cid, _ in result.certificate.charges][0].endswith("/plan")
     ids = [cid for cid, _ in result.certificate.charges]
     assert ids[-1].endswith("/test_accuracy")
     assert result.certificate.charges[-1][1] == Laplace(0.5)
@@ -309,3 +327,37 @@ def test_resumed_dedicated_ledger_keeps_its_journal_accountant(tmp_path):
     assert _resumed_accountant(journal, Adaptivity.FIXED_PLAN) is Accountant.BEST
     # a different halting rule is not silently adopted: the actor reports the mismatch
     assert _resumed_accountant(journal, Adaptivity.ADAPTIVE) is Accountant.RDP
+
+
+def flaky_trainable(config: dict) -> None:
+    """Passes the real privacy gate (a self-charging trial: a fresh attempt id per start),
+    then fails on its first attempt."""
+    from raydp_hpo.trial_privacy import privacy_from_config
+    from trainables.privacy_gate import RaydpSettings, admit
+
+    settings = RaydpSettings.from_config(config)
+    charged = admit(settings, privacy_from_config(config, 1000).mechanism(), None, owner="test")
+    marker = Path(config["marker_dir"]) / str(settings.charge_id).replace("/", "_")
+    if not marker.exists():
+        marker.write_text(str(charged))
+        raise RuntimeError("the first attempt fails after its charge")
+    tune.report({"val_accuracy": 0.5})
+
+
+def test_a_retried_trial_pays_again(ray_session, data, tmp_path: Path) -> None:
+    """max_failures=1 (from the RunConfig): the trial's first attempt charged and failed, Tune
+    retried it from scratch, and the retry charged again under a new attempt id."""
+    space = {**SPACE, "lr": tune.grid_search([0.1]), "noise_multiplier": 3.0,
+             "marker_dir": str(tmp_path)}
+    name = f"retry-{uuid.uuid4().hex[:6]}"
+    result = DPTuner(tune.with_resources(flaky_trainable, {"cpu": 1}), param_space=space,
+                     search="grid_composed", budget=PrivacyBudget(8.0, 1e-5), data=data,
+                     storage_path=tmp_path, experiment=name,
+                     run_config=tune.RunConfig(failure_config=tune.FailureConfig(max_failures=1))
+                     ).fit()
+    ids = [cid for cid, _ in result.certificate.charges]
+    assert len(ids) == 2 and {i.rsplit("/", 1)[1] for i in ids} == {"attempt-0", "attempt-1"}
+    assert len({i.rsplit("/", 1)[0] for i in ids}) == 1  # one trial, two paid attempts
+    assert result.certificate.epsilon_rdp == pytest.approx(
+        epsilon([m for _, m in result.certificate.charges], 1e-5, Accountant.RDP))
+    assert not any(t["error"] for t in result.private_trials)
