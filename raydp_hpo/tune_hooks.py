@@ -361,6 +361,8 @@ class ProgressCallback(Callback):
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         self._ask_spend(wait=False)
+        if self.spent is None and self._asked is not None:
+            return  # the first answer is not in yet: no line with an unknown spend
         self._emit(force=False)
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:

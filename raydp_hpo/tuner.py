@@ -408,8 +408,7 @@ class DPTuner:
         self._storage = Path(settings.storage_path or Path.cwd() / "raydp_results"
                              ).expanduser().resolve()
         self._ledger = ledger
-        name = settings.experiment
-        self._experiment = _safe_name(name or f"exp-{time.strftime('%Y%m%d-%H%M%S')}-"
+        self._experiment = _safe_name(settings.experiment or f"exp-{time.strftime('%Y%m%d-%H%M%S')}-"
                                       f"{uuid.uuid4().hex[:6]}")
         self._namespace = namespace
         self._search_kwargs = dict(search_kwargs or {})

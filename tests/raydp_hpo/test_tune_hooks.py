@@ -206,7 +206,8 @@ def test_progress_asks_the_ledger_actor_without_waiting(ray_session, tmp_path: P
     try:
         ledger.charge("a", TRIAL)
         cb, lines = _progress(ledger)
-        cb.on_step_end(0, [])  # asked, not waited for
+        cb.on_step_end(0, [])  # asked, not waited for: no line while the spend is unknown
+        assert lines == [] and cb._asked is not None
         cb.on_experiment_end([])  # waits for the answer
         assert f"ledger ε spent {ledger.spent():.4f} / 3" in lines[-1]
     finally:
