@@ -13,8 +13,12 @@ Data flow of :meth:`DPTuner.fit` (DESIGN.md, "Data flow of one run"):
    own RNG, charges are stated up front), so standard composition applies, and it admits
    (and the searcher calibrates its noise) on the tightest valid bound, ``Accountant.PROFILE``
    (the minimum of the RDP, PLD and privacy-profile figures).
-3. The searcher states its plan; the plan is charged **before** any trial runs. A refusal
-   raises :class:`~raydp_hpo.errors.BudgetExhaustedError` and nothing runs.
+3. The searcher gets the space, metric and mode through Tune's ``set_search_properties``,
+   with the ledger name and experiment this tuner assigns; it states its plan, and the plan is
+   charged **before** any trial runs. A refusal raises
+   :class:`~raydp_hpo.errors.BudgetExhaustedError` and nothing runs. The settings that
+   :meth:`DPTuner.restore` needs (no data, no secret seed) are written to the experiment
+   directory first.
 4. Ray Tune runs the trials; each checks its own mechanism against the ledger before
    training. A trial covered by the admitted plan gets the plan's receipt (where its charge
    lies in the journal) with its config and checks the journal file locally, with no ledger
