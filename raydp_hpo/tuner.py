@@ -348,13 +348,22 @@ class DPTuner:
     ) -> None:
         from raydp_hpo._validation import positive_float, positive_int
         from raydp_hpo.tuner_config import resolve_tune_settings
-        from search_algs import DPSearcher
+        from search_algs import DPSearcher, SearchAlgorithm
         from trainables.data import DataSplits
 
         if not isinstance(budget, PrivacyBudget):
             raise InvalidParameterError(f"budget must be a PrivacyBudget, got {budget!r}")
         if not isinstance(data, DataSplits):
             raise InvalidParameterError(f"data must be trainables.DataSplits, got {type(data)!r}")
+        if not isinstance(search, DPSearcher):
+            try:
+                SearchAlgorithm(search)
+            except ValueError:
+                names = ", ".join(a.value for a in SearchAlgorithm)
+                raise InvalidParameterError(
+                    f"search={search!r} is neither a search_algs searcher nor a search "
+                    f"algorithm; use one of {names}"
+                ) from None
         searcher_space = isinstance(search, DPSearcher) and search.has_space
         if param_space is None and not searcher_space:
             raise InvalidParameterError(

@@ -97,6 +97,7 @@ REFUSED = {
         failure_config=tune.FailureConfig(max_failures=2))}, "max_failures=2 is refused"),
     "unlimited retries": ({"search": "grid_composed", "max_failures": -1},
                           "max_failures must be an integer >= 0"),
+    "unknown search": ({"search": "asha"}, "search='asha' is neither.*random_stopping"),
 }
 
 
