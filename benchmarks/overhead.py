@@ -151,9 +151,9 @@ def run_dp(n: int, storage: str, concurrency: int, name: str = "bench",
     t0 = time.perf_counter()
     result = DPTuner(
         tune.with_resources(tiny_trainable, {"cpu": 1}),
-        space,
-        search,
-        PrivacyBudget(50.0, 1e-5),
+        param_space=space,
+        search=search,
+        budget=PrivacyBudget(50.0, 1e-5),
         data=_data(),
         storage_path=storage,
         experiment=name,

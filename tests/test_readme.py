@@ -44,6 +44,7 @@ def test_the_dptuner_example_runs_as_written(tmp_path: Path, monkeypatch: pytest
                                             ray_session: object) -> None:
     block = _block_with("DPTuner(")
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))  # the example stores its run under ~
     scope: dict[str, object] = {}
     exec(compile(block, "README.md", "exec"), scope)  # noqa: S102
     result = scope["result"]

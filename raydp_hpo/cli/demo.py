@@ -81,9 +81,9 @@ def run_demo(*, quick: bool = False, storage_path: str | None = None) -> int:
         root = storage_path or tempfile.mkdtemp(prefix="raydp-demo-")
         tuner = DPTuner(
             None,
-            space,
-            "random_stopping",
-            budget,
+            param_space=space,
+            search="random_stopping",
+            budget=budget,
             data=data,
             storage_path=root,
             experiment="demo",

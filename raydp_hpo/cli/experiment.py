@@ -88,10 +88,8 @@ the cluster a ``ray job submit`` job runs on), else starts a local Ray; runs
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -136,7 +134,7 @@ _ENUMERATING = ("grid_composed", "svt_threshold")
 
 
 # ---------------------------------------------- helpers of the federated experiment files
-# (raydp_hpo.federated_experiment still validates by hand; experiment files use the schema)
+# (raydp_hpo.cli.federated_experiment still validates by hand; experiment files use the schema)
 
 
 def _check_keys(where: str, mapping: Mapping[str, Any], allowed: tuple[str, ...],
@@ -734,88 +732,6 @@ class RunOutcome:
     trial_errors: int
 
 
-class ProgressMonitor:
-    """Prints progress while a run goes: trials done, best metric so far, ε spent / total.
-
-    Tails the run's ``audit.jsonl`` (written by :class:`LedgerAuditCallback`). What it prints
-    (number of trials, per-trial metrics) is a private artefact, like the audit trail itself.
-    """
-
-    def __init__(self, audit_path: Path, total_epsilon: float, metric: str, mode: str,
-                 interval_s: float = 5.0, out: Callable[[str], None] = print) -> None:
-        self._path = audit_path
-        self._total = total_epsilon
-        self._metric = metric
-        self._mode = mode
-        self._interval = interval_s
-        self._out = out
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="raydp-progress", daemon=True)
-        self._last = ""
-        self._t0 = time.monotonic()
-
-    def __enter__(self) -> ProgressMonitor:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2 * self._interval)
-        self.poll()
-
-    def summary(self) -> str:
-        started, done, errors, spent = set(), set(), set(), 0.0
-        best: float | None = None
-        try:
-            lines = self._path.read_text(encoding="utf-8").splitlines()
-        except OSError:
-            lines = []
-        for line in lines:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            tid = rec.get("trial_id")
-            event = rec.get("event")
-            if isinstance(rec.get("spent_epsilon"), (int, float)) and math.isfinite(
-                rec["spent_epsilon"]
-            ):
-                spent = float(rec["spent_epsilon"])
-            if event == "start":
-                started.add(tid)
-            elif event == "complete":
-                done.add(tid)
-            elif event == "error":
-                errors.add(tid)
-            elif event == "result":
-                value = (rec.get("result") or {}).get(self._metric)
-                if isinstance(value, (int, float)) and math.isfinite(value) and (
-                    best is None or (value > best if self._mode == "max" else value < best)
-                ):
-                    best = float(value)
-        best_txt = "-" if best is None else f"{best:.4f}"
-        running = len(started - done - errors)
-        return (
-            f"[raydp-hpo {time.monotonic() - self._t0:6.0f}s] trials done {len(done)}, "
-            f"errored {len(errors)}, running {running}; best {self._metric} so far {best_txt}; "
-            f"ledger ε spent {spent:.4f} / {self._total:g}"
-        )
-
-    def poll(self) -> None:
-        line = self.summary()
-        key = line.split("]", 1)[1]
-        if key != self._last:
-            self._last = key
-            self._out(line)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                self.poll()
-            except Exception as exc:  # progress must never kill the run
-                self._out(f"[raydp-hpo] progress monitor: {exc!r}")
-
-
 def _dataset_ledger_budget(spec: ExperimentSpec, out: Callable[[str], None]) -> PrivacyBudget:
     """The total budget of the ledger this experiment charges (see the module docstring)."""
     journal = spec.ledger_journal()
@@ -908,11 +824,11 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
     )
     tuner = DPTuner(
         None,
-        build_param_space(spec),
-        spec.search.algorithm,
-        spec.budget,
-        spec.search.metric,
-        spec.search.mode,
+        param_space=build_param_space(spec),
+        search=spec.search.algorithm,
+        budget=spec.budget,
+        metric=spec.search.metric,
+        mode=spec.search.mode,
         data=data,
         resources=dict(spec.resources),
         storage_path=spec.storage_path,
@@ -927,6 +843,8 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
         test_accuracy_epsilon=spec.test_accuracy_epsilon,
         test_size=spec.data.public_test_size() if spec.test_accuracy_epsilon else None,
         tensorboard=spec.tensorboard,
+        progress=out,
+        progress_interval_s=progress_interval_s,
     )
     run_dir.mkdir(parents=True, exist_ok=True)
     journal = spec.ledger_journal()
@@ -941,11 +859,8 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
     atomic_write_json(run_dir / "run.json", meta)
     out(f"[raydp-hpo] experiment {spec.experiment}: {spec.search.algorithm}, budget "
         f"ε={spec.budget.epsilon:g} δ={spec.budget.delta:g}, run dir {run_dir}")
-    monitor = ProgressMonitor(run_dir / "audit.jsonl", spec.budget.epsilon, spec.search.metric,
-                              spec.search.mode, progress_interval_s, out)
     try:
-        with monitor:
-            result = tuner.fit(resume=resume)
+        result = tuner.fit(resume=resume)
     except BaseException as exc:
         meta.update(status="failed", error=repr(exc)[:500], finished=time.time())
         atomic_write_json(run_dir / "run.json", meta)

@@ -28,6 +28,7 @@ searcher privatises itself (SVT candidates) get ``score_epsilon=None``.
 from __future__ import annotations
 
 import abc
+import functools
 import itertools
 import math
 import pickle
@@ -84,6 +85,14 @@ PRIVACY_KEYS: tuple[str, ...] = (
 )
 #: Keys that set the DP noise of a trial (at most one may appear in a space).
 NOISE_KEYS: tuple[str, ...] = ("noise_multiplier", "target_epsilon", "mu")
+
+#: ``set_search_properties`` spec keys the orchestrator always assigns: which ledger the
+#: trials charge and check, and the experiment every charge id is prefixed with. They decide
+#: no part of the plan, so a searcher built by the user is told them, never asked for them.
+TUNER_ASSIGNED: tuple[str, ...] = ("ledger_name", "namespace", "experiment")
+#: Spec keys that fill constructor arguments a searcher built without a space was not given.
+TUNER_DEFAULTS: tuple[str, ...] = ("dataset_size", "validation_size", "budget", "seed",
+                                   "admissible")
 
 #: Predicate deciding whether a plan mechanism fits the budget (the ledger's rule).
 Admissible = Callable[[Mechanism], bool]
@@ -244,6 +253,13 @@ class DPSearcher(Searcher, abc.ABC):
 
     Lifecycle (call order, as driven by ``DPTuner`` and Ray Tune):
 
+    0. The space comes with the constructor, or later through Tune's
+       ``set_search_properties(metric, mode, config, **spec)`` (how ``DPTuner`` hands over its
+       ``param_space``): a searcher built with ``param_space=None`` keeps its arguments and
+       runs step 1 there, with ``config`` as the space, ``spec`` filling the arguments the
+       constructor did not get (:data:`TUNER_DEFAULTS`: declared sizes, budget, secret seed,
+       the ledger's admission rule). Either way ``DPTuner`` assigns ``ledger_name``,
+       ``namespace`` and ``experiment`` (:data:`TUNER_ASSIGNED`) through the same call.
     1. ``__init__`` validates the space and the budget eagerly and fixes the plan; a space the
        algorithm cannot use raises :class:`~raydp_hpo.errors.SearchSpaceError`, a budget too
        small for the plan raises :class:`~raydp_hpo.errors.InvalidParameterError` stating the
@@ -268,7 +284,8 @@ class DPSearcher(Searcher, abc.ABC):
 
     Args:
         param_space: flat dict of ``ray.tune`` Domains, ``tune.grid_search`` dicts or
-            constants. The searcher samples every Domain itself with its own RNG.
+            constants. The searcher samples every Domain itself with its own RNG. ``None``:
+            given later by ``set_search_properties`` (lifecycle step 0).
         metric: the reported metric to optimise.
         mode: ``"max"`` or ``"min"``.
         dataset_size: the declared **public** number of training records n (q from
@@ -301,6 +318,13 @@ class DPSearcher(Searcher, abc.ABC):
             PLD accountants compose with DP-SGD far more tightly over many scored trials.
         score_delta: δ_s of the Gaussian score (required for ``GAUSSIAN``, refused otherwise).
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every searcher's ``__init__`` accepts ``param_space=None`` (lifecycle step 0)."""
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None and not getattr(init, "_defers_space", False):
+            cls.__init__ = _deferring_init(init)  # type: ignore[method-assign]
 
     #: short name of the algorithm (set by subclasses)
     algorithm: str = ""
@@ -634,15 +658,55 @@ class DPSearcher(Searcher, abc.ABC):
 
     # ---------------------------------------------------------------- Ray Tune API
 
+    @property
+    def has_space(self) -> bool:
+        """Whether the space is set (and the plan fixed): False until ``set_search_properties``
+        gives the space to a searcher built with ``param_space=None``."""
+        return "_deferred" not in self.__dict__
+
     def set_search_properties(
         self, metric: str | None, mode: str | None, config: dict, **spec: Any
     ) -> bool:
-        """The space is given to the constructor only; a Tune ``param_space`` is refused."""
+        """Tune's hand-over of metric, mode and space (lifecycle step 0).
+
+        A searcher built without a space is constructed here with ``config`` as the space
+        (errors in the space or budget raise as from the constructor); one built with a space
+        refuses another (returns ``False``, as Tune's searchers do). A ``metric`` / ``mode``
+        other than the searcher's is refused. The :data:`TUNER_ASSIGNED` keys of ``spec`` are
+        assigned either way; other keys (Tune's own spec) are ignored.
+        """
+        assigned = {k: spec[k] for k in TUNER_ASSIGNED if spec.get(k) is not None}
+        deferred = self.__dict__.get("_deferred")
+        if deferred is not None:
+            if not config:
+                return False
+            args, kwargs = deferred
+            kwargs = dict(kwargs)
+            for key, value in (("metric", metric), ("mode", mode)):
+                if value:
+                    if kwargs.get(key) not in (None, value):
+                        return False
+                    kwargs[key] = value
+            for key in TUNER_DEFAULTS:
+                if spec.get(key) is not None and key not in kwargs:
+                    kwargs[key] = spec[key]
+            kwargs.update(assigned)
+            del self.__dict__["_deferred"]
+            try:
+                type(self).__init__(self, dict(config), *args, **kwargs)
+            except BaseException:
+                self.__dict__["_deferred"] = deferred
+                raise
+            return True
         if config:
             return False
         if metric and self._metric and metric != self._metric:
             return False
-        return not (mode and self._mode and mode != self._mode)
+        if mode and self._mode and mode != self._mode:
+            return False
+        for key, value in assigned.items():
+            setattr(self, f"_{key}", value)
+        return True
 
     def suggest(self, trial_id: str) -> dict | None:
         if trial_id in self._configs:  # Ray asks again for a known id: same config
@@ -752,6 +816,25 @@ class DPSearcher(Searcher, abc.ABC):
         with open(checkpoint_path, "rb") as fh:
             state = pickle.load(fh)  # noqa: S301 - our own private checkpoint
         self.set_state(state)
+
+
+def _deferring_init(init: Callable[..., None]) -> Callable[..., None]:
+    """``init`` that, called with ``param_space=None`` (positional or keyword), keeps its
+    arguments for ``set_search_properties`` instead of building the plan now."""
+
+    @functools.wraps(init)
+    def __init__(self: DPSearcher, *args: Any, **kwargs: Any) -> None:
+        space = args[0] if args else kwargs.get("param_space")
+        if space is not None:
+            init(self, *args, **kwargs)
+            return
+        rest = args[1:]
+        kept = {k: v for k, v in kwargs.items() if k != "param_space"}
+        Searcher.__init__(self, metric=kept.get("metric"), mode=kept.get("mode", "max"))
+        self.__dict__["_deferred"] = (rest, kept)
+
+    __init__._defers_space = True  # type: ignore[attr-defined]
+    return __init__
 
 
 #: Relative tolerance of noise calibration: the calibrated σ is at most this much above the

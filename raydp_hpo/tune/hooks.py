@@ -8,15 +8,22 @@
 * :class:`LedgerAuditCallback` — appends one JSON line per trial event (start, result,
   completion, error) and ``spend`` lines with the ledger's spend over time. It is a private
   artefact (it contains per-trial metrics), like Tune's experiment directory.
+* :class:`ProgressCallback` — prints one line when something changed, at most every
+  ``interval_s``: trials done / errored / running, the best **noisy** selection score so far,
+  and the ε the ledger has spent. It reads Tune's trial events and asks the ledger without
+  waiting, instead of a thread re-reading the audit file.
 * :class:`NoTensorBoardLogger` — takes the place of Tune's default TensorBoard logger, so that
   a run writes no per-trial TensorBoard event files (see its docstring).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +34,20 @@ from ray.tune.logger import LoggerCallback, TBXLoggerCallback
 from raydp_hpo.accounting.mechanisms import Mechanism
 from raydp_hpo.ledger.ledger_like import LedgerLike
 
-__all__ = ["LedgerStopper", "LedgerAuditCallback", "NoTensorBoardLogger", "BUDGET_EXHAUSTED_KEY"]
+__all__ = [
+    "LedgerStopper",
+    "LedgerAuditCallback",
+    "ProgressCallback",
+    "NoTensorBoardLogger",
+    "BUDGET_EXHAUSTED_KEY",
+    "NOISY_SCORE_KEY",
+]
 
 #: Result key a trial sets to True when the ledger refused its charge.
 BUDGET_EXHAUSTED_KEY = "raydp_budget_exhausted"
+#: Result key present exactly in a result whose score is the trial's noisy (released) score:
+#: the built-in trainable sets it on its final result (``raydp_hpo.trainables.training.train_dp``).
+NOISY_SCORE_KEY = "score_epsilon"
 
 
 class LedgerStopper(Stopper):
@@ -216,6 +233,142 @@ class LedgerAuditCallback(Callback):
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         self.record_spend(wait=True)
+
+
+class ProgressCallback(Callback):
+    """Progress lines for the operator: trials, the best noisy score so far, ε spent.
+
+    ``trials done N, errored E, running R; best <metric> (noisy) so far S; ledger ε spent
+    x / total``, written with ``out`` when it changed, at most every ``interval_s`` (and once at
+    the end of the experiment).
+
+    Only **noisy** scores count towards "best so far": a trial's score is taken from its final
+    result, and only when that result carries :data:`NOISY_SCORE_KEY` (the trial released its
+    score with noise charged to it); per-epoch values and unnoised scores (a validation split
+    declared public, a final run) are never shown. The lines are nonetheless a private
+    artefact, like Tune's console output: the number of trials run is not released (random
+    stopping's is secret), so show them to the operator only.
+
+    The ledger's spend is asked without waiting (an ``ObjectRef`` read at a later controller
+    step; Tune's controller is single-threaded) and asked once more, waiting, at the end. A
+    ledger that cannot be asked shows ε spent as ``?``; progress never stops the experiment.
+
+    Args:
+        ledger: a ledger actor handle (``spent_ref``) or a local ledger (``spent``).
+        total_epsilon: the budget shown after the spend.
+        metric, mode: the selection score and whether larger (``"max"``) is better.
+        out: where lines go (default ``print``).
+        interval_s: at most one line this often.
+    """
+
+    def __init__(
+        self,
+        ledger: Any,
+        total_epsilon: float,
+        metric: str,
+        mode: str = "max",
+        *,
+        out: Callable[[str], None] = print,
+        interval_s: float = 5.0,
+    ) -> None:
+        if mode not in ("max", "min"):
+            raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
+        self._ledger = ledger
+        self._total = float(total_epsilon)
+        self._metric = metric
+        self._mode = mode
+        self._out = out
+        self._interval = float(interval_s)
+        self._running: set[str] = set()
+        self._done: set[str] = set()
+        self._errored: set[str] = set()
+        self.best: float | None = None
+        self.spent: float | None = None
+        self._asked: Any = None
+        self._last_line_at = -float("inf")
+        self._last_key = ""
+        self._t0 = time.monotonic()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Tune pickles its run config when a run starts: ``out`` (any callable) and an
+        unanswered ledger question are not kept; a restored copy prints with ``print``."""
+        state = self.__dict__.copy()
+        state["_out"] = print
+        state["_asked"] = None
+        return state
+
+    # ------------------------------------------------------------ state
+    def _noisy_score(self, result: dict[str, Any] | None) -> float | None:
+        if not result or NOISY_SCORE_KEY not in result:
+            return None
+        value = result.get(self._metric)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        return float(value) if math.isfinite(value) else None
+
+    def _ask_spend(self, *, wait: bool) -> None:
+        try:
+            if self._asked is not None and (wait or _ready(self._asked)):
+                self.spent, self._asked = float(ray.get(self._asked)), None
+            if self._asked is None:
+                ask = getattr(self._ledger, "spent_ref", None)
+                if ask is None:
+                    self.spent = float(self._ledger.spent())
+                else:
+                    self._asked = ask()
+                    if wait:
+                        self.spent, self._asked = float(ray.get(self._asked)), None
+        except Exception:  # progress must never stop the experiment
+            self._asked = None
+
+    def summary(self) -> str:
+        best = "-" if self.best is None else f"{self.best:.4f}"
+        spent = "?" if self.spent is None else f"{self.spent:.4f}"
+        return (
+            f"[raydp-hpo {time.monotonic() - self._t0:6.0f}s] trials done {len(self._done)}, "
+            f"errored {len(self._errored)}, running {len(self._running)}; best {self._metric} "
+            f"(noisy) so far {best}; ledger ε spent {spent} / {self._total:g}"
+        )
+
+    def _emit(self, *, force: bool) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_line_at < self._interval:
+            return
+        line = self.summary()
+        key = line.split("]", 1)[1]
+        if key != self._last_key:
+            self._last_key, self._last_line_at = key, now
+            with contextlib.suppress(Exception):  # progress must never stop the experiment
+                self._out(line)
+
+    # ------------------------------------------------------------ Tune hooks
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._running.add(getattr(trial, "trial_id", str(trial)))
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        tid = getattr(trial, "trial_id", str(trial))
+        self._running.discard(tid)
+        self._done.add(tid)
+        score = self._noisy_score(getattr(trial, "last_result", None))
+        if score is not None and (
+            self.best is None or (score > self.best if self._mode == "max" else score < self.best)
+        ):
+            self.best = score
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        tid = getattr(trial, "trial_id", str(trial))
+        self._running.discard(tid)
+        self._errored.add(tid)
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        self._ask_spend(wait=False)
+        if self.spent is None and self._asked is not None:
+            return  # the first answer is not in yet: no line with an unknown spend
+        self._emit(force=False)
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self._ask_spend(wait=True)
+        self._emit(force=True)
 
 
 class NoTensorBoardLogger(TBXLoggerCallback):

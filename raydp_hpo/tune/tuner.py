@@ -13,8 +13,12 @@ Data flow of :meth:`DPTuner.fit` (DESIGN.md, "Data flow of one run"):
    own RNG, charges are stated up front), so standard composition applies, and it admits
    (and the searcher calibrates its noise) on the tightest valid bound, ``Accountant.PROFILE``
    (the minimum of the RDP, PLD and privacy-profile figures).
-3. The searcher states its plan; the plan is charged **before** any trial runs. A refusal
-   raises :class:`~raydp_hpo.errors.BudgetExhaustedError` and nothing runs.
+3. The searcher gets the space, metric and mode through Tune's ``set_search_properties``,
+   with the ledger name and experiment this tuner assigns; it states its plan, and the plan is
+   charged **before** any trial runs. A refusal raises
+   :class:`~raydp_hpo.errors.BudgetExhaustedError` and nothing runs. The settings that
+   :meth:`DPTuner.restore` needs (no data, no secret seed) are written to the experiment
+   directory first.
 4. Ray Tune runs the trials; each checks its own mechanism against the ledger before
    training. A trial covered by the admitted plan gets the plan's receipt (where its charge
    lies in the journal) with its config and checks the journal file locally, with no ledger
@@ -25,9 +29,9 @@ Data flow of :meth:`DPTuner.fit` (DESIGN.md, "Data flow of one run"):
 
 Released vs private: :class:`DPResult` exposes ``hyperparameters``, ``model`` and
 ``certificate`` as the public part (``test_accuracy`` is a noiseless evaluation on the private
-test split for the operator, not covered by the certificate); ``private_trials`` (per-trial
-metrics), the number of trials and Tune's experiment directory are **not covered by the
-guarantee** and must not be published.
+test split for the operator, not covered by the certificate); ``private_trials`` and
+``private_result_grid`` (per-trial metrics, Tune's ``ResultGrid``), the number of trials and
+Tune's experiment directory are **not covered by the guarantee** and must not be published.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,7 +161,12 @@ class DPResult:
     ``dp_test_accuracy`` (with ``DPTuner(test_accuracy_epsilon=ε_t)``) is the released model's
     test accuracy released with the Laplace mechanism — its own ``Laplace(ε_t)`` charge, in the
     certificate — so it *is* covered and may be published.
-    Private (NOT covered; never publish): ``private_trials``, ``experiment_path``.
+    Private (NOT covered; never publish): ``private_trials``, ``experiment_path`` and
+    ``private_result_grid`` — Tune's own ``ResultGrid`` of the run, for a Tune user's usual
+    analysis (``get_dataframe()``, per-trial ``metrics``, checkpoints, errors). Its per-trial
+    metrics (unnoised per-epoch scores, losses, test accuracies) and its number of trials are
+    **not released** by any charged mechanism: they are for the operator and must not be
+    published (nor selected on: a selection from them is not covered by the certificate).
     """
 
     hyperparameters: dict[str, Any] | None
@@ -171,6 +180,7 @@ class DPResult:
     experiment_path: str | None = None
     dp_test_accuracy: float | None = None
     dp_test_accuracy_epsilon: float | None = None
+    private_result_grid: Any | None = field(default=None, repr=False)
 
     def public(self) -> dict[str, Any]:
         """The releasable part as a JSON-able dict (no per-trial metrics, no trial count).
@@ -196,6 +206,32 @@ class DPResult:
         }
 
 
+#: The file in an experiment directory that :meth:`DPTuner.restore` reads its settings from.
+_RESTORE_FILE = "dptuner.pkl"
+
+
+def _same_space(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Equal search spaces: the same keys, each value equal or (a Tune Domain, which compares
+    by identity) pickled alike."""
+    import pickle
+
+    if set(a) != set(b):
+        return False
+    for key in a:
+        x, y = a[key], b[key]
+        if x is y:
+            continue
+        try:
+            if x == y:
+                continue
+            if type(x) is type(y) and pickle.dumps(x) == pickle.dumps(y):
+                continue
+        except Exception:  # unpicklable or uncomparable: not shown to be the same
+            return False
+        return False
+    return True
+
+
 def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", text)
 
@@ -203,15 +239,32 @@ def _safe_name(text: str) -> str:
 class DPTuner:
     """Run one DP hyperparameter search on Ray Tune within one total privacy budget.
 
+    Shaped like ``ray.tune.Tuner``: ``DPTuner(trainable, *, param_space=..., search=...,
+    budget=..., tune_config=..., run_config=...)``, then :meth:`fit`; :meth:`restore` and
+    :meth:`can_restore` continue an interrupted experiment. Every argument after the
+    trainable is a keyword.
+
     Args:
         trainable: the Tune trainable (e.g. ``raydp_hpo.trainables.make_trainable(data)``), or ``None``
             to build the default Opacus trainable from ``data`` and ``resources``.
         param_space: the search space (dict of ``ray.tune`` domains / constants); the
-            searcher samples it itself.
+            searcher samples it itself. It reaches the searcher through Tune's
+            ``set_search_properties`` (``None``: the constructed searcher's own space).
         search: a ``raydp_hpo.searchers.SearchAlgorithm`` (or its value) or a constructed
-            ``DPSearcher`` (then ``search_kwargs`` must be empty).
+            ``DPSearcher`` (then ``search_kwargs`` must be empty), with or without its own
+            space. The tuner assigns it the ledger name, namespace and experiment name.
         budget: the total (ε, δ) of this experiment.
-        metric, mode: the reported metric and whether to ``"max"`` or ``"min"`` it.
+        tune_config, run_config: Ray Tune's ``ray.tune.TuneConfig`` / ``ray.tune.RunConfig``.
+            What cannot change the privacy plan is taken (metric, mode, max_concurrent_trials,
+            reuse_actors, trial name creators; name → ``experiment``, storage_path, verbose,
+            callbacks, ``failure_config.max_failures``, checkpoint_config's ``num_to_keep``,
+            sync_config, progress_reporter, log_to_file); what would break it is refused with
+            an :class:`~raydp_hpo.errors.InvalidParameterError` before Ray starts — a search
+            algorithm, a scheduler other than FIFO, ``num_samples``, ``time_budget_s``, a stop
+            criterion, ``fail_fast``, a checkpoint score attribute (reasons:
+            :mod:`raydp_hpo.tune.config`). A value given both here and as a keyword must agree.
+        metric, mode: the reported metric and whether to ``"max"`` or ``"min"`` it (default:
+            the constructed searcher's, else ``"val_accuracy"`` / ``"max"``).
         data: the ``raydp_hpo.trainables.DataSplits`` (needed for the public dataset size, the default
             trainable and loading the released model).
         resources: per-trial resources, e.g. ``{"cpu": 1, "gpu": 0}``.
@@ -221,19 +274,32 @@ class DPTuner:
             returns; its journal under ``storage_path`` stays and is the record).
         experiment: experiment name (prefix of every charge id); default: a fresh unique one.
         search_kwargs: algorithm-specific keyword arguments (unknown ones raise).
-        max_concurrent_trials: trials running at once.
-        callbacks: extra ``ray.tune.Callback`` objects (progress display, logging).
+        max_concurrent_trials: trials running at once (default 2).
+        max_failures: how often Tune retries a failed trial (default 0). **Every retry that
+            starts from scratch pays again**: a trial that charges itself (``grid_composed``)
+            charges its mechanism under a fresh attempt id ``<trial charge id>/attempt-k``
+            (:mod:`raydp_hpo.trainables.privacy_gate`), and a retry from a checkpoint continues inside
+            the charge the checkpoint records. Trials covered by a plan charge cannot pay per
+            attempt (the plan charged each covered trial once), so ``max_failures > 0`` is
+            refused for a search with a plan charge.
+        callbacks: extra ``ray.tune.Callback`` objects (logging); they see per-trial results,
+            which are private.
+        progress: ``progress(line)`` receives progress lines (trials, best noisy score so
+            far, ε spent; :class:`~raydp_hpo.tune.hooks.ProgressCallback`) at most every
+            ``progress_interval_s``; ``None`` (default): none. The lines are private (they
+            count trials).
         tensorboard: also write Tune's per-trial TensorBoard event files (default ``False``:
             they repeat the per-trial metrics of ``result.json``, a private artefact, and cost
             Tune's controller ~4-7 ms per trial; see :class:`~raydp_hpo.tune.hooks.
             NoTensorBoardLogger`). A ``TBXLoggerCallback`` in ``callbacks`` also turns it on.
-        reuse_actors: reuse trial worker processes between trials (much less start-up time;
-            each trial still builds its own model, RNGs and charge).
+        reuse_actors: reuse trial worker processes between trials (default ``True``: much less
+            start-up time; each trial still builds its own model, RNGs and charge).
         secret_seed: default ``None``: every secret draw (random stopping's K, subsample and
             partition seeds, SVT noise, and — with the built-in trainable — DP-SGD noise,
             Poisson batches and score noise) comes from OS entropy. A given seed makes the run
             reproducible; anyone who knows it can regenerate the noise, so it must be kept as
-            secret as the data. It is never written to a config, release, certificate or log.
+            secret as the data. It is never written to a config, release, certificate or log
+            (nor to the restore file: pass it again to :meth:`restore`).
         test_accuracy_epsilon: ε_t of a DP test accuracy of the released model (default
             ``None``: none). The search then gets the budget ε − ε_t, and after it the released
             model's count of correct test predictions is released with Laplace noise of scale
@@ -250,62 +316,124 @@ class DPTuner:
 
     def __init__(
         self,
-        trainable: Any | None,
-        param_space: Mapping[str, Any],
+        trainable: Any | None = None,
+        *,
+        param_space: Mapping[str, Any] | None = None,
         search: Any,
         budget: PrivacyBudget,
-        metric: str = "val_accuracy",
-        mode: str = "max",
-        *,
         data: Any,
+        tune_config: Any | None = None,
+        run_config: Any | None = None,
+        metric: str | None = None,
+        mode: str | None = None,
         resources: Mapping[str, float] | None = None,
         storage_path: str | os.PathLike[str] | None = None,
         ledger: LedgerHandle | None = None,
         experiment: str | None = None,
         namespace: str = DEFAULT_NAMESPACE,
         search_kwargs: Mapping[str, Any] | None = None,
-        max_concurrent_trials: int = 2,
+        max_concurrent_trials: int | None = None,
+        max_failures: int | None = None,
         secret_seed: int | None = None,
         dataset_size: int | None = None,
         validation_size: int | None = None,
         test_accuracy_epsilon: float | None = None,
         test_size: int | None = None,
-        verbose: int = 0,
+        verbose: int | None = None,
         callbacks: Sequence[Any] = (),
-        reuse_actors: bool = True,
+        progress: Callable[[str], None] | None = None,
+        progress_interval_s: float = 5.0,
+        reuse_actors: bool | None = None,
         tensorboard: bool = False,
     ) -> None:
+        from raydp_hpo._validation import positive_float, positive_int
+        from raydp_hpo.searchers import DPSearcher, SearchAlgorithm
         from raydp_hpo.trainables.data import DataSplits
+        from raydp_hpo.tune.config import resolve_tune_settings
 
         if not isinstance(budget, PrivacyBudget):
             raise InvalidParameterError(f"budget must be a PrivacyBudget, got {budget!r}")
         if not isinstance(data, DataSplits):
             raise InvalidParameterError(f"data must be raydp_hpo.trainables.DataSplits, got {type(data)!r}")
-        if not isinstance(param_space, Mapping) or not param_space:
-            raise InvalidParameterError(f"param_space must be a non-empty dict, got {param_space!r}")
+        if not isinstance(search, DPSearcher):
+            try:
+                SearchAlgorithm(search)
+            except ValueError:
+                names = ", ".join(a.value for a in SearchAlgorithm)
+                raise InvalidParameterError(
+                    f"search={search!r} is neither a search_algs searcher nor a search "
+                    f"algorithm; use one of {names}"
+                ) from None
+        searcher_space = isinstance(search, DPSearcher) and search.has_space
+        if param_space is None and not searcher_space:
+            raise InvalidParameterError(
+                "param_space is missing: pass DPTuner(param_space={...}), or a searcher "
+                "constructed with its own param_space as search="
+            )
+        if param_space is not None:
+            if not isinstance(param_space, Mapping) or not param_space:
+                raise InvalidParameterError(
+                    f"param_space must be a non-empty dict, got {param_space!r}"
+                )
+            if searcher_space and not _same_space(param_space, search._space):
+                raise InvalidParameterError(
+                    f"the searcher {type(search).__name__} was constructed with its own "
+                    "param_space and DPTuner got another one; give the space once (construct "
+                    "the searcher with param_space=None to take DPTuner's)"
+                )
         if ledger is not None and not isinstance(ledger, LedgerHandle):
             raise InvalidParameterError(f"ledger must be a LedgerHandle, got {ledger!r}")
+        settings = resolve_tune_settings(
+            tune_config=tune_config,
+            run_config=run_config,
+            metric=metric,
+            mode=mode,
+            experiment=experiment,
+            storage_path=storage_path,
+            max_concurrent_trials=max_concurrent_trials,
+            max_failures=max_failures,
+            reuse_actors=reuse_actors,
+            verbose=verbose,
+            callbacks=callbacks,
+        )
+        metric, mode = settings.metric, settings.mode
+        if isinstance(search, DPSearcher):
+            # the searcher's own metric / mode, unless DPTuner was given others (refused)
+            for name, ours, theirs in (("metric", metric, search.metric),
+                                       ("mode", mode, search.mode)):
+                if ours is not None and theirs is not None and ours != theirs:
+                    raise InvalidParameterError(
+                        f"{name}={ours!r} conflicts with the searcher's {name}={theirs!r} "
+                        f"({type(search).__name__}); the searcher selects on its own {name}: "
+                        "give one"
+                    )
+            metric = metric if metric is not None else search.metric
+            mode = mode if mode is not None else search.mode
+        self._settings = settings
         self._trainable = trainable
-        self._space = dict(param_space)
+        self._space = dict(param_space) if param_space is not None else dict(search._space)
         self._search = search
         self._budget = budget
-        self._metric = metric
-        self._mode = mode
+        self._metric = metric if metric is not None else "val_accuracy"
+        self._mode = mode if mode is not None else "max"
         self._data = data
         self._resources = dict(resources or {"cpu": 1})
-        self._storage = Path(storage_path or Path.cwd() / "raydp_results").expanduser().resolve()
+        self._storage = Path(settings.storage_path or Path.cwd() / "raydp_results"
+                             ).expanduser().resolve()
         self._ledger = ledger
-        self._experiment = _safe_name(experiment or f"exp-{time.strftime('%Y%m%d-%H%M%S')}-"
+        self._experiment = _safe_name(settings.experiment or f"exp-{time.strftime('%Y%m%d-%H%M%S')}-"
                                       f"{uuid.uuid4().hex[:6]}")
         self._namespace = namespace
         self._search_kwargs = dict(search_kwargs or {})
-        self._max_concurrent = int(max_concurrent_trials)
+        self._max_concurrent = settings.max_concurrent_trials
+        self._max_failures = settings.max_failures
+        if self._max_failures > 0:
+            self._refuse_retries_under_a_plan(self._plan_charged_up_front())
         if secret_seed is not None and (
             isinstance(secret_seed, bool) or not isinstance(secret_seed, int)
         ):
             raise InvalidParameterError(f"secret_seed must be an int or None, got {secret_seed!r}")
         self._secret_seed = secret_seed
-        from raydp_hpo._validation import positive_float, positive_int
 
         # declared public sizes (None: the realised ones, listed as treated as public)
         dataset_size, validation_size, test_size = (
@@ -333,14 +461,58 @@ class DPTuner:
         self._validation_size = (
             validation_size if validation_size is not None else max(1, len(data.val))
         )
-        self._verbose = verbose
-        self._callbacks = list(callbacks)
-        self._reuse_actors = bool(reuse_actors)
+        self._verbose = settings.verbose
+        self._callbacks = list(settings.callbacks)
+        self._reuse_actors = settings.reuse_actors
         self._tensorboard = bool(tensorboard)
+        self._progress = progress
+        self._progress_interval = positive_float("progress_interval_s", progress_interval_s)
+        # what restore() needs besides data, trainable and secrets (see _restore_args)
+        self._init_args: dict[str, Any] = {
+            "param_space": self._space, "budget": budget, "metric": self._metric,
+            "mode": self._mode, "resources": self._resources, "namespace": namespace,
+            "search_kwargs": self._search_kwargs, "max_concurrent_trials": self._max_concurrent,
+            "max_failures": self._max_failures, "dataset_size": dataset_size,
+            "validation_size": validation_size, "test_accuracy_epsilon": test_accuracy_epsilon,
+            "test_size": test_size, "verbose": self._verbose, "reuse_actors": self._reuse_actors,
+            "tensorboard": self._tensorboard,
+        }
+        self._resume = False
 
     @property
     def experiment(self) -> str:
         return self._experiment
+
+    @property
+    def experiment_path(self) -> Path:
+        """The experiment directory (``storage_path/experiment``): what :meth:`restore` and
+        :meth:`can_restore` take. A private artefact (Tune's trials, the audit trail)."""
+        return self._storage / self._experiment
+
+    def _plan_charged_up_front(self) -> bool | None:
+        """Whether the search charges a plan before its trials (its trials are covered by it,
+        not charged one by one); ``None`` when only :meth:`fit` can tell."""
+        from raydp_hpo.searchers import DPSearcher, SearchAlgorithm
+
+        if isinstance(self._search, DPSearcher):
+            if not self._search.has_space:
+                return None
+            return self._search.privacy_plan().mechanism is not None
+        try:
+            algorithm = SearchAlgorithm(self._search)
+        except ValueError:
+            return None  # make_searcher names the valid ones in fit()
+        return algorithm is not SearchAlgorithm.GRID_COMPOSED
+
+    def _refuse_retries_under_a_plan(self, plan_charged: bool | None) -> None:
+        if plan_charged:
+            raise InvalidParameterError(
+                f"max_failures={self._max_failures} is refused for a search whose trials are "
+                "covered by one plan charge: the plan paid for each covered trial once, and a "
+                "trial retried from scratch would run its mechanism again unpaid. Use "
+                "max_failures=0, or search='grid_composed', whose trials charge themselves "
+                "(every retry from scratch pays again under a new attempt id)"
+            )
 
     # ------------------------------------------------------------------ pieces
     @property
@@ -417,6 +589,11 @@ class DPTuner:
                 )
 
     def _build_searcher(self, ledger: LedgerHandle, dedicated: Adaptivity | None) -> Any:
+        """The DP searcher, given its space, metric and mode through Tune's
+        ``set_search_properties`` together with the ledger name, namespace and experiment this
+        tuner assigns (:data:`raydp_hpo.searchers.base.TUNER_ASSIGNED`), and — for a searcher built
+        without a space — the declared sizes, budget, secret seed and the ledger's admission
+        rule where its constructor did not get them."""
         from raydp_hpo.searchers import DPSearcher, make_searcher
 
         if isinstance(self._search, DPSearcher):
@@ -424,13 +601,11 @@ class DPTuner:
                 raise InvalidParameterError(
                     "search_kwargs are only for a SearchAlgorithm, not a constructed searcher"
                 )
-            if getattr(self._search, "_ledger_name", None) != ledger.name:
-                raise InvalidParameterError(
-                    f"the searcher was built with ledger_name="
-                    f"{getattr(self._search, '_ledger_name', None)!r}, but this DPTuner's "
-                    f"ledger is {ledger.name!r}; build it with ledger_name=tuner.ledger_name"
-                )
-            return self._search
+            searcher = self._search
+        else:
+            # every keyword but the space and what set_search_properties fills in below
+            searcher = make_searcher(self._search, param_space=None, metric=self._metric,
+                                     mode=self._mode, **self._search_kwargs)
         budget = self._search_budget
         plan_id = f"{self._experiment}/plan"
         admissible: Any
@@ -448,21 +623,26 @@ class DPTuner:
                 own = epsilon(mechanism, budget.delta, Accountant.RDP) <= budget.epsilon
                 return own and (resumed or ledger.would_admit(mechanism))
 
-        return make_searcher(
-            self._search,
-            param_space=self._space,
-            metric=self._metric,
-            mode=self._mode,
+        space = {} if searcher.has_space else self._space
+        accepted = searcher.set_search_properties(
+            self._metric,
+            self._mode,
+            space,
+            ledger_name=ledger.name,
+            namespace=ledger.namespace,
+            experiment=self._experiment,
             dataset_size=self._dataset_size,
             validation_size=self._validation_size,
             budget=budget,
             seed=self._secret_seed,
-            ledger_name=ledger.name,
-            namespace=ledger.namespace,
-            experiment=self._experiment,
             admissible=admissible,
-            **self._search_kwargs,
         )
+        if not accepted:
+            raise InvalidParameterError(
+                f"the searcher {type(searcher).__name__} refused metric={self._metric!r}, "
+                f"mode={self._mode!r}: construct it with the metric and mode DPTuner selects on"
+            )
+        return searcher
 
     def _trainable_with_data(self) -> Any:
         if self._trainable is not None:
@@ -472,15 +652,17 @@ class DPTuner:
         return make_trainable(self._data, self._resources, secret_seed=self._secret_seed)
 
     # ------------------------------------------------------------------ fit
-    def fit(self, *, resume: bool = False) -> DPResult:
+    def fit(self, *, resume: bool | None = None) -> DPResult:
         """Charge the plan, run the search, release hyperparameters + model + certificate.
 
         ``resume=True`` continues an interrupted experiment of the same name and storage path
         with ``Tuner.restore``: the ledger is re-attached from its journal, the plan charge is
         replayed by its id (never charged twice), the searcher's saved state (including its
         secret draws) is restored, and unfinished trials continue from their checkpoints
-        inside their admitted charges (a trial that must start over pays again).
+        inside their admitted charges (a trial that must start over pays again). A tuner
+        from :meth:`restore` resumes by default.
         """
+        resume = self._resume if resume is None else bool(resume)
         ensure_ray()
         ledger, dedicated = self._start_ledger()
         try:
@@ -493,12 +675,126 @@ class DPTuner:
                 with contextlib.suppress(Exception):  # never mask the run's own outcome
                     ledger.kill()
 
+    # ------------------------------------------------------------------ restore
+    @classmethod
+    def can_restore(cls, path: str | os.PathLike[str]) -> bool:
+        """Whether ``path`` (an experiment directory, ``DPResult.experiment_path`` or
+        :attr:`experiment_path`) holds a DPTuner experiment that :meth:`restore` can continue:
+        its restore file and Tune's experiment state. Starts nothing."""
+        from ray import tune
+
+        exp_dir = Path(path).expanduser()
+        return (exp_dir / _RESTORE_FILE).is_file() and tune.Tuner.can_restore(
+            str(exp_dir / "tune")
+        )
+
+    @classmethod
+    def restore(
+        cls,
+        path: str | os.PathLike[str],
+        trainable: Any | None = None,
+        *,
+        data: Any,
+        search: Any = None,
+        ledger: LedgerHandle | None = None,
+        secret_seed: int | None = None,
+        callbacks: Sequence[Any] = (),
+        progress: Callable[[str], None] | None = None,
+        progress_interval_s: float = 5.0,
+    ) -> DPTuner:
+        """A tuner that continues the interrupted experiment at ``path`` (like
+        ``ray.tune.Tuner.restore``); call :meth:`fit` on it.
+
+        The settings (space, search algorithm and its keywords, budget, metric, declared sizes,
+        ...) come from the experiment's restore file, written when it started. What is not
+        written there is passed again: ``data`` and ``trainable`` (as for the constructor),
+        ``secret_seed`` if the run had one (a secret, never written), a shared ``ledger`` if it
+        used one, ``search`` when it was a constructed searcher (construct it with the same
+        arguments: its saved state, secret draws included, is restored into it and a different
+        plan is refused), and callbacks / progress. Nothing is charged twice: the plan charge is
+        replayed by its id, and trials continue inside their admitted charges.
+        """
+        exp_dir = Path(path).expanduser().resolve()
+        if not cls.can_restore(exp_dir):
+            raise InvalidParameterError(
+                f"nothing to restore at {exp_dir}: it needs {_RESTORE_FILE} and Tune's state in "
+                "tune/ (an experiment directory, DPResult.experiment_path, of a DPTuner run "
+                "that started)"
+            )
+        import pickle
+
+        with open(exp_dir / _RESTORE_FILE, "rb") as fh:
+            saved = pickle.load(fh)  # noqa: S301 - our own file in the private experiment dir
+        args = dict(saved["args"])
+        saved_search = saved["search"]
+        if search is None:
+            if saved_search is None:
+                raise InvalidParameterError(
+                    f"the experiment at {exp_dir} ran a constructed searcher "
+                    f"({saved['searcher_type']}); pass search=<the same searcher, constructed "
+                    "with the same arguments> to restore it"
+                )
+            search = saved_search
+        if (saved["ledger_name"] is not None) != (ledger is not None) or (
+            ledger is not None and ledger.name != saved["ledger_name"]
+        ):
+            raise InvalidParameterError(
+                f"the experiment at {exp_dir} ran on "
+                + (f"the shared ledger {saved['ledger_name']!r}: pass it as ledger="
+                   if saved["ledger_name"] is not None else "its dedicated ledger: pass no ledger")
+                + f" (got {None if ledger is None else ledger.name!r})"
+            )
+        from raydp_hpo.searchers import DPSearcher
+
+        if isinstance(search, DPSearcher) and search.has_space:
+            args.pop("param_space")  # the searcher's own (its restored state checks the plan)
+        tuner = cls(
+            trainable,
+            search=search,
+            data=data,
+            ledger=ledger,
+            secret_seed=secret_seed,
+            callbacks=callbacks,
+            progress=progress,
+            progress_interval_s=progress_interval_s,
+            storage_path=exp_dir.parent,
+            experiment=exp_dir.name,
+            **args,
+        )
+        tuner._resume = True
+        return tuner
+
+    def _write_restore_file(self, exp_dir: Path) -> None:
+        """What :meth:`restore` needs: the constructor's settings, without data, trainable,
+        callbacks or secrets (the secret seed is never written; a constructed searcher is
+        passed again, its secret state is in Tune's searcher checkpoint)."""
+        import pickle
+
+        from raydp_hpo._atomic_io import atomic_write_bytes
+        from raydp_hpo.searchers import DPSearcher
+
+        constructed = isinstance(self._search, DPSearcher)
+        payload = {
+            "version": 1,
+            "args": self._init_args,
+            "search": None if constructed else self._search,
+            "searcher_type": type(self._search).__name__,
+            "ledger_name": None if self._ledger is None else self._ledger.name,
+        }
+        exp_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(exp_dir / _RESTORE_FILE, pickle.dumps(payload))
+
     def _fit(self, ledger: LedgerHandle, dedicated: Adaptivity | None, *, resume: bool
              ) -> DPResult:
         from ray import tune
         from ray.tune.logger import TBXLoggerCallback
 
-        from raydp_hpo.tune.hooks import LedgerAuditCallback, LedgerStopper, NoTensorBoardLogger
+        from raydp_hpo.tune.hooks import (
+            LedgerAuditCallback,
+            LedgerStopper,
+            NoTensorBoardLogger,
+            ProgressCallback,
+        )
 
         if self._trainable is None:
             from raydp_hpo.trainables.training import validate_trial_space
@@ -507,13 +803,16 @@ class DPTuner:
         searcher = self._build_searcher(ledger, dedicated)
         self._check_selection_inputs(searcher)
         plan = searcher.privacy_plan()
+        if self._max_failures > 0:  # before anything is charged
+            self._refuse_retries_under_a_plan(plan.mechanism is not None)
         trainable = self._trainable_with_data()
         exp_dir = self._storage / self._experiment
         tune_dir = exp_dir / "tune"
         if not resume and tune.Tuner.can_restore(str(tune_dir)):
             raise InvalidParameterError(
                 f"experiment {self._experiment!r} already exists at {exp_dir}; use "
-                "fit(resume=True) to continue it, or another experiment name"
+                "DPTuner.restore(path) or fit(resume=True) to continue it, or another "
+                "experiment name"
             )
         overlap_start = ledger.created and plan.mechanism is None and not resume
         stopper = (
@@ -522,23 +821,35 @@ class DPTuner:
             else None
         )
         callbacks = [LedgerAuditCallback(ledger, exp_dir / "audit.jsonl"), *self._callbacks]
+        if self._progress is not None:
+            callbacks.append(ProgressCallback(
+                ledger, self._budget.epsilon, self._metric, self._mode,
+                out=self._progress, interval_s=self._progress_interval,
+            ))
         if not self._tensorboard and not any(
             isinstance(c, TBXLoggerCallback) for c in self._callbacks
         ):
             callbacks.append(NoTensorBoardLogger())
+        opt = self._settings
         run_config = tune.RunConfig(
             name="tune",
             storage_path=str(exp_dir),
             stop=stopper,
             callbacks=callbacks,
             verbose=self._verbose,
-            failure_config=tune.FailureConfig(max_failures=0),
+            failure_config=tune.FailureConfig(max_failures=self._max_failures),
+            checkpoint_config=opt.checkpoint_config,
+            sync_config=opt.sync_config,
+            progress_reporter=opt.progress_reporter,
+            log_to_file=opt.log_to_file,
         )
         tune_config = tune.TuneConfig(
             search_alg=searcher,
             num_samples=-1,
             max_concurrent_trials=self._max_concurrent,
             reuse_actors=self._reuse_actors,
+            trial_name_creator=opt.trial_name_creator,
+            trial_dirname_creator=opt.trial_dirname_creator,
         )
         if resume:
             if not tune.Tuner.can_restore(str(tune_dir)):
@@ -552,7 +863,15 @@ class DPTuner:
                 resume_errored=False,
                 restart_errored=False,
             )
+            # Tune restores the run config it pickled when the run started; this run's ledger
+            # handle, stopper and callbacks (progress, the caller's) take the place of those.
+            internal = getattr(tuner, "_local_tuner", None)
+            if internal is not None:
+                restored = internal.get_run_config()
+                restored.callbacks = callbacks
+                restored.stop = stopper
         else:
+            self._write_restore_file(exp_dir)
             tuner = tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
         # The ledger actor started in the background meanwhile; nothing has run yet.
         # A dedicated ledger that this call created has the settings asked for by
@@ -574,6 +893,8 @@ class DPTuner:
         except BaseException:
             if not resume:  # leave no half-created experiment behind: nothing ran
                 shutil.rmtree(tune_dir, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    (exp_dir / _RESTORE_FILE).unlink()
             raise
         with _quiet_tune_output(self._verbose):
             grid = tuner.fit()
@@ -668,6 +989,7 @@ class DPTuner:
             experiment_path=exp_dir,
             dp_test_accuracy=dp_test,
             dp_test_accuracy_epsilon=None if dp_test is None else self._test_epsilon,
+            private_result_grid=grid,
         )
         Path(exp_dir).mkdir(parents=True, exist_ok=True)
         with open(Path(exp_dir) / "release.json", "w", encoding="utf-8") as fh:

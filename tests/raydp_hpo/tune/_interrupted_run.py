@@ -12,7 +12,7 @@ import ray  # noqa: E402
 from ray import tune  # noqa: E402
 
 from raydp_hpo.accounting.budget import PrivacyBudget  # noqa: E402
-from raydp_hpo.trainables.data import load_mnist1d, split  # noqa: E402
+from raydp_hpo.trainables.data import DataSplits, load_mnist1d, split  # noqa: E402
 from raydp_hpo.tune.tuner import DPTuner  # noqa: E402
 
 SPACE = {
@@ -26,10 +26,14 @@ SPACE = {
 }
 
 
+def make_data() -> DataSplits:
+    return split(load_mnist1d(num_samples=1200, seed=3), 0.2, 0.2, seed=0)
+
+
 def make_tuner(storage: str, experiment: str) -> DPTuner:
-    data = split(load_mnist1d(num_samples=1200, seed=3), 0.2, 0.2, seed=0)
-    return DPTuner(None, SPACE, "grid_composed", PrivacyBudget(8.0, 1e-5), data=data,
-                   storage_path=storage, experiment=experiment, max_concurrent_trials=1)
+    return DPTuner(None, param_space=SPACE, search="grid_composed",
+                   budget=PrivacyBudget(8.0, 1e-5), data=make_data(), storage_path=storage,
+                   experiment=experiment, max_concurrent_trials=1)
 
 
 if __name__ == "__main__":

@@ -123,3 +123,92 @@ def test_stopper_with_ledger_actor_answers_later_and_stops_on_dead_ledger(
         assert dead.stop_all() and isinstance(dead.ledger_error, ray.exceptions.RayActorError)
     finally:
         ledger.kill()
+
+
+# ------------------------------------------------------------------ ProgressCallback
+
+def _progress(ledger, *, mode: str = "max", interval: float = 0.0):
+    from raydp_hpo.tune.hooks import ProgressCallback
+
+    lines: list[str] = []
+    cb = ProgressCallback(ledger, 3.0, "val_accuracy", mode, out=lines.append,
+                          interval_s=interval)
+    return cb, lines
+
+
+def _done(cb, trial_id: str, result: dict) -> None:
+    trial = SimpleNamespace(trial_id=trial_id, last_result=result)
+    cb.on_trial_start(0, [], trial)
+    cb.on_trial_complete(1, [], trial)
+
+
+def test_progress_shows_only_noisy_scores_and_the_ledger_spend() -> None:
+    from raydp_hpo.tune.hooks import NOISY_SCORE_KEY
+
+    ledger = PrivacyLedger(PrivacyBudget(3.0, 1e-5))
+    cb, lines = _progress(ledger)
+    cb.on_trial_start(0, [], SimpleNamespace(trial_id="a", last_result={}))
+    ledger.charge("a", TRIAL)
+    cb.on_step_end(1, [])
+    assert lines[-1].endswith(
+        f"trials done 0, errored 0, running 1; best val_accuracy (noisy) so far -; "
+        f"ledger ε spent {ledger.spent():.4f} / 3")
+    # an unnoised final score (a final run, a public validation split) is never shown
+    _done(cb, "a", {"val_accuracy": 0.99})
+    assert cb.best is None
+    _done(cb, "b", {"val_accuracy": 0.61, NOISY_SCORE_KEY: 0.1})
+    _done(cb, "c", {"val_accuracy": 0.55, NOISY_SCORE_KEY: 0.1})
+    _done(cb, "d", {"val_accuracy": float("nan"), NOISY_SCORE_KEY: 0.1})
+    cb.on_trial_error(2, [], SimpleNamespace(trial_id="e"))
+    cb.on_experiment_end([])
+    assert cb.best == 0.61
+    assert "trials done 4, errored 1, running 0; best val_accuracy (noisy) so far 0.6100" \
+        in lines[-1]
+
+
+def test_progress_minimises_for_mode_min_and_waits_for_its_interval() -> None:
+    from raydp_hpo.tune.hooks import NOISY_SCORE_KEY
+
+    ledger = PrivacyLedger(PrivacyBudget(3.0, 1e-5))
+    cb, lines = _progress(ledger, mode="min", interval=3600.0)
+    cb.on_step_end(0, [])
+    _done(cb, "a", {"val_accuracy": 0.4, NOISY_SCORE_KEY: 0.1})
+    _done(cb, "b", {"val_accuracy": 0.2, NOISY_SCORE_KEY: 0.1})
+    cb.on_step_end(1, [])  # within the interval: no new line
+    assert len(lines) == 1
+    cb.on_experiment_end([])  # the end always writes its line
+    assert len(lines) == 2 and "so far 0.2000" in lines[-1]
+
+
+def test_progress_survives_a_ledger_that_cannot_be_asked_and_pickles_without_out() -> None:
+    import pickle
+
+    class Gone:
+        def spent(self) -> float:
+            raise RuntimeError("ledger actor died")
+
+    cb, lines = _progress(Gone())
+    cb.on_step_end(0, [])
+    cb.on_experiment_end([])
+    assert lines and "ledger ε spent ? / 3" in lines[-1]
+    # Tune pickles its run config when a run starts: `out` (any callable) is not kept
+    state = cb.__getstate__()
+    assert state["_out"] is print and state["_asked"] is None
+    assert pickle.loads(pickle.dumps(state["_out"])) is print
+
+
+@pytest.mark.ray
+def test_progress_asks_the_ledger_actor_without_waiting(ray_session, tmp_path: Path) -> None:
+    from raydp_hpo.ledger.actor import get_ledger
+
+    ledger = get_ledger(f"progress-{uuid.uuid4().hex[:8]}", PrivacyBudget(3.0, 1e-5),
+                        tmp_path / "p.journal")
+    try:
+        ledger.charge("a", TRIAL)
+        cb, lines = _progress(ledger)
+        cb.on_step_end(0, [])  # asked, not waited for: no line while the spend is unknown
+        assert lines == [] and cb._asked is not None
+        cb.on_experiment_end([])  # waits for the answer
+        assert f"ledger ε spent {ledger.spent():.4f} / 3" in lines[-1]
+    finally:
+        ledger.kill()

@@ -14,6 +14,7 @@ from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 from raydp_hpo.ledger.actor import get_ledger
 from raydp_hpo.ledger.filter import PrivacyLedger
+from raydp_hpo.searchers import OneShotRandomSearch
 from raydp_hpo.trainables.data import load_mnist1d, split
 from raydp_hpo.tune.tuner import DPTuner
 
@@ -36,9 +37,21 @@ def data():
 
 def test_random_stopping_end_to_end(ray_session, data, tmp_path: Path) -> None:
     budget = PrivacyBudget(4.0, 1e-5)
-    tuner = DPTuner(None, SPACE, "random_stopping", budget, data=data, storage_path=tmp_path,
-                    experiment=f"rs-{uuid.uuid4().hex[:6]}", search_kwargs={"mean": 2.0})
+    lines: list[str] = []
+    tuner = DPTuner(None, param_space=SPACE, search="random_stopping", budget=budget,
+                    data=data, search_kwargs={"mean": 2.0}, progress=lines.append,
+                    tune_config=tune.TuneConfig(max_concurrent_trials=2, mode="max"),
+                    run_config=tune.RunConfig(name=f"rs-{uuid.uuid4().hex[:6]}",
+                                              storage_path=str(tmp_path)))
     result = tuner.fit()
+    assert result.experiment_path == str(tuner.experiment_path)
+    assert tuner.experiment_path.parent == tmp_path.resolve()  # from the RunConfig
+    # Tune's ResultGrid, private: one result per trial run, never in the release
+    grid = result.private_result_grid
+    assert isinstance(grid, tune.ResultGrid) and len(grid) == len(result.private_trials)
+    # progress came from the Tune callback: the last line has the ledger's final spend
+    assert lines and f"ledger ε spent {result.certificate.ledger_spent_epsilon:.4f} / 4" \
+        in lines[-1]
     trial_files = list((Path(result.experiment_path) / "tune").rglob("*"))
     assert any(p.name == "result.json" for p in trial_files)  # Tune's JSON and CSV logs stay
     assert not any(p.name.startswith("events.out.tfevents") for p in trial_files)  # no TB
@@ -73,8 +86,8 @@ def test_unknown_space_key_is_refused_before_any_charge(ray_session, data, tmp_p
                                                         ) -> None:
     """`learning_rate` is not read by the trainable: training would use the default lr and the
     release would publish a value that trained nothing. Refused before the plan charge."""
-    tuner = DPTuner(None, {**SPACE, "learning_rate": 0.1}, "random_stopping",
-                    PrivacyBudget(4.0, 1e-5), data=data, storage_path=tmp_path,
+    tuner = DPTuner(None, param_space={**SPACE, "learning_rate": 0.1}, search="random_stopping",
+                    budget=PrivacyBudget(4.0, 1e-5), data=data, storage_path=tmp_path,
                     search_kwargs={"mean": 2.0})
     with pytest.raises(InvalidParameterError, match="did you mean 'lr'"):
         tuner.fit()
@@ -86,7 +99,8 @@ def test_failed_final_model_means_no_release(ray_session, data, tmp_path: Path) 
     """The one trial crashes after its charge (a model that cannot be built): nothing is
     released, the spend stays on the certificate, and release.json says why."""
     space = {**SPACE, "model_kwargs": tune.choice([{"hidden": ["not-a-width"]}])}
-    result = DPTuner(None, space, "one_shot_random", PrivacyBudget(2.0, 1e-5), data=data,
+    result = DPTuner(None, param_space=space, search="one_shot_random",
+                     budget=PrivacyBudget(2.0, 1e-5), data=data,
                      storage_path=tmp_path, experiment=f"fail-{uuid.uuid4().hex[:6]}").fit()
     assert result.hyperparameters is None and result.model is None
     assert result.extras["final_failed"] is True
@@ -97,7 +111,8 @@ def test_failed_final_model_means_no_release(ray_session, data, tmp_path: Path) 
 
 def test_tensorboard_is_opt_in(ray_session, data, tmp_path: Path) -> None:
     space = {**SPACE, "lr": tune.grid_search([0.1, 0.3]), "noise_multiplier": 3.0}
-    result = DPTuner(None, space, "grid_composed", PrivacyBudget(8.0, 1e-5), data=data,
+    result = DPTuner(None, param_space=space, search="grid_composed",
+                     budget=PrivacyBudget(8.0, 1e-5), data=data,
                      storage_path=tmp_path, experiment=f"tb-{uuid.uuid4().hex[:6]}",
                      tensorboard=True).fit()
     events = list((Path(result.experiment_path) / "tune").rglob("events.out.tfevents*"))
@@ -110,9 +125,9 @@ def test_budget_too_small_fails_before_any_trial(ray_session, data, tmp_path: Pa
                         namespace="tests")
     try:
         with pytest.raises(InvalidParameterError, match="budget"):
-            DPTuner(None, {**SPACE, "noise_multiplier": 1.0}, "random_stopping",
-                    PrivacyBudget(0.05, 1e-5), data=data, storage_path=tmp_path, ledger=ledger,
-                    search_kwargs={"mean": 5.0}).fit()
+            DPTuner(None, param_space={**SPACE, "noise_multiplier": 1.0}, search="random_stopping",
+                    budget=PrivacyBudget(0.05, 1e-5), data=data, storage_path=tmp_path,
+                    ledger=ledger, search_kwargs={"mean": 5.0}).fit()
         assert ledger.charges() == ()
         assert not (tmp_path / "tune").exists()
     finally:
@@ -127,7 +142,8 @@ def test_grid_search_halts_when_ledger_refuses(ray_session, data, tmp_path: Path
                         namespace="tests")
     try:
         space = {**SPACE, "lr": tune.grid_search([0.1, 0.3, 1.0]), "noise_multiplier": 1.6}
-        tuner = DPTuner(None, space, "grid_composed", PrivacyBudget(50.0, 1e-5), data=data,
+        tuner = DPTuner(None, param_space=space, search="grid_composed",
+                        budget=PrivacyBudget(50.0, 1e-5), data=data,
                         storage_path=tmp_path, ledger=ledger, max_concurrent_trials=1)
         result = tuner.fit()
         assert ledger.spent() <= 2.0
@@ -140,7 +156,8 @@ def test_grid_search_halts_when_ledger_refuses(ray_session, data, tmp_path: Path
 
 
 def test_selection_on_unprivatised_metric_is_refused(ray_session, data, tmp_path: Path) -> None:
-    tuner = DPTuner(None, SPACE, "random_stopping", PrivacyBudget(4.0, 1e-5), metric="loss",
+    tuner = DPTuner(None, param_space=SPACE, search="random_stopping",
+                    budget=PrivacyBudget(4.0, 1e-5), metric="loss",
                     mode="min", data=data, storage_path=tmp_path, search_kwargs={"mean": 2.0})
     with pytest.raises(InvalidParameterError, match="val_accuracy"):
         tuner.fit()
@@ -170,7 +187,8 @@ ALGORITHM_CASES = {
 def test_each_algorithm_in_a_real_tuner(ray_session, data, tmp_path: Path, algorithm) -> None:
     space, kwargs = ALGORITHM_CASES[algorithm]
     budget = PrivacyBudget(6.0, 1e-5)
-    tuner = DPTuner(None, space, algorithm, budget, data=data, storage_path=tmp_path,
+    tuner = DPTuner(None, param_space=space, search=algorithm, budget=budget,
+                    data=data, storage_path=tmp_path,
                     experiment=f"{algorithm}-{uuid.uuid4().hex[:6]}", search_kwargs=kwargs,
                     max_concurrent_trials=2)
     result = tuner.fit()
@@ -188,13 +206,15 @@ def test_resume_replays_the_plan_charge(ray_session, data, tmp_path: Path) -> No
     experiment = f"resume-{uuid.uuid4().hex[:6]}"
 
     def make() -> DPTuner:
-        return DPTuner(None, SPACE, "random_stopping", PrivacyBudget(4.0, 1e-5), data=data,
+        return DPTuner(None, param_space=SPACE, search="random_stopping",
+                       budget=PrivacyBudget(4.0, 1e-5), data=data,
                        storage_path=tmp_path, experiment=experiment, search_kwargs={"mean": 2.0})
 
     first = make().fit()
     with pytest.raises(InvalidParameterError, match="already exists"):
         make().fit()  # a second fresh run of the same experiment is refused
-    again = make().fit(resume=True)
+    assert DPTuner.can_restore(first.experiment_path)
+    again = DPTuner.restore(first.experiment_path, data=data).fit()
     assert len(again.certificate.charges) == 1
     assert again.certificate.charges == first.certificate.charges
     assert again.certificate.epsilon == pytest.approx(first.certificate.epsilon)
@@ -211,7 +231,8 @@ def test_runs_inside_a_ray_task(ray_session, tmp_path: Path) -> None:
         from raydp_hpo.tune.tuner import DPTuner
 
         data = split(load_mnist1d(num_samples=600, seed=5), 0.2, 0.2, seed=0)
-        result = DPTuner(None, SPACE, "one_shot_random", PrivacyBudget(2.0, 1e-5), data=data,
+        result = DPTuner(None, param_space=SPACE, search="one_shot_random",
+                         budget=PrivacyBudget(2.0, 1e-5), data=data,
                          storage_path=storage).fit()
         cert = result.certificate
         return cert.epsilon, cert.budget.epsilon, result.model is not None
@@ -233,7 +254,8 @@ def test_dedicated_ledger_that_cannot_start_runs_nothing(ray_session, data, tmp_
         stale.charge("old", SubsampledGaussian(2.0, 0.01, 10))
     before = journal.read_bytes()
     space = {**SPACE, "lr": tune.grid_search([0.1, 0.3, 1.0]), "noise_multiplier": 1.6}
-    tuner = DPTuner(None, space, "grid_composed", PrivacyBudget(8.0, 1e-5), data=data,
+    tuner = DPTuner(None, param_space=space, search="grid_composed",
+                    budget=PrivacyBudget(8.0, 1e-5), data=data,
                     storage_path=tmp_path, experiment=experiment, max_concurrent_trials=1)
     with pytest.raises(RayDPHPOError, match="failed to start: .*LedgerMismatchError.*budget"):
         tuner.fit()
@@ -249,7 +271,8 @@ def test_fixed_plan_calibrates_on_the_tightest_valid_bound(ray_session, data, tm
     meets the budget (within the calibration tolerance) instead of wasting ~15 % of it, as an
     RDP-only calibration did (RDP 3.0 → PLD ≈ 2.55 at these settings)."""
     budget = PrivacyBudget(3.0, 1e-5)
-    result = DPTuner(None, SPACE, "one_shot_random", budget, data=data, storage_path=tmp_path,
+    result = DPTuner(None, param_space=SPACE, search="one_shot_random", budget=budget,
+                     data=data, storage_path=tmp_path,
                      experiment=f"best-{uuid.uuid4().hex[:6]}").fit()
     (_, plan), = result.certificate.charges
     assert result.certificate.ledger_halting_rule == "fixed_plan/profile"
@@ -265,9 +288,15 @@ def test_dp_test_accuracy_is_its_own_charge(ray_session, data, tmp_path: Path) -
     from raydp_hpo.accounting.mechanisms import Laplace
 
     budget = PrivacyBudget(3.0, 1e-5)
-    result = DPTuner(None, SPACE, "one_shot_random", budget, data=data, storage_path=tmp_path,
-                     experiment=f"dptest-{uuid.uuid4().hex[:6]}",
+    # a searcher constructed without space, ledger or sizes: DPTuner hands them over (with the
+    # search's share of the budget, ε − ε_t) and names its charges
+    searcher = OneShotRandomSearch(None, metric="val_accuracy", ledger_name="not-this-one")
+    result = DPTuner(None, param_space=SPACE, search=searcher, budget=budget, data=data,
+                     storage_path=tmp_path, experiment=f"dptest-{uuid.uuid4().hex[:6]}",
                      test_accuracy_epsilon=0.5).fit()
+    assert searcher.budget == PrivacyBudget(2.5, 1e-5)
+    assert searcher._ledger_name == result.certificate.ledger_name
+    assert [cid for cid, _ in result.certificate.charges][0].endswith("/plan")
     ids = [cid for cid, _ in result.certificate.charges]
     assert ids[-1].endswith("/test_accuracy")
     assert result.certificate.charges[-1][1] == Laplace(0.5)
@@ -277,7 +306,8 @@ def test_dp_test_accuracy_is_its_own_charge(ray_session, data, tmp_path: Path) -
     assert public["dp_test_accuracy"]["covered_by_certificate"] is True
     assert public["dp_test_accuracy"]["epsilon"] == 0.5
     with pytest.raises(InvalidParameterError, match="leaves nothing"):
-        DPTuner(None, SPACE, "one_shot_random", budget, data=data, test_accuracy_epsilon=3.0)
+        DPTuner(None, param_space=SPACE, search="one_shot_random", budget=budget,
+                data=data, test_accuracy_epsilon=3.0)
 
 
 def test_resumed_dedicated_ledger_keeps_its_journal_accountant(tmp_path):
@@ -297,3 +327,37 @@ def test_resumed_dedicated_ledger_keeps_its_journal_accountant(tmp_path):
     assert _resumed_accountant(journal, Adaptivity.FIXED_PLAN) is Accountant.BEST
     # a different halting rule is not silently adopted: the actor reports the mismatch
     assert _resumed_accountant(journal, Adaptivity.ADAPTIVE) is Accountant.RDP
+
+
+def flaky_trainable(config: dict) -> None:
+    """Passes the real privacy gate (a self-charging trial: a fresh attempt id per start),
+    then fails on its first attempt."""
+    from raydp_hpo.trainables.privacy_gate import RaydpSettings, admit
+    from raydp_hpo.trial.privacy import privacy_from_config
+
+    settings = RaydpSettings.from_config(config)
+    charged = admit(settings, privacy_from_config(config, 1000).mechanism(), None, owner="test")
+    marker = Path(config["marker_dir"]) / str(settings.charge_id).replace("/", "_")
+    if not marker.exists():
+        marker.write_text(str(charged))
+        raise RuntimeError("the first attempt fails after its charge")
+    tune.report({"val_accuracy": 0.5})
+
+
+def test_a_retried_trial_pays_again(ray_session, data, tmp_path: Path) -> None:
+    """max_failures=1 (from the RunConfig): the trial's first attempt charged and failed, Tune
+    retried it from scratch, and the retry charged again under a new attempt id."""
+    space = {**SPACE, "lr": tune.grid_search([0.1]), "noise_multiplier": 3.0,
+             "marker_dir": str(tmp_path)}
+    name = f"retry-{uuid.uuid4().hex[:6]}"
+    result = DPTuner(tune.with_resources(flaky_trainable, {"cpu": 1}), param_space=space,
+                     search="grid_composed", budget=PrivacyBudget(8.0, 1e-5), data=data,
+                     storage_path=tmp_path, experiment=name,
+                     run_config=tune.RunConfig(failure_config=tune.FailureConfig(max_failures=1))
+                     ).fit()
+    ids = [cid for cid, _ in result.certificate.charges]
+    assert len(ids) == 2 and {i.rsplit("/", 1)[1] for i in ids} == {"attempt-0", "attempt-1"}
+    assert len({i.rsplit("/", 1)[0] for i in ids}) == 1  # one trial, two paid attempts
+    assert result.certificate.epsilon_rdp == pytest.approx(
+        epsilon([m for _, m in result.certificate.charges], 1e-5, Accountant.RDP))
+    assert not any(t["error"] for t in result.private_trials)

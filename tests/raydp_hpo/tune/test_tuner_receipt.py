@@ -48,8 +48,9 @@ def test_plan_covered_trials_check_the_receipt_locally(ray_session, tmp_path: Pa
     space = {"lr": tune.uniform(0.0, 1.0), "epochs": 1, "sample_rate": 0.01,
              "noise_multiplier": 20.0}
     name = f"rcpt-{uuid.uuid4().hex[:6]}"
-    result = DPTuner(tune.with_resources(gate_trainable, {"cpu": 1}), space, "random_stopping",
-                     PrivacyBudget(20.0, 1e-5), data=data, storage_path=tmp_path,
+    result = DPTuner(tune.with_resources(gate_trainable, {"cpu": 1}), param_space=space,
+                     search="random_stopping",
+                     budget=PrivacyBudget(20.0, 1e-5), data=data, storage_path=tmp_path,
                      experiment=name, search_kwargs={"mean": 3.0, "distribution": "poisson"},
                      secret_seed=1).fit()
     trials = result.private_trials

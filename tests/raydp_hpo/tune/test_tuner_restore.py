@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from raydp_hpo.ledger.filter import PrivacyLedger
-from tests.raydp_hpo.tune._interrupted_run import make_tuner
+from raydp_hpo.tune.tuner import DPTuner
+from tests.raydp_hpo.tune._interrupted_run import make_data
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -51,7 +52,9 @@ def test_interrupted_search_resumes_without_lost_or_repeated_charges(ray_session
     before = [json.loads(x)["charge_id"] for x in journal.read_text().splitlines()[1:]]
     assert before, "the first trial's charge must be journaled before it trained"
 
-    result = make_tuner(str(tmp_path), experiment).fit(resume=True)
+    # the run is continued like a Tune run: from its experiment directory, settings read back
+    assert DPTuner.can_restore(tmp_path / experiment)
+    result = DPTuner.restore(tmp_path / experiment, data=make_data()).fit()
 
     ledger = PrivacyLedger.read_only(journal)  # the actor is gone with fit(); the journal stays
     try:
