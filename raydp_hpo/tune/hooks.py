@@ -32,6 +32,7 @@ from ray.tune import Callback, Stopper
 from ray.tune.logger import LoggerCallback, TBXLoggerCallback
 
 from raydp_hpo.accounting.mechanisms import Mechanism
+from raydp_hpo.errors import InvalidParameterError
 from raydp_hpo.ledger.ledger_like import LedgerLike
 
 __all__ = [
@@ -263,7 +264,7 @@ class ProgressCallback(Callback):
 
     def __init__(
         self,
-        ledger: Any,
+        ledger: LedgerLike,
         total_epsilon: float,
         metric: str,
         mode: str = "max",
@@ -272,7 +273,7 @@ class ProgressCallback(Callback):
         interval_s: float = 5.0,
     ) -> None:
         if mode not in ("max", "min"):
-            raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
+            raise InvalidParameterError(f"mode must be 'max' or 'min', got mode={mode!r}")
         self._ledger = ledger
         self._total = float(total_epsilon)
         self._metric = metric
