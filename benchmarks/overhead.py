@@ -58,6 +58,8 @@ from typing import Any
 import numpy as np
 from ray.tune.logger import CSVLoggerCallback
 
+from raydp_hpo.tune.hooks import SilentLogger
+
 
 def tiny_trainable(config: dict[str, Any]) -> None:
     """Reports once (with its process id). Passes the real privacy gate first, as the real
@@ -85,17 +87,8 @@ def _data() -> Any:
     return split(Dataset(x, y, 2), 0.1, 0.1)
 
 
-class NoCSVLogger(CSVLoggerCallback):
+class NoCSVLogger(SilentLogger, CSVLoggerCallback):
     """Fills the slot of Tune's CSV logger and writes nothing (as ``NoTensorBoardLogger``)."""
-
-    def log_trial_start(self, trial: Any) -> None:
-        pass
-
-    def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
-        pass
-
-    def log_trial_end(self, trial: Any, failed: bool = False) -> None:
-        pass
 
 
 def _no_csv() -> NoCSVLogger:

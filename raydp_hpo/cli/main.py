@@ -26,8 +26,9 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from raydp_hpo.errors import BudgetExhaustedError, BudgetTooSmallError, RayDPHPOError
 
@@ -411,37 +412,30 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (the message names the value)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
+T = TypeVar("T", int, float)
 
 
-def _positive_float(text: str) -> float:
-    """argparse type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return value
+def _argument_type(cast: Callable[[str], T], valid: Callable[[T], bool],
+                   requirement: str) -> Callable[[str], T]:
+    """An argparse ``type=``: ``cast(text)`` if it parses and is ``valid``, else an error that
+    names the requirement and the value given."""
+
+    def parse(text: str) -> T:
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {requirement}, got {text!r}") from None
+        if not valid(value):
+            raise argparse.ArgumentTypeError(f"must be {requirement}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _probability(text: str) -> float:
-    """argparse type: a number strictly between 0 and 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 1), got {text!r}") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 1), got {text!r}")
-    return value
+_positive_int = _argument_type(int, lambda v: v >= 1, "an integer >= 1")
+_positive_float = _argument_type(float, lambda v: math.isfinite(v) and v > 0,
+                                 "a finite number > 0")
+_probability = _argument_type(float, lambda v: 0 < v < 1, "a number in (0, 1)")
 
 
 def _build_parser() -> argparse.ArgumentParser:

@@ -194,6 +194,20 @@ def finite_values(key: str, value: object) -> list[Any] | None:
     return [value]
 
 
+def finite_grid(space: Mapping[str, Any], needs: str) -> list[dict[str, Any]]:
+    """Every configuration of a finite ``space`` (the Cartesian product of each key's values,
+    :func:`finite_values`), in key order. A continuous domain raises a
+    :class:`SearchSpaceError` naming the key and ``needs`` (what the searcher requires)."""
+    keys, values = [], []
+    for key, value in space.items():
+        vals = finite_values(key, value)
+        if vals is None:
+            raise SearchSpaceError(f"search space key {key!r} is a continuous domain; {needs}")
+        keys.append(key)
+        values.append(vals)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*values)]
+
+
 def _contains_domain(value: object) -> bool:
     if isinstance(value, Domain) or is_grid(value):
         return True

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,7 +23,7 @@ from raydp_hpo.searchers.base import (
     Phase,
     PrivacyPlan,
     Release,
-    finite_values,
+    finite_grid,
 )
 from raydp_hpo.trial.privacy import privacy_from_config
 
@@ -113,17 +112,11 @@ class GridSearchComposed(DPSearcher):
 
     def __init__(self, param_space: Mapping[str, Any], **kwargs: Any) -> None:
         super().__init__(param_space, **kwargs)
-        keys, values = [], []
-        for key, value in self._space.items():
-            vals = finite_values(key, value)
-            if vals is None:
-                raise SearchSpaceError(
-                    f"search space key {key!r} is a continuous domain; grid search needs "
-                    "tune.choice([...]), tune.grid_search([...]) or a constant for every key"
-                )
-            keys.append(key)
-            values.append(vals)
-        self._grid = [dict(zip(keys, combo)) for combo in itertools.product(*values)]
+        self._grid = finite_grid(
+            self._space,
+            "grid search needs tune.choice([...]), tune.grid_search([...]) or a constant for "
+            "every key",
+        )
         self._sigma: float | None = None
         if self._needs_noise_calibration():
             self._sigma = self._calibrate_noise(

@@ -40,21 +40,20 @@ the data allow a large k.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping
 from typing import Any
 
 from ray.tune.search import Searcher
 
 from raydp_hpo.accounting.mechanisms import Composition, Mechanism, PureDP
-from raydp_hpo.errors import InvalidParameterError, SearchSpaceError
+from raydp_hpo.errors import InvalidParameterError
 from raydp_hpo.searchers.base import (
     RESERVED_KEY,
     DPSearcher,
     Phase,
     PrivacyPlan,
     Release,
-    finite_values,
+    finite_grid,
     plan_epsilon,
 )
 
@@ -155,18 +154,11 @@ class SVTThresholdSearch(DPSearcher):
             raise InvalidParameterError(
                 f"num_partitions={num_partitions} exceeds dataset_size={self._dataset_size}"
             )
-        keys, values = [], []
-        for key, value in self._space.items():
-            vals = finite_values(key, value)
-            if vals is None:
-                raise SearchSpaceError(
-                    f"search space key {key!r} is a continuous domain; Ding et al.'s SVT search "
-                    "enumerates candidates: use tune.choice([...]), tune.grid_search([...]) or a "
-                    "constant"
-                )
-            keys.append(key)
-            values.append(vals)
-        self._candidates = [dict(zip(keys, combo)) for combo in itertools.product(*values)]
+        self._candidates = finite_grid(
+            self._space,
+            "Ding et al.'s SVT search enumerates candidates: use tune.choice([...]), "
+            "tune.grid_search([...]) or a constant",
+        )
         self._k_parts = num_partitions
         self._round_eps = float(round_epsilon)
         self._max_rounds = max_rounds

@@ -272,6 +272,20 @@ def adadp_step(
 # -- server ---------------------------------------------------------------------------------
 
 
+def _same_keys(states: Sequence[Mapping[str, torch.Tensor]], keys: list[str]) -> None:
+    for k, st in enumerate(states):
+        if list(st) != keys:
+            raise InvalidParameterError(f"state {k} has keys {sorted(st)}, expected {sorted(keys)}")
+
+
+def _agreed_copy(key: str, ref: torch.Tensor,
+                 states: Sequence[Mapping[str, torch.Tensor]]) -> torch.Tensor:
+    """A non-float tensor (an integer buffer) is not averaged: every client must hold ``ref``."""
+    if any(not torch.equal(st[key], ref) for st in states):
+        raise InvalidParameterError(f"non-float tensor {key!r} differs across states")
+    return ref.detach().clone()
+
+
 def fed_avg(states: Sequence[Mapping[str, torch.Tensor]], weights: Sequence[float]) -> StateDict:
     """Σ_k w_k·θ_k / Σ_k w_k over state dicts with identical keys and shapes (FedAvg uses
     w_k = N_k). Floating tensors are averaged (in float64, cast back); other tensors (integer
@@ -285,9 +299,7 @@ def fed_avg(states: Sequence[Mapping[str, torch.Tensor]], weights: Sequence[floa
     if not all(math.isfinite(v) and v >= 0 for v in w) or sum(w) <= 0:
         raise InvalidParameterError(f"weights must be finite, >= 0 and not all 0, got {w}")
     keys = list(states[0])
-    for k, s in enumerate(states):
-        if list(s) != keys:
-            raise InvalidParameterError(f"state {k} has keys {sorted(s)}, expected {sorted(keys)}")
+    _same_keys(states, keys)
     total = sum(w)
     out: StateDict = {}
     for key in keys:
@@ -298,9 +310,7 @@ def fed_avg(states: Sequence[Mapping[str, torch.Tensor]], weights: Sequence[floa
             acc = sum(wk / total * s[key].detach().to(torch.float64) for wk, s in zip(w, states))
             out[key] = torch.as_tensor(acc).to(ref.dtype).clone()
         else:
-            if any(not torch.equal(s[key], ref) for s in states):
-                raise InvalidParameterError(f"non-float tensor {key!r} differs across states")
-            out[key] = ref.detach().clone()
+            out[key] = _agreed_copy(key, ref, states)
     return out
 
 
@@ -317,9 +327,7 @@ def dp_fed_avg(
     if len(states) == 0:
         raise InvalidParameterError("dp_fed_avg needs at least one client state")
     keys = list(global_state)
-    for k, st in enumerate(states):
-        if list(st) != keys:
-            raise InvalidParameterError(f"state {k} has keys {sorted(st)}, expected {sorted(keys)}")
+    _same_keys(states, keys)
     floats = [key for key in keys if global_state[key].is_floating_point()]
     total = {key: torch.zeros(global_state[key].shape, dtype=torch.float64) for key in floats}
     for st in states:
@@ -339,9 +347,7 @@ def dp_fed_avg(
             new = ref.detach().to(torch.float64) + (total[key] + noise) / len(states)
             out[key] = new.to(ref.dtype).clone()
         else:
-            if any(not torch.equal(st[key], ref) for st in states):
-                raise InvalidParameterError(f"non-float tensor {key!r} differs across states")
-            out[key] = ref.detach().clone()
+            out[key] = _agreed_copy(key, ref, states)
     return out
 
 

@@ -372,7 +372,24 @@ class ProgressCallback(Callback):
         self._emit(force=True)
 
 
-class NoTensorBoardLogger(TBXLoggerCallback):
+class SilentLogger(LoggerCallback):
+    """A Tune logger that writes nothing: subclass it together with one of Tune's default
+    logger classes to fill that logger's slot (see :class:`NoTensorBoardLogger`)."""
+
+    def __init__(self) -> None:  # no writers, no tensorboardX import
+        LoggerCallback.__init__(self)
+
+    def log_trial_start(self, trial: Any) -> None:
+        pass
+
+    def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
+        pass
+
+    def log_trial_end(self, trial: Any, failed: bool = False) -> None:
+        pass
+
+
+class NoTensorBoardLogger(SilentLogger, TBXLoggerCallback):
     """Fills Tune's TensorBoard-logger slot and writes nothing.
 
     Tune adds its CSV, JSON and TensorBoard loggers to every run unless a callback of the
@@ -386,18 +403,6 @@ class NoTensorBoardLogger(TBXLoggerCallback):
     single-threaded controller ~4-7 ms per trial (measured, ``benchmarks/overhead.py``), more
     than the ledger's admission. ``DPTuner(..., tensorboard=True)`` turns it back on.
     """
-
-    def __init__(self) -> None:  # no tensorboardX import, no writers
-        LoggerCallback.__init__(self)
-
-    def log_trial_start(self, trial: Any) -> None:
-        pass
-
-    def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
-        pass
-
-    def log_trial_end(self, trial: Any, failed: bool = False) -> None:
-        pass
 
 
 def _ready(ref: ray.ObjectRef) -> bool:
