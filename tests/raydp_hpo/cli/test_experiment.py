@@ -19,6 +19,7 @@ from raydp_hpo.cli.experiment import (
 )
 from raydp_hpo.cli.main import EXIT_BAD_INPUT, EXIT_OK, main
 from raydp_hpo.errors import ConfigError
+from tests.raydp_hpo.cli.bad_input_catalogue import _DELETE, _set
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "cluster/examples/mnist1d_small.yaml"
@@ -67,20 +68,6 @@ def test_yaml_exponent_without_dot_is_a_number(raw: dict[str, Any]) -> None:
     assert parse_experiment(raw).budget == PrivacyBudget(4.0, 1e-5)
 
 
-def _set(raw: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
-    out = copy.deepcopy(raw)
-    node = out
-    keys = path.split(".")
-    for k in keys[:-1]:
-        node = node[k]
-    if value is _DELETE:
-        del node[keys[-1]]
-    else:
-        node[keys[-1]] = value
-    return out
-
-
-_DELETE = object()
 
 
 @pytest.mark.parametrize(

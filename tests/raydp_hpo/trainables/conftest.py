@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+import torch
 
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.ledger.filter import PrivacyLedger
 from raydp_hpo.trainables.data import DataSplits, load_digits, split
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    """Tiny models: one intra-op thread is far faster on a shared 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")
