@@ -82,13 +82,21 @@ def admit(
     *,
     owner: str,
     resume_charge_id: str | None = None,
+    resume_mechanism: Mechanism | None = None,
 ) -> str | None:
     """Admit the trial or raise; return the charge id it runs under (None if unaccounted).
 
     ``ledger``: the ledger or its actor handle; ``None`` attaches to the actor named in the
     settings when (and only when) a round trip is needed.
-    ``resume_charge_id``: the charge stored in the checkpoint being resumed (never re-charged;
-    it must be on the ledger).
+    ``resume_charge_id``: the charge stored in the checkpoint being resumed (it must be on the
+    ledger). ``resume_mechanism``: what the resumed run executes from the checkpoint on (the
+    remaining steps and the final score). A self-charging trial pays it again, under
+    ``f"{resume_charge_id}/resume/attempt-k"``: the steps after the checkpoint were (perhaps
+    partly) run by the interrupted attempt and are run again with fresh noise, and the restart
+    itself may follow from that attempt's outputs (a diverging run that crashed), so keeping
+    the rerun inside the first charge would let a retry select among noise draws unpaid. Its
+    charge is chosen adaptively (it happens only after a failure): DPTuner halts such ledgers
+    on the RDP filter, valid under adaptivity (Feldman & Zrnic 2021), whenever retries are on.
     """
     if not settings.needs_ledger:
         return None
@@ -125,6 +133,10 @@ def admit(
             raise RayDPHPOError(
                 f"checkpoint charge {resume_charge_id!r} is not on the ledger; refusing to resume"
             )
+        if resume_mechanism is not None:
+            ledger.try_charge_new_attempt(
+                f"{resume_charge_id}/resume", resume_mechanism, owner=owner
+            ).raise_if_refused()  # BudgetExhaustedError: the resumed run does not start
         return resume_charge_id
     assert settings.charge_id is not None
     # One atomic call (one actor round trip): the smallest unused attempt id is charged.

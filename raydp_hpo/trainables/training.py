@@ -486,7 +486,11 @@ def train_dp(
     ``report(metrics, checkpoint_dir)`` after each epoch of ⌈1/q⌉ steps and, if
     ``checkpoint_dir`` is given, saving a checkpoint there first.
 
-    ``resume_from``: a checkpoint directory to continue from, inside the charge it records.
+    ``resume_from``: a checkpoint directory to continue from. A self-charging trial pays
+    again for the steps it reruns (``<charge id>/resume/attempt-k``, see
+    :func:`~raydp_hpo.trainables.privacy_gate.admit`); a plan-covered trial continues inside
+    its plan charge, which assumes the interruption (a driver or node crash followed by
+    ``DPTuner.restore``) did not depend on the data.
     ``ledger``: a :class:`~raydp_hpo.ledger.PrivacyLedger` or actor handle; default: the
     ledger actor named in ``config["raydp"]``.
 
@@ -538,12 +542,22 @@ def train_dp(
     ):
         raise RayDPHPOError("checkpoint was written for a different mechanism/config")
     ledger = resolve_ledger(settings, ledger)
+    resume_mechanism = None
+    if checkpoint is not None and not settings.nonprivate and settings.covered_by is None:
+        # A self-charging trial pays again for what it reruns (privacy_gate.admit).
+        remaining = privacy.steps - int(checkpoint["runners"][0]["steps_done"])
+        if remaining > 0:
+            resume_mechanism = trial_mechanism(
+                _mechanism_after(privacy, remaining * privacy.gradient_evaluations_per_step),
+                score,
+            )
     charge_id = admit(
         settings,
         mechanism,
         ledger,
         owner=owner or f"{settings.experiment}:{settings.charge_id}",
         resume_charge_id=None if checkpoint is None else checkpoint["charge_id"],
+        resume_mechanism=resume_mechanism,
     )
     # ---- admitted: from here on data is touched ----------------------------------------
     delta = float(config.get("target_delta", 0.0)) or ledger_delta(settings, ledger) or 1e-5

@@ -524,8 +524,14 @@ class DPTuner:
         """FIXED_PLAN only for the built-in searchers: their charges are fixed from the
         configuration alone (one plan charge, or grid trials drawn without data), so standard
         composition justifies halting. Any other searcher may adapt charges to results: the
-        adaptive RDP filter then."""
+        adaptive RDP filter then. So does ``max_failures > 0``: a retry's charge (and a resumed
+        trial's charge for the steps it reruns) exists only because a trial failed, which may
+        depend on its outputs, and only the RDP filter is valid for charges chosen that way
+        (Feldman & Zrnic 2021); the searcher then calibrates on RDP too."""
         import raydp_hpo.searchers
+
+        if self._max_failures > 0:
+            return Adaptivity.ADAPTIVE
 
         builtin = (
             raydp_hpo.searchers.RandomStoppingSearch,

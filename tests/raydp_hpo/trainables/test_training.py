@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from raydp_hpo.accounting.accountants import Accountant, epsilon
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import SubsampledGaussian, mechanism_to_dict
 from raydp_hpo.errors import BudgetExhaustedError, InvalidParameterError, RayDPHPOError
-from raydp_hpo.ledger.filter import PrivacyLedger
+from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger
 from raydp_hpo.trainables.data import load_digits, split
 from raydp_hpo.trainables.dp_step import BookKeepingClipper, OpacusClipper
 from raydp_hpo.trainables.models import MLP, build_model
@@ -147,7 +148,38 @@ def test_resume_mid_run_equals_uninterrupted_run(digits, ledger, tmp_path):
     resumed = _train(_config(epochs=3), digits, ledger=ledger, resume_from=ckpt)
     for a, b in zip(full.models[0].values(), resumed.models[0].values()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
-    assert len(ledger.charges()) == 2  # the uninterrupted run + one charge for crash/resume
+    # the uninterrupted run, the interrupted attempt, and the steps the resumed run reruns
+    charges = ledger.charges()
+    assert [c.charge_id for c in charges] == [
+        "exp/t1/attempt-0", "exp/t1/attempt-1", "exp/t1/attempt-1/resume/attempt-0"
+    ]
+    done = load_checkpoint(ckpt)["runners"][0]["steps_done"]
+    rerun = charges[2].mechanism
+    assert rerun == dataclasses.replace(full.mechanism, steps=full.mechanism.steps - done)
+
+
+def test_a_resume_the_budget_cannot_cover_trains_nothing(digits, tmp_path):
+    ckpt = tmp_path / "ckpt"
+
+    class Stop(Exception):
+        pass
+
+    def crash(metrics, path):
+        if metrics["epoch"] == 1:
+            raise Stop
+
+    mechanism = _train(_config(epochs=3), digits, ledger=PrivacyLedger(PrivacyBudget(50.0, 1e-5))).mechanism
+    fresh = PrivacyLedger(PrivacyBudget(50.0, 1e-5), adaptivity=Adaptivity.ADAPTIVE)
+    one_run = fresh.epsilon_if_charged(mechanism)
+    # room for one run, not for the rerun of its last two epochs on top
+    ledger = PrivacyLedger(PrivacyBudget(one_run * 1.01, 1e-5), adaptivity=Adaptivity.ADAPTIVE)
+    with pytest.raises(Stop):
+        _train(_config(epochs=3), digits, ledger=ledger, checkpoint_dir=ckpt, report=crash)
+    reports = []
+    with pytest.raises(BudgetExhaustedError):
+        _train(_config(epochs=3), digits, ledger=ledger, resume_from=ckpt,
+               report=lambda m, p: reports.append(m))
+    assert reports == [] and len(ledger.charges()) == 1
 
 
 def test_covered_trial_checks_plan_charge_and_domination(digits, ledger):

@@ -19,6 +19,7 @@ from ray.tune.stopper import MaximumIterationStopper
 
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.errors import InvalidParameterError, SearchSpaceError
+from raydp_hpo.ledger.filter import Adaptivity
 from raydp_hpo.searchers import OneShotRandomSearch, RandomStoppingSearch
 from raydp_hpo.trainables.data import Dataset, split
 from raydp_hpo.tune.config import DEFAULT_MAX_CONCURRENT_TRIALS
@@ -141,6 +142,12 @@ def test_safe_settings_are_taken_from_the_configs(data, tmp_path: Path) -> None:
     assert tuner.experiment_path == tmp_path.resolve() / "from-run-config"
     assert tuner._max_concurrent == 5 and tuner._verbose == 0
     assert tuner._max_failures == 2  # every trial charges itself: each retry pays again
+    # a retry's charge exists because a trial failed: only the RDP filter is valid for that
+    assert tuner._dedicated_adaptivity() is Adaptivity.ADAPTIVE
+    no_retries = make(data, search="grid_composed",
+                      param_space={**SPACE, "lr": tune.grid_search([0.1, 0.2]),
+                                   "noise_multiplier": 2.0}, storage_path=tmp_path)
+    assert no_retries._dedicated_adaptivity() is Adaptivity.FIXED_PLAN
     assert tuner._callbacks == [mine, theirs]
     assert tuner._settings.checkpoint_config.num_to_keep == 2
 
