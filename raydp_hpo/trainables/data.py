@@ -62,6 +62,9 @@ class Dataset:
     features: np.ndarray
     labels: np.ndarray
     num_classes: int
+    #: False when ``num_classes`` was read off the labels (``max(label) + 1``): the model's
+    #: output width then depends on the data, and certificates list it as treated as public.
+    num_classes_declared: bool = True
 
     def __post_init__(self) -> None:
         x = np.ascontiguousarray(self.features)
@@ -104,7 +107,8 @@ class Dataset:
 
     def subset(self, index: np.ndarray) -> Dataset:
         """The records at ``index`` (a copy), with the same ``num_classes``."""
-        return Dataset(self.features[index], self.labels[index], self.num_classes)
+        return Dataset(self.features[index], self.labels[index], self.num_classes,
+                       self.num_classes_declared)
 
 
 @dataclass(frozen=True, eq=False)
@@ -246,7 +250,9 @@ def load_parquet(
     Give at most one of ``feature_columns`` (one numeric column per feature) or
     ``feature_column`` (one list-valued column holding every row's feature vector); with
     neither, every column but the label is a feature (a single list-valued one is taken as
-    ``feature_column``). ``num_classes`` defaults to ``max(label) + 1``. ``key`` names the
+    ``feature_column``). ``num_classes`` defaults to ``max(label) + 1``, read off the private
+    labels: the result says so (``num_classes_declared=False``) and a certificate lists it as
+    treated as public; declare it to keep the model's shape independent of the data. ``key`` names the
     setting that gave ``uri`` in error messages.
     """
     if feature_columns is not None and feature_column is not None:
@@ -309,7 +315,7 @@ def load_parquet(
             f"label column {label_column!r} has label {int(y.max())} outside [0, {k}); "
             "raise num_classes or fix the labels"
         )
-    return Dataset(x.astype(np.float32), y, max(k, 2))
+    return Dataset(x.astype(np.float32), y, max(k, 2), num_classes_declared=num_classes is not None)
 
 
 def load_digits() -> Dataset:

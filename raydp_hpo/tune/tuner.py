@@ -1050,9 +1050,20 @@ class DPTuner:
             *((("test-set size", f"{self._test_size} ("
                 + ("declared" if test_declared else taken) + ")"),)
               if self._test_epsilon is not None else ()),
+            *self._class_count(),
             ("configuration", "the search space, search settings, budget, model, sample rates, "
              "epochs and the train/validation/test split seed"),
         )
+
+    def _class_count(self) -> tuple[tuple[str, str], ...]:
+        """The number of classes fixes the released model's output width: declared, or read
+        off the labels (``load_parquet`` without ``num_classes``) and then treated as public."""
+        train = getattr(self._data, "train", None)
+        if train is None:  # a user trainable with its own data: nothing known here
+            return ()
+        how = ("declared" if train.num_classes_declared else "max label + 1 in the data, "
+               "treated as public (declare num_classes to make it data-independent)")
+        return (("number of classes", f"{train.num_classes} ({how})"),)
 
     @staticmethod
     def _find_result(by_id: dict[str, Any], trial_id: str) -> Any | None:

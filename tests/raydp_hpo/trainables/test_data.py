@@ -30,6 +30,9 @@ def test_parquet_roundtrip_columns_and_list_column(tmp_path):
     d2 = load_parquet("file://" + uri2, feature_column="x", label_column="y", num_classes=5)
     np.testing.assert_array_equal(d2.features, d.features)
     assert d2.num_classes == 5
+    # read off the labels vs declared: the certificate lists the former as treated as public
+    assert not d.num_classes_declared and d2.num_classes_declared
+    assert not split(d, 0.2, 0.2, seed=0).train.num_classes_declared
 
 
 @pytest.mark.parametrize(

@@ -250,3 +250,16 @@ def test_a_space_error_surfaces_from_the_hand_over(data) -> None:
     assert searcher.set_search_properties("val_accuracy", "max", SPACE, dataset_size=300,
                                           budget=BUDGET)
     assert searcher.has_space and searcher.privacy_plan().algorithm == "one_shot_random"
+
+
+def test_the_certificate_says_whether_the_number_of_classes_was_declared(data, tmp_path) -> None:
+    from raydp_hpo.trainables.data import Dataset, DataSplits
+
+    def undeclared(d: Dataset) -> Dataset:
+        return Dataset(d.features, d.labels, d.num_classes, num_classes_declared=False)
+
+    declared = dict(make(data, storage_path=tmp_path)._public_quantities())
+    assert declared["number of classes"] == f"{data.train.num_classes} (declared)"
+    read_off = DataSplits(undeclared(data.train), undeclared(data.val), undeclared(data.test))
+    public = dict(make(read_off, storage_path=tmp_path)._public_quantities())
+    assert "treated as public" in public["number of classes"]
