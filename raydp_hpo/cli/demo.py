@@ -15,6 +15,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from raydp_hpo._ray_runtime import ensure_ray
 from raydp_hpo.accounting.accountants import Accountant, calibrate_noise, epsilon
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import (
@@ -68,15 +69,7 @@ def run_demo(*, quick: bool = False, storage_path: str | None = None) -> int:
     print(f"  budget: ε={budget.epsilon}, δ={budget.delta} for the whole search")
     print(f"  search: Papernot–Steinke random stopping, geometric K with E[K]={mean_trials:g}")
     start = time.time()
-    started_ray = False
-    if not ray.is_initialized():
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        if os.environ.get("RAY_ADDRESS"):
-            ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
-        else:
-            ray.init(address="local", num_cpus=os.cpu_count() or 2, include_dashboard=False,
-                     log_to_driver=False)
-        started_ray = True
+    started_ray = ensure_ray(num_cpus=os.cpu_count() or 2)
     try:
         root = storage_path or tempfile.mkdtemp(prefix="raydp-demo-")
         tuner = DPTuner(

@@ -97,6 +97,7 @@ from pathlib import Path
 from typing import Any
 
 from raydp_hpo._atomic_io import atomic_write_json
+from raydp_hpo._ray_runtime import ensure_ray
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.cli.experiment_schema import (
     DATA_SOURCES,
@@ -107,7 +108,6 @@ from raydp_hpo.cli.experiment_schema import (
     validate_experiment_file,
 )
 from raydp_hpo.errors import BudgetTooSmallError, ConfigError, RayDPHPOError
-from raydp_hpo.tune.ray_runtime import ensure_ray
 
 __all__ = [
     "DataSpec",

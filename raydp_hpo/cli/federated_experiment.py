@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raydp_hpo._atomic_io import atomic_write_json
+from raydp_hpo._ray_runtime import ensure_ray
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.cli.experiment import (
     _budget,
@@ -387,9 +388,7 @@ def _run(spec: FederatedSpec, shards: list[Any], test: Any, settings: Any,
         return run_federated(shards, test, settings, **kwargs)
     import ray
 
-    started = not ray.is_initialized()
-    if started:  # attach to RAY_ADDRESS (a cluster, a job) or start a local Ray
-        ray.init(address=os.environ.get("RAY_ADDRESS") or "local", log_to_driver=False)
+    started = ensure_ray()  # attach to RAY_ADDRESS (a cluster, a job) or start a local Ray
     try:
         return run_federated_ray(shards, test, settings, num_cpus=spec.cpus_per_client,
                                  **kwargs)

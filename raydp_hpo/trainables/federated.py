@@ -72,7 +72,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import secrets
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -86,6 +85,7 @@ import torch
 from torch import nn
 
 from raydp_hpo._atomic_io import atomic_write
+from raydp_hpo._ray_runtime import ensure_ray
 from raydp_hpo.accounting.mechanisms import Gaussian
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 from raydp_hpo.ledger.ledger_like import LedgerLike
@@ -781,9 +781,7 @@ def _run_main(a: argparse.Namespace) -> int:
         if a.ray:
             import ray
 
-            started = not ray.is_initialized()
-            if started:  # attach to RAY_ADDRESS (a cluster, a job) or start a local Ray
-                ray.init(address=os.environ.get("RAY_ADDRESS") or "local", log_to_driver=False)
+            started = ensure_ray()  # attach to RAY_ADDRESS or start a local Ray
             try:
                 run_federated_ray(shards, data.test, settings, num_cpus=a.num_cpus, **kwargs)
             finally:

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from raydp_hpo._lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
+    from raydp_hpo._ray_runtime import ensure_ray
     from raydp_hpo.tune.hooks import LedgerAuditCallback, LedgerStopper, NoTensorBoardLogger
-    from raydp_hpo.tune.ray_runtime import ensure_ray
     from raydp_hpo.tune.tuner import DPResult, DPTuner, PrivacyCertificate
 
 _EXPORTS: dict[str, str] = {
@@ -22,7 +22,7 @@ _EXPORTS: dict[str, str] = {
     "LedgerStopper": "raydp_hpo.tune.hooks",
     "LedgerAuditCallback": "raydp_hpo.tune.hooks",
     "NoTensorBoardLogger": "raydp_hpo.tune.hooks",
-    "ensure_ray": "raydp_hpo.tune.ray_runtime",
+    "ensure_ray": "raydp_hpo._ray_runtime",
 }
 
 __all__ = sorted(_EXPORTS)

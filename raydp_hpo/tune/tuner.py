@@ -37,7 +37,6 @@ Tune's experiment directory are **not covered by the guarantee** and must not be
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import re
@@ -49,13 +48,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from raydp_hpo._atomic_io import atomic_write_json
+from raydp_hpo._ray_runtime import ensure_ray
 from raydp_hpo.accounting.accountants import Accountant, epsilon, epsilon_or_inf
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import Mechanism, mechanism_to_dict
 from raydp_hpo.errors import BudgetExhaustedError, InvalidParameterError, RayDPHPOError
 from raydp_hpo.ledger.actor import DEFAULT_NAMESPACE, LedgerHandle, get_ledger
 from raydp_hpo.ledger.filter import Adaptivity
-from raydp_hpo.tune.ray_runtime import ensure_ray
 
 __all__ = ["DPTuner", "DPResult", "PrivacyCertificate"]
 
@@ -998,8 +998,7 @@ class DPTuner:
             private_result_grid=grid,
         )
         Path(exp_dir).mkdir(parents=True, exist_ok=True)
-        with open(Path(exp_dir) / "release.json", "w", encoding="utf-8") as fh:
-            json.dump(out.public(), fh, indent=2, default=str)
+        atomic_write_json(Path(exp_dir) / "release.json", out.public())
         return out
 
     def _dp_test_accuracy(self, model: Any, ledger: LedgerHandle, extras: dict[str, Any]
