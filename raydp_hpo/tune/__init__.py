@@ -1,6 +1,7 @@
 """Orchestration on Ray Tune: :class:`DPTuner` (one DP search against one budget, and its
 release with a certificate, :mod:`.tuner`), the Tune stopper/callbacks around the ledger
-(:mod:`.hooks`) and connecting to Ray (:mod:`.ray_runtime`).
+(:mod:`.hooks`), Tune's configs as DPTuner takes them (:mod:`.config`); ``ensure_ray``
+(connecting to Ray) is re-exported from :mod:`raydp_hpo._ray_runtime`.
 """
 
 # ruff: noqa: F401  (the TYPE_CHECKING imports below are re-exports)
