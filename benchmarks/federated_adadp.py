@@ -106,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke-sized run (a few minutes)")
     ap.add_argument("--seeds", type=int, default=None, help="seeds per cell; default 3, quick 2")
+    ap.add_argument("--seed-offset", type=int, default=0,
+                    help="first seed (an independent second run: --seed-offset 3)")
     ap.add_argument("--rounds", type=int, default=None, help="default 10; quick 5")
     ap.add_argument("--datasets", nargs="+", choices=DATASETS, default=list(DATASETS))
     ap.add_argument("--workers", type=int, default=1, help="worker processes (1 thread each)")
@@ -122,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if not a.from_runs:
-        jobs = [(name, a.quick, p, s, m, rounds) for s in range(seeds) for name in a.datasets
+        jobs = [(name, a.quick, p, s, m, rounds)
+                for s in range(a.seed_offset, a.seed_offset + seeds) for name in a.datasets
                 for p in FRACTIONS for m in _methods(rounds)]  # seed-major: a cut run is whole
         runs_path.write_text("")
         ctx = multiprocessing.get_context("fork")
