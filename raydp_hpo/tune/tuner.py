@@ -665,8 +665,12 @@ class DPTuner:
         with ``Tuner.restore``: the ledger is re-attached from its journal, the plan charge is
         replayed by its id (never charged twice), the searcher's saved state (including its
         secret draws) is restored, and unfinished trials continue from their checkpoints
-        inside their admitted charges (a trial that must start over pays again). A tuner
-        from :meth:`restore` resumes by default.
+        (a trial that must start over pays again; a self-charging trial also pays for the
+        steps it reruns; errored trials are not rerun). A plan-covered trial continues inside
+        the plan charge: this assumes the interruption of the driver did not depend on the
+        data (trials run in their own processes, so their outputs cannot stop the driver; an
+        operator or an out-of-memory kill that correlates with the data is outside it). A
+        tuner from :meth:`restore` resumes by default.
         """
         resume = self._resume if resume is None else bool(resume)
         ensure_ray()
