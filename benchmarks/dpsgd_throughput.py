@@ -20,14 +20,19 @@ MNIST-shaped (1, 28, 28) for ``cnn2d``; n = 60 000 records.
 A second table times Poisson sampling alone, interleaved: ``poisson_batch`` (O(B)) against one
 uniform per record (``torch.rand(n) < q``, O(n)).
 
-Results (CPU, torch 2.13, 2 cores shared with other jobs, load average 2–4; two runs of
-7 rounds × 3 steps; DP book-keeping / non-private, median ratio run 1 / run 2):
+Results (CPU, torch 2.13, 2 cores, QUIET machine, 2026-11-25; two runs of 7 rounds × 5 steps;
+DP book-keeping / non-private, median ratio run 1 / run 2; targets CNN ≤ 2.0, MLP ≤ 1.5, met
+only in one cell of one run):
 
-    threads  B    mlp          cnn1d        cnn2d        (Opacus hooks, for reference)
-    1        128  1.73 / 1.60  2.04 / 2.00  1.36 / 1.22  cnn1d 2.75 / 3.17, cnn2d 1.94 / 1.88
-    1        256  1.55 / 1.30  1.75 / 1.86  1.27 / 1.31  cnn1d 2.81 / 3.03, cnn2d 1.98 / 1.99
-    2        128  1.75 / 1.77  2.27 / 2.11  1.36 / 1.51  cnn1d 3.35 / 3.21, cnn2d 1.96 / 2.05
-    2        256  1.44 / 1.46  2.05 / 1.90  1.56 / 1.33  cnn1d 3.27 / 3.01, cnn2d 2.12 / 1.91
+    threads  B    mlp          cnn1d        cnn2d
+    1        128  1.82 / 1.90  2.34 / 2.38  2.33 / 2.41
+    1        256  1.62 / 1.58  2.39 / 2.25  2.22 / 1.88
+    2        128  2.03 / 2.05  2.80 / 2.75  2.43 / 2.40
+    2        256  1.79 / 1.81  2.84 / 2.82  2.52 / 2.37
+
+Figures taken earlier on the same 2 cores under load (load average 2–4) were lower (e.g. cnn2d
+1.22–1.56): load slows the non-private step more than the DP one, so quiet-machine figures are
+the honest ones (``benchmarks/results/issue15_cpu.md`` has both).
 
 Per-round ranges are in the script's output (typically ±0.3 around the median; single rounds
 hit by a burst of load reach 2–3× more). Opacus hooks on the MLP cost 10–40× (time spent in
