@@ -31,7 +31,7 @@ only in one cell of one run):
     2        256  1.79 / 1.81  2.84 / 2.82  2.52 / 2.37
 
 Figures taken earlier on the same 2 cores under load (load average 2–4) were lower (e.g. cnn2d
-1.22–1.56): load slows the non-private step more than the DP one, so quiet-machine figures are
+1.22–1.56): load apparently slows the non-private step more than the DP one, so quiet figures are
 the honest ones (``benchmarks/results/issue15_cpu.md`` has both).
 
 Per-round ranges are in the script's output (typically ±0.3 around the median; single rounds
