@@ -39,9 +39,7 @@ from raydp_hpo._atomic_io import replace_dir
 from raydp_hpo._validation import closest_match
 from raydp_hpo.accounting.accountants import Accountant, epsilon
 from raydp_hpo.accounting.mechanisms import (
-    Gaussian,
     Mechanism,
-    SubsampledGaussian,
     mechanism_to_dict,
 )
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
@@ -245,12 +243,6 @@ def declared_privacy(config: Mapping[str, Any], data: DataSplits) -> tuple[DPSGD
     n_public, _ = public_sizes(settings, data)
     n_view = public_view_size(n_public, settings.data_view)
     return privacy_from_config(config, n_view), n_view
-
-
-def _mechanism_after(privacy: DPSGDPrivacy, evaluations: int) -> Mechanism:
-    if privacy.optimizer is Optimizer.GD:
-        return Gaussian(privacy.noise_multiplier, evaluations)
-    return SubsampledGaussian(privacy.noise_multiplier, privacy.sample_rate, evaluations)
 
 
 def _seed(*parts: int) -> int:
@@ -548,7 +540,7 @@ def train_dp(
         remaining = privacy.steps - int(checkpoint["runners"][0]["steps_done"])
         if remaining > 0:
             resume_mechanism = trial_mechanism(
-                _mechanism_after(privacy, remaining * privacy.gradient_evaluations_per_step),
+                privacy.mechanism_of_evaluations(remaining * privacy.gradient_evaluations_per_step),
                 score,
             )
     charge_id = admit(
@@ -599,7 +591,7 @@ def train_dp(
             "val_accuracy": min(1.0, mean_correct / n_val_public),
             "epsilon": 0.0
             if settings.nonprivate
-            else epsilon(_mechanism_after(privacy, steps * evals_per_step), delta, Accountant.RDP),
+            else epsilon(privacy.mechanism_of_evaluations(steps * evals_per_step), delta, Accountant.RDP),
             "delta": delta,
         }
         if privacy.optimizer is Optimizer.ADADP:
@@ -616,7 +608,7 @@ def train_dp(
                 metrics["score_epsilon"] = score.epsilon
                 metrics["score_noise"] = score.noise.value
                 metrics["epsilon"] = epsilon(
-                    trial_mechanism(_mechanism_after(privacy, steps * evals_per_step), score),
+                    trial_mechanism(privacy.mechanism_of_evaluations(steps * evals_per_step), score),
                     delta,
                     Accountant.RDP,
                 )
@@ -643,7 +635,7 @@ def train_dp(
     ]
     if not settings.nonprivate:
         for log in releases:  # what ran must be exactly what was declared and charged
-            if _mechanism_after(privacy, log.releases) != training_mechanism:
+            if privacy.mechanism_of_evaluations(log.releases) != training_mechanism:
                 raise RayDPHPOError(
                     f"ran {log.releases} releases but declared {training_mechanism}; please "
                     "report a bug"

@@ -253,13 +253,15 @@ class DPSGDPrivacy:
           be a subsampled Gaussian with σ/√2 instead, which is much worse and not done here.
         * otherwise: ``SubsampledGaussian(σ, q, T)`` (Abadi et al. 2016).
         """
+        return self.mechanism_of_evaluations(self.steps * self.gradient_evaluations_per_step)
+
+    def mechanism_of_evaluations(self, evaluations: int) -> Mechanism:
+        """The mechanism of ``evaluations`` noisy gradients of this run (a prefix or a rerun
+        part of it): ``Gaussian(σ, evaluations)`` for GD, else
+        ``SubsampledGaussian(σ, q, evaluations)``."""
         if self.optimizer is Optimizer.GD:
-            return Gaussian(self.noise_multiplier, self.steps)
-        return SubsampledGaussian(
-            self.noise_multiplier,
-            self.sample_rate,
-            self.steps * self.gradient_evaluations_per_step,
-        )
+            return Gaussian(self.noise_multiplier, evaluations)
+        return SubsampledGaussian(self.noise_multiplier, self.sample_rate, evaluations)
 
 
 def _optimizer(value: Any) -> Optimizer:
