@@ -182,8 +182,7 @@ class LedgerAuditCallback(Callback):
     def _ask_spend(self) -> Any:
         """An ObjectRef for the ledger actor's spend, or the spend itself for a local ledger."""
         try:
-            ask = getattr(self._ledger, "spent_ref", None)
-            return ask() if ask is not None else float(self._ledger.spent())
+            return _spend_request(self._ledger)
         except Exception as exc:
             return exc
 
@@ -312,13 +311,13 @@ class ProgressCallback(Callback):
             if self._asked is not None and (wait or _ready(self._asked)):
                 self.spent, self._asked = float(ray.get(self._asked)), None
             if self._asked is None:
-                ask = getattr(self._ledger, "spent_ref", None)
-                if ask is None:
-                    self.spent = float(self._ledger.spent())
+                answer = _spend_request(self._ledger)
+                if not isinstance(answer, ray.ObjectRef):
+                    self.spent = answer
+                elif wait:
+                    self.spent = float(ray.get(answer))
                 else:
-                    self._asked = ask()
-                    if wait:
-                        self.spent, self._asked = float(ray.get(self._asked)), None
+                    self._asked = answer
         except Exception:  # progress must never stop the experiment
             self._asked = None
 
@@ -403,6 +402,13 @@ class NoTensorBoardLogger(SilentLogger, TBXLoggerCallback):
     single-threaded controller ~4-7 ms per trial (measured, ``benchmarks/overhead.py``), more
     than the ledger's admission. ``DPTuner(..., tensorboard=True)`` turns it back on.
     """
+
+
+def _spend_request(ledger: LedgerLike) -> ray.ObjectRef | float:
+    """The ledger's spend without waiting: an ``ObjectRef`` from a ledger actor's handle
+    (``spent_ref``), the spend itself from a local ledger."""
+    ask = getattr(ledger, "spent_ref", None)
+    return ask() if ask is not None else float(ledger.spent())
 
 
 def _ready(ref: ray.ObjectRef) -> bool:
