@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from raydp_hpo.errors import InvalidParameterError
+from raydp_hpo._validation import coerce_enum
 from raydp_hpo.searchers.base import DPSearcher, PrivacyPlan, Release
 from raydp_hpo.searchers.baselines import GridSearchComposed, OneShotRandomSearch
 from raydp_hpo.searchers.linear_scaling import FitVariable, LinearScalingSearch
@@ -64,12 +64,5 @@ def make_searcher(algorithm: SearchAlgorithm | str, **kwargs: Any) -> DPSearcher
     >>> s.privacy_plan().algorithm
     'one_shot_random'
     """
-    if not isinstance(algorithm, SearchAlgorithm):
-        try:
-            algorithm = SearchAlgorithm(algorithm)
-        except ValueError:
-            names = ", ".join(a.value for a in SearchAlgorithm)
-            raise InvalidParameterError(
-                f"unknown search algorithm {algorithm!r}; use one of {names}"
-            ) from None
+    algorithm = coerce_enum(SearchAlgorithm, algorithm, "search algorithm")
     return _CLASSES[algorithm](**kwargs)

@@ -8,7 +8,8 @@ Data flow of :meth:`DPTuner.fit` (DESIGN.md, "Data flow of one run"):
 1. Ray is used if already initialised (a Ray program, a Ray task), else a local one starts.
 2. The ledger: the one given (a shared, dataset-level ledger), or a dedicated one for this
    experiment, journaled under ``storage_path``. A dedicated ledger halts with
-   ``Adaptivity.FIXED_PLAN`` because every search here fixes its privacy plan from the
+   ``Adaptivity.FIXED_PLAN`` (``ADAPTIVE``, the RDP filter, when trials may be retried or the
+   searcher is not a built-in one: :meth:`DPTuner._dedicated_adaptivity`) because every search here fixes its privacy plan from the
    configuration alone before any data is touched (configs are drawn from the searcher's
    own RNG, charges are stated up front), so standard composition applies, and it admits
    (and the searcher calibrates its noise) on the tightest valid bound, ``Accountant.PROFILE``
@@ -357,12 +358,12 @@ class DPTuner:
             raise InvalidParameterError(f"data must be raydp_hpo.trainables.DataSplits, got {type(data)!r}")
         if not isinstance(search, DPSearcher):
             try:
-                SearchAlgorithm(search)
+                search = SearchAlgorithm(search)
             except ValueError:
                 names = ", ".join(a.value for a in SearchAlgorithm)
                 raise InvalidParameterError(
-                    f"search={search!r} is neither a search_algs searcher nor a search "
-                    f"algorithm; use one of {names}"
+                    f"search={search!r} is neither a DPSearcher nor a search algorithm; use "
+                    f"one of {names}"
                 ) from None
         searcher_space = isinstance(search, DPSearcher) and search.has_space
         if param_space is None and not searcher_space:
@@ -498,11 +499,7 @@ class DPTuner:
             if not self._search.has_space:
                 return None
             return self._search.privacy_plan().mechanism is not None
-        try:
-            algorithm = SearchAlgorithm(self._search)
-        except ValueError:
-            return None  # make_searcher names the valid ones in fit()
-        return algorithm is not SearchAlgorithm.GRID_COMPOSED
+        return self._search is not SearchAlgorithm.GRID_COMPOSED  # an enum since __init__
 
     def _refuse_retries_under_a_plan(self, plan_charged: bool | None) -> None:
         if plan_charged:
