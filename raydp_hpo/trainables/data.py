@@ -232,7 +232,12 @@ def _read_parquet(uri: str, key: str, *, schema_only: bool = False) -> Any:
 def parquet_feature_columns(uri: str, label_column: str, key: str = "data.uri") -> list[str]:
     """The default feature columns of a Parquet dataset: every column but the label, in the
     file's order (read from the schema only; column names are not records)."""
-    return [c for c in _read_parquet(uri, key, schema_only=True).names if c != label_column]
+    return _all_but(_read_parquet(uri, key, schema_only=True).names, label_column)
+
+
+def _all_but(columns: Sequence[str], label_column: str) -> list[str]:
+    """The default features: every column but the label, in the file's order."""
+    return [c for c in columns if c != label_column]
 
 
 def load_parquet(
@@ -260,7 +265,7 @@ def load_parquet(
     table = _read_parquet(uri, key)
     default = feature_columns is None and feature_column is None
     if default:
-        feature_columns = [c for c in table.column_names if c != label_column]
+        feature_columns = _all_but(table.column_names, label_column)
         if not feature_columns:
             raise DataValidationError(
                 f"{uri!r} has no column but the label {label_column!r}: no features"

@@ -37,9 +37,6 @@ __all__ = ["TuneSettings", "resolve_tune_settings", "DEFAULT_MAX_CONCURRENT_TRIA
 #: Trials running at once when neither ``max_concurrent_trials`` nor a TuneConfig sets it.
 DEFAULT_MAX_CONCURRENT_TRIALS = 2
 
-_UNSET: Any = object()
-
-
 @dataclass(frozen=True)
 class TuneSettings:
     """What :class:`~raydp_hpo.tune.tuner.DPTuner` takes from its keywords and Tune's configs."""
