@@ -120,11 +120,17 @@ def _variants(
 
 
 def _interleaved(
-    variants: dict[str, Callable[[], None]], rounds: int, block: int, device: torch.device
+    variants: dict[str, Callable[[], None]],
+    rounds: int,
+    block: int,
+    device: torch.device,
+    warmup: int = 2,
 ) -> dict[str, list[float]]:
-    """Per-step seconds of each variant in each round, variants rotated round by round."""
-    for fn in variants.values():  # warm-up: allocator, Opacus hooks, thread pools
-        for _ in range(2):
+    """Per-step seconds of each variant in each round, variants rotated round by round, after
+    ``warmup`` untimed steps of each (allocator, thread pools, the clipper's one-off choice of
+    per-layer method, oneDNN kernels for the batch sizes Poisson sampling draws most)."""
+    for fn in variants.values():
+        for _ in range(warmup):
             fn()
     labels = list(variants)
     times: dict[str, list[float]] = {k: [0.0] * rounds for k in labels}
@@ -167,6 +173,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--block", type=int, default=5, help="steps per variant per round")
+    parser.add_argument(
+        "--warmup", type=int, default=30,
+        help="untimed steps per variant first: a training run takes thousands of steps, so the "
+        "figure is the steady-state cost, not the first steps' one-off work",
+    )
     parser.add_argument("--n", type=int, default=60_000, help="records to sample from")
     parser.add_argument("--no-opacus", action="store_true")
     args = parser.parse_args()
@@ -181,7 +192,7 @@ def main() -> None:
         for batch in args.batches:
             for name in args.models:
                 variants = _variants(name, batch, args.n, device, not args.no_opacus)
-                times = _interleaved(variants, args.rounds, args.block, device)
+                times = _interleaved(variants, args.rounds, args.block, device, args.warmup)
                 base = times[NONPRIVATE]
                 for label, ts in times.items():
                     ratios = [t / b for t, b in zip(ts, base)]

@@ -19,7 +19,11 @@ reference in ``tests/raydp_hpo/trainables/test_dp_step.py``:
   input (unfolded into patches a_t for a convolution, t over output positions), the
   per-example weight gradient is Σ_t g_t a_tᵀ, whose squared norm is either
   Σ_{t,t'} (g_t·g_t')(a_t·a_t') (ghost norm; ‖g‖²‖a‖² when T = 1, Goodfellow 2015) or taken
-  from the materialised per-example gradient, whichever is cheaper for that layer; affine
+  from the materialised per-example gradient (from the unfolded input and one batched
+  matmul, or for a convolution from one grouped-convolution weight backward); with
+  :attr:`NormStrategy.AUTO` each layer uses whichever of these ran fastest on its first
+  batch (timed on public random tensors of the same shapes; the methods agree up to
+  floating-point rounding). Affine
   normalisation parameters have per-example gradients Σ g ⊙ x̂ and Σ g. The clipped sum
   Σ_i c_i ∇ℓ_i, c_i = min(1, C/(‖∇ℓ_i‖ + 10⁻⁶)), is then formed from the same g and a.
 * :class:`OpacusClipper` — any model Opacus supports: per-example gradients from
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import time
 import warnings
 from dataclasses import dataclass, field
 from enum import Enum
@@ -128,26 +133,42 @@ def _conv_pad(conv: nn.Conv1d | nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
     return nn.functional.pad(x, flat) if any(flat) else x
 
 
-def _conv_patches(conv: nn.Conv1d | nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
-    """The unfolded input of ``conv``: (N, T, C_in·∏k), row t the input patch (zero padding
-    included) that output position t sees, flattened in the weight's (C_in, k…) order.
+def _conv_unfold(conv: nn.Conv1d | nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+    """The unfolded input of ``conv`` in im2col layout: (N, C_in·∏k, T), column t the input
+    patch (zero padding included) that output position t sees, rows in the weight's
+    (C_in, k…) order, so that the per-example weight gradient is g_i a_iᵀ with g_i (C_out, T).
 
-    Built from strided views of the padded input (``Tensor.unfold`` per spatial dimension,
-    then every d-th element for dilation d) and one copy into this layout; on CPU this is
-    several times faster than ``nn.functional.unfold`` (im2col) for these shapes.
+    Built by stacking the ∏k shifted, strided slices of the padded input (one slice per kernel
+    offset, each a copy of whole rows), which on CPU is several times faster than
+    ``nn.functional.unfold`` or a copy of ``Tensor.unfold`` window views for these shapes.
     """
     if isinstance(conv, nn.Conv1d):
         x = x.unsqueeze(-2)  # (N, C, 1, L)
         kernel, stride, dilation = (1, *conv.kernel_size), (1, *conv.stride), (1, *conv.dilation)
     else:
         kernel, stride, dilation = conv.kernel_size, conv.stride, conv.dilation
-    view = _conv_pad(conv, x)
-    for dim in (2, 3):
-        span = (kernel[dim - 2] - 1) * dilation[dim - 2] + 1
-        view = view.unfold(dim, span, stride[dim - 2])  # appends a window dimension
-    view = view[..., :: dilation[0], :: dilation[1]]  # (N, C, H', W', kh, kw)
-    n, _, h, w = view.shape[:4]
-    return view.permute(0, 2, 3, 1, 4, 5).reshape(n, h * w, -1)
+    padded = _conv_pad(conv, x)
+    out = [
+        (padded.shape[2 + k] - dilation[k] * (kernel[k] - 1) - 1) // stride[k] + 1
+        for k in (0, 1)
+    ]
+    slices = [
+        padded[
+            :,
+            :,
+            i * dilation[0] : i * dilation[0] + (out[0] - 1) * stride[0] + 1 : stride[0],
+            j * dilation[1] : j * dilation[1] + (out[1] - 1) * stride[1] + 1 : stride[1],
+        ]
+        for i in range(kernel[0])
+        for j in range(kernel[1])
+    ]
+    n, c = x.shape[:2]
+    return torch.stack(slices, dim=2).reshape(n, c * len(slices), out[0] * out[1])
+
+
+def _row_sq_norms(t: torch.Tensor) -> torch.Tensor:
+    """‖t_i‖² for each row i of ``t`` (N, …), in one fused reduction (no t² temporary)."""
+    return torch.linalg.vector_norm(t, dim=tuple(range(1, t.dim()))).square_()
 
 
 class _LayerGrad:
@@ -166,11 +187,32 @@ class _LayerGrad:
 
 class NormStrategy(Enum):
     """How :class:`BookKeepingClipper` gets per-example weight-gradient norms of layers with
-    T > 1 positions (convolutions, Linear on sequences)."""
+    T > 1 positions (convolutions, Linear on sequences). Every strategy computes the same
+    clipped sum; they differ in cost and in floating-point rounding only."""
 
-    AUTO = "auto"  #: per layer, whichever of the two below costs fewer operations
+    #: per layer, the fastest of the strategies below whose operation count is within a factor
+    #: 4 of the cheapest, timed once on data-independent tensors of the layer's shapes
+    AUTO = "auto"
     GHOST = "ghost"  #: Σ_{t,t'} (g_t·g_t')(a_t·a_t'), ~N·T²·(p + d) operations
-    MATERIALISE = "materialise"  #: G_i = Σ_t g_t a_tᵀ per example, ~N·T·p·d operations
+    #: G_i = g_i a_iᵀ per example from the unfolded input (im2col + one batched matmul),
+    #: ~N·T·p·d operations
+    MATERIALISE = "materialise"
+    #: convolutions: every G_i from one grouped-convolution weight backward (groups = N), the
+    #: same operations without an unfolded copy of the input; Linear: as MATERIALISE
+    GROUPED = "grouped"
+
+
+_AUTO_CANDIDATE_FACTOR = 4.0  # AUTO times only strategies within this factor of the fewest ops
+
+
+def _candidate_strategies(t: int, p: int, d: int, conv: bool) -> list[NormStrategy]:
+    """The strategies AUTO times for a layer with T positions, p outputs and d inputs per
+    position: those whose operation count is within a factor 4 of the cheapest."""
+    ops = {NormStrategy.GHOST: t * t * (p + d), NormStrategy.MATERIALISE: t * p * d}
+    if conv:
+        ops[NormStrategy.GROUPED] = t * p * d
+    cheapest = min(ops.values())
+    return [s for s, c in ops.items() if c <= _AUTO_CANDIDATE_FACTOR * cheapest]
 
 
 def _matrix_layer_grad(
@@ -180,12 +222,11 @@ def _matrix_layer_grad(
     g: torch.Tensor,
     strategy: NormStrategy,
 ) -> _LayerGrad:
-    """Layers whose per-example weight gradient is Σ_t g_t a_tᵀ: a (N, T, d), g (N, T, p)."""
-    n, t, d = a.shape
-    p = g.shape[-1]
-    if t == 1:
+    """Layers whose per-example weight gradient is Σ_t g_t a_tᵀ: a (N, T, d), g (N, T, p);
+    ``strategy`` is GHOST or a materialising one (T > 1), anything when T = 1."""
+    if a.shape[1] == 1:
         return _OuterProductGrad(weight, bias, a[:, 0], g[:, 0])
-    if _use_ghost(t, p, d, strategy):
+    if strategy is NormStrategy.GHOST:
         return _GhostGrad(weight, bias, a, g)
     return _MaterialisedGrad(
         weight,
@@ -193,13 +234,6 @@ def _matrix_layer_grad(
         torch.bmm(g.transpose(1, 2), a) if weight.requires_grad else None,
         g.sum(1) if bias is not None and bias.requires_grad else None,
     )
-
-
-def _use_ghost(t: int, p: int, d: int, strategy: NormStrategy) -> bool:
-    """Ghost norm ~N·T²·(p + d) operations, materialised per-example gradient ~N·T·p·d."""
-    if strategy is NormStrategy.AUTO:
-        return t * (p + d) < p * d
-    return strategy is NormStrategy.GHOST
 
 
 def _conv_per_example_weight_grad(
@@ -211,8 +245,8 @@ def _conv_per_example_weight_grad(
     along channels, x → (1, N·C_in, …) and g → (1, N·C_out, …), turns the N per-example
     convolutions into one convolution with groups = N, whose weight gradient (N·C_out, C_in,
     k…) is every G_i at once: one call to the convolution backward kernel instead of an
-    unfolded input (∏k times the input, slow to build on CPU). Padding is applied first
-    (:func:`_conv_pad`) so 'same' with asymmetric padding is exact.
+    unfolded input. Padding is applied first (:func:`_conv_pad`) so 'same' with asymmetric
+    padding is exact.
     """
     n, c = x.shape[:2]
     o = g.shape[1]
@@ -240,23 +274,24 @@ class _OuterProductGrad(_LayerGrad):
         self.weight, self.bias, self.a, self.g = weight, bias, a, g
 
     def sq_norms(self) -> torch.Tensor:
-        g_sq = self.g.pow(2).sum(1)
-        sq = g_sq * self.a.pow(2).sum(1) if self.weight.requires_grad else torch.zeros_like(g_sq)
-        if self.bias is not None and self.bias.requires_grad:
-            sq = sq + g_sq
-        return sq
+        g_sq = _row_sq_norms(self.g)
+        has_bias = self.bias is not None and self.bias.requires_grad
+        if not self.weight.requires_grad:
+            return g_sq if has_bias else torch.zeros_like(g_sq)
+        a_sq = _row_sq_norms(self.a)
+        return g_sq.mul_(a_sq.add_(1.0) if has_bias else a_sq)  # ‖g‖²(‖a‖² + 1) with a bias
 
     def write_clipped_sum(self, coef: torch.Tensor) -> None:
         g, a = self.g, self.a
         if self.weight.requires_grad:
             # (c ⊙ g)ᵀ a = gᵀ (c ⊙ a): scale whichever of g (N × p) and a (N × d) is smaller
             if g.shape[1] <= a.shape[1]:
-                w = (g * coef[:, None]).t() @ a
+                w = torch.mm((g * coef.unsqueeze(1)).t(), a)
             else:
-                w = g.t() @ (a * coef[:, None])
-            self.weight.grad = w.view_as(self.weight)
+                w = torch.mm(g.t(), a * coef.unsqueeze(1))
+            self.weight.grad = w  # (p, d): the weight's own shape
         if self.bias is not None and self.bias.requires_grad:
-            self.bias.grad = coef @ g  # Σ c_i g_i, one matrix-vector product
+            self.bias.grad = torch.mv(g.t(), coef)  # Σ c_i g_i, one matrix-vector product
 
 
 class _GhostGrad(_LayerGrad):
@@ -274,7 +309,7 @@ class _GhostGrad(_LayerGrad):
             gram_a = torch.bmm(self.a, self.a.transpose(1, 2))
             sq = (gram_g * gram_a).sum((1, 2)).clamp(min=0)  # ≥ 0 up to rounding
         if self.bias is not None and self.bias.requires_grad:
-            sq = sq + self.g.sum(1).pow(2).sum(1)
+            sq = sq + _row_sq_norms(self.g.sum(1))
         return sq
 
     def write_clipped_sum(self, coef: torch.Tensor) -> None:
@@ -298,13 +333,13 @@ class _MaterialisedGrad(_LayerGrad):
         self.per_example, self.bias_per_example = per_example, bias_per_example
 
     def sq_norms(self) -> torch.Tensor:
-        parts = [t.flatten(1).pow(2).sum(1) for t in (self.per_example, self.bias_per_example)
+        parts = [_row_sq_norms(t) for t in (self.per_example, self.bias_per_example)
                  if t is not None]
         return torch.stack(parts).sum(0)
 
     def write_clipped_sum(self, coef: torch.Tensor) -> None:
-        if self.per_example is not None:
-            w = torch.einsum("n,npd->pd", coef, self.per_example)
+        if self.per_example is not None:  # Σ_i c_i G_i: one vector-matrix product
+            w = coef @ self.per_example.reshape(self.per_example.shape[0], -1)
             self.weight.grad = w.reshape(self.weight.shape)
         if self.bias is not None and self.bias_per_example is not None:
             self.bias.grad = coef @ self.bias_per_example
@@ -327,13 +362,13 @@ class _AffineNormGrad(_LayerGrad):
             dims = tuple(range(1, x.dim() - len(shape)))  # (N, *lead, *normalized_shape)
         self.gamma = None
         if self.weight is not None and self.weight.requires_grad:
-            self.gamma = (g * xhat).sum(dims) if dims else g * xhat
+            self.gamma = xhat.mul_(g).sum(dims) if dims else xhat.mul_(g)  # x̂ is ours: in place
         self.beta = None
         if self.bias is not None and self.bias.requires_grad:
             self.beta = g.sum(dims) if dims else g
 
     def sq_norms(self) -> torch.Tensor:
-        parts = [t.flatten(1).pow(2).sum(1) for t in (self.gamma, self.beta) if t is not None]
+        parts = [_row_sq_norms(t) for t in (self.gamma, self.beta) if t is not None]
         return torch.stack(parts).sum(0)
 
     def write_clipped_sum(self, coef: torch.Tensor) -> None:
@@ -342,12 +377,23 @@ class _AffineNormGrad(_LayerGrad):
                 param.grad = torch.tensordot(coef, per, dims=1).view_as(param)
 
 
+def _layer_shape(module: nn.Module, x: torch.Tensor, g: torch.Tensor) -> tuple[int, int, int]:
+    """(T, p, d) of a Linear or convolution: output positions, outputs and inputs per position."""
+    if isinstance(module, nn.Linear):
+        return g[0].numel() // g.shape[-1], g.shape[-1], x.shape[-1]
+    weight = cast("nn.Conv1d | nn.Conv2d", module).weight
+    return g[0, 0].numel(), g.shape[1], weight[0].numel()
+
+
 def _layer_grad(
     module: nn.Module, x: torch.Tensor, g: torch.Tensor, strategy: NormStrategy
 ) -> _LayerGrad:
-    """The :class:`_LayerGrad` of one covered layer from its input ``x`` and output grad ``g``."""
+    """The :class:`_LayerGrad` of one covered layer from its input ``x`` and output grad ``g``;
+    ``strategy`` is not AUTO (the clipper resolves AUTO per layer first)."""
     n = x.shape[0]
     if isinstance(module, nn.Linear):
+        if x.dim() == 2:  # (N, d): T = 1
+            return _OuterProductGrad(module.weight, module.bias, x, g)
         a = x.reshape(n, -1, x.shape[-1])
         g_t = g.reshape(n, -1, g.shape[-1])
         return _matrix_layer_grad(module.weight, module.bias, a, g_t, strategy)
@@ -355,19 +401,58 @@ def _layer_grad(
         conv = cast("nn.Conv1d | nn.Conv2d", module)
         weight, bias = conv.weight, conv.bias
         g_t = g.reshape(n, g.shape[1], -1)  # (N, C_out, T)
-        t, p, d = g_t.shape[2], g_t.shape[1], weight[0].numel()
-        if _use_ghost(t, p, d, strategy):
-            a = _conv_patches(conv, x)  # (N, T, C_in·∏k)
-            return _GhostGrad(weight, bias, a, g_t.transpose(1, 2))
-        return _MaterialisedGrad(
-            weight,
-            bias,
-            _conv_per_example_weight_grad(conv, x, g) if weight.requires_grad else None,
-            g_t.sum(2) if bias is not None and bias.requires_grad else None,
-        )
+        per_bias = g_t.sum(2) if bias is not None and bias.requires_grad else None
+        if strategy is NormStrategy.GHOST:
+            a = _conv_unfold(conv, x)  # (N, C_in·∏k, T)
+            return _GhostGrad(weight, bias, a.transpose(1, 2), g_t.transpose(1, 2))
+        if not weight.requires_grad:
+            return _MaterialisedGrad(weight, bias, None, per_bias)
+        if strategy is NormStrategy.GROUPED:
+            return _MaterialisedGrad(weight, bias, _conv_per_example_weight_grad(conv, x, g),
+                                     per_bias)
+        per_example = torch.bmm(g_t, _conv_unfold(conv, x).transpose(1, 2))  # (N, C_out, d)
+        return _MaterialisedGrad(weight, bias, per_example, per_bias)
     if isinstance(module, _NORM_TYPES):
         return _AffineNormGrad(module, x, g)
     raise RayDPHPOError(f"book-keeping clipping does not cover {type(module).__name__}")
+
+
+_TUNING_WARMUP, _TUNING_ROUNDS = 2, 5
+
+
+def _fastest_strategy(
+    module: nn.Module, x: torch.Tensor, g: torch.Tensor, candidates: list[NormStrategy]
+) -> NormStrategy:
+    """The candidate with the shortest time to build the layer's share, its norms and its
+    clipped sum: each candidate runs twice untimed, then the candidates are timed in turn over
+    5 rounds and each keeps its fastest round (the minimum estimates the intrinsic cost; the
+    first calls of a kernel and bursts of load only ever add time). Inputs are standard-normal
+    tensors of the shapes of ``x`` and ``g`` drawn from a fixed public seed: the choice depends
+    on the data only through the shapes, and changes the clipped sum only by floating-point
+    rounding. The parameter gradients it writes are overwritten by the real step."""
+    gen = torch.Generator(device=x.device).manual_seed(0)
+    x_pub = torch.randn(x.shape, generator=gen, device=x.device, dtype=x.dtype)
+    g_pub = torch.randn(g.shape, generator=gen, device=g.device, dtype=g.dtype)
+    coef = torch.ones(x.shape[0], device=x.device, dtype=g.dtype)
+    sync = torch.cuda.synchronize if x.device.type == "cuda" else (lambda: None)
+
+    def run(strategy: NormStrategy) -> float:
+        sync()
+        start = time.perf_counter()
+        share = _layer_grad(module, x_pub, g_pub, strategy)
+        share.sq_norms()
+        share.write_clipped_sum(coef)
+        sync()
+        return time.perf_counter() - start
+
+    for strategy in candidates:
+        for _ in range(_TUNING_WARMUP):
+            run(strategy)
+    best = {strategy: math.inf for strategy in candidates}
+    for _ in range(_TUNING_ROUNDS):
+        for strategy in candidates:
+            best[strategy] = min(best[strategy], run(strategy))
+    return min(candidates, key=best.__getitem__)
 
 
 class BookKeepingClipper:
@@ -379,7 +464,8 @@ class BookKeepingClipper:
     is computed); per-example squared norms are summed over layers, c_i = min(1, C/(‖∇ℓ_i‖ +
     1e-6)), and each layer writes Σ c_i ∇_θ ℓ_i from the same g (Bu et al. 2023, "Differentially
     private optimization on large model at small cost", book-keeping). Per layer the norm is
-    the ghost norm or the materialised per-example gradient, whichever is cheaper.
+    the ghost norm or the materialised per-example gradient (:class:`NormStrategy`); AUTO
+    times the candidates once per layer and keeps the fastest (``self.strategies``).
     """
 
     def __init__(self, model: nn.Module, strategy: NormStrategy = NormStrategy.AUTO) -> None:
@@ -390,6 +476,7 @@ class BookKeepingClipper:
                 "use grad_sample_mode='opacus' or 'auto'"
             )
         self.model, self.strategy = model, NormStrategy(strategy)
+        self.strategies: dict[nn.Module, NormStrategy] = {}  # AUTO's choice, per layer
         self.layers = [
             m for m in model.modules()
             if isinstance(m, _BK_TYPES) and any(p.requires_grad for p in m.parameters(False))
@@ -431,13 +518,35 @@ class BookKeepingClipper:
         outputs = [records[m][0][1] for m in self.layers]
         grads = torch.autograd.grad(loss, outputs)
         layer_grads = [
-            _layer_grad(m, records[m][0][0], g, self.strategy) for m, g in zip(self.layers, grads)
+            _layer_grad(m, x_m, g, self._strategy_for(m, x_m, g))
+            for m, g in zip(self.layers, grads)
+            for x_m in (records[m][0][0],)
         ]
-        sq = torch.stack([lg.sq_norms() for lg in layer_grads]).sum(0)
-        coef = (max_grad_norm / (sq.sqrt() + _EPS)).clamp(max=1.0)
+        sq = layer_grads[0].sq_norms()
+        for lg in layer_grads[1:]:
+            sq = sq + lg.sq_norms()
+        coef = sq.sqrt().add_(_EPS).reciprocal_().mul_(max_grad_norm).clamp_(max=1.0)
         for lg in layer_grads:
             lg.write_clipped_sum(coef)
         return float(loss.detach()), n
+
+    def _strategy_for(self, module: nn.Module, x: torch.Tensor, g: torch.Tensor) -> NormStrategy:
+        """The strategy for ``module``: the clipper's own unless AUTO, else the one timed fastest
+        on the layer's first batch (:func:`_fastest_strategy`), kept for later steps."""
+        if self.strategy is not NormStrategy.AUTO:
+            return self.strategy
+        chosen = self.strategies.get(module)
+        if chosen is None:
+            chosen = NormStrategy.MATERIALISE  # T = 1 or a normalisation layer: no choice
+            if isinstance(module, (nn.Linear, *_CONV_TYPES)):
+                t, p, d = _layer_shape(module, x, g)
+                candidates = _candidate_strategies(t, p, d, isinstance(module, _CONV_TYPES))
+                if t > 1 and len(candidates) > 1:
+                    chosen = _fastest_strategy(module, x, g, candidates)
+                elif t > 1:
+                    chosen = candidates[0]
+            self.strategies[module] = chosen
+        return chosen
 
 
 class OpacusClipper:

@@ -14,6 +14,7 @@ from scipy import stats
 from torch import nn
 
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
+from raydp_hpo.trainables import dp_step
 from raydp_hpo.trainables.dp_step import (
     BookKeepingClipper,
     GaussianNoise,
@@ -280,7 +281,7 @@ def _batch(shape, n: int = 9, seed: int = 1):
 
 @pytest.mark.parametrize("name", list(MODEL_NAMES))
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("path", ["bk-auto", "bk-ghost", "bk-materialise", "opacus"])
+@pytest.mark.parametrize("path", ["bk-auto", "bk-ghost", "bk-materialise", "bk-grouped", "opacus"])
 def test_every_clipping_path_matches_per_example_reference(name, bias, path):
     model = _random_model(name, SHAPES[name], bias)
     x, y = _batch(SHAPES[name])
@@ -413,6 +414,46 @@ def test_a_layer_run_twice_is_refused_without_touching_gradients():
     with pytest.raises(RayDPHPOError, match="once per forward"):
         BookKeepingClipper(model).clipped_sum(x, y, 1.0)
     assert all(bool((p.grad == 7.0).all()) for p in model.parameters())
+
+
+@pytest.mark.parametrize(
+    "conv",
+    [
+        nn.Conv2d(3, 4, (3, 2), stride=(2, 1), padding=(1, 2), dilation=(1, 2)),
+        nn.Conv2d(2, 3, 3, padding="valid", stride=2),
+        nn.Conv2d(1, 2, 3, padding=1),
+    ],
+)
+def test_unfolded_input_is_torchs_im2col(conv):
+    """_conv_unfold (stacked strided slices) equals nn.functional.unfold, exactly."""
+    x = torch.randn(4, conv.in_channels, 9, 8)
+    padding = conv.padding if not isinstance(conv.padding, str) else 0
+    reference = nn.functional.unfold(x, conv.kernel_size, conv.dilation, padding, conv.stride)
+    assert torch.equal(dp_step._conv_unfold(conv, x), reference)
+
+
+def test_auto_times_only_the_cheap_candidates_on_public_tensors():
+    """AUTO keeps, per layer, one of the strategies within a factor 4 of the fewest operations,
+    chosen on public random tensors: data full of NaN still yields a choice (the values are
+    never read), and the choice is kept for the next steps."""
+    torch.manual_seed(0)
+    model = build_model("cnn2d", SHAPES["cnn2d"], 5)
+    conv2 = model.features[3]  # T = 196, p = 16, d = 144: the ghost norm costs ~11x more
+    assert dp_step._candidate_strategies(196, 16, 144, conv=True) == [
+        NormStrategy.MATERIALISE, NormStrategy.GROUPED]
+    x = torch.full((6, 16, 28, 28), float("nan"))
+    g = torch.full((6, 16, 14, 14), float("nan"))
+    assert dp_step._fastest_strategy(conv2, x, g, [NormStrategy.MATERIALISE,
+                                                   NormStrategy.GROUPED]) in (
+        NormStrategy.MATERIALISE, NormStrategy.GROUPED)
+    clipper = BookKeepingClipper(model)
+    xb, yb = _batch(SHAPES["cnn2d"])
+    clipper.clipped_sum(xb, yb, 1.0)
+    first = dict(clipper.strategies)
+    assert first[conv2] in (NormStrategy.MATERIALISE, NormStrategy.GROUPED)
+    assert all(s is not NormStrategy.AUTO for s in first.values())
+    clipper.clipped_sum(xb, yb, 1.0)
+    assert clipper.strategies == first
 
 
 def test_empty_batch_gives_zero_gradients():
