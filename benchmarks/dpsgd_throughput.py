@@ -174,7 +174,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--block", type=int, default=5, help="steps per variant per round")
     parser.add_argument(
-        "--warmup", type=int, default=30,
+        "--warmup", type=int, default=200,
         help="untimed steps per variant first: a training run takes thousands of steps, so the "
         "figure is the steady-state cost, not the first steps' one-off work",
     )
