@@ -20,32 +20,29 @@ MNIST-shaped (1, 28, 28) for ``cnn2d``; n = 60 000 records.
 A second table times Poisson sampling alone, interleaved: ``poisson_batch`` (O(B)) against one
 uniform per record (``torch.rand(n) < q``, O(n)).
 
-Results (CPU, torch 2.13, 2 cores, QUIET machine, 2026-11-25; two runs of 7 rounds × 5 steps;
-DP book-keeping / non-private, median ratio run 1 / run 2; targets CNN ≤ 2.0, MLP ≤ 1.5, met
-only in one cell of one run):
+Results (CPU, torch 2.13, 2 cores, quiet machine, 2026-11-25, after the clipping changes of
+that day: per-layer choice of conv method, im2col as one strided copy, fused norms; two runs of
+200 warm-up + 7 rounds × 5 steps; DP book-keeping / non-private, median ratio run 1 / run 2;
+targets CNN ≤ 2.0, MLP ≤ 1.5):
 
     threads  B    mlp          cnn1d        cnn2d
-    1        128  1.82 / 1.90  2.34 / 2.38  2.33 / 2.41
-    1        256  1.62 / 1.58  2.39 / 2.25  2.22 / 1.88
-    2        128  2.03 / 2.05  2.80 / 2.75  2.43 / 2.40
-    2        256  1.79 / 1.81  2.84 / 2.82  2.52 / 2.37
+    1        128  1.73 / 1.68  1.79 / 1.79  1.71 / 1.75
+    1        256  1.56 / 1.57  1.93 / 1.91  1.72 / 1.74
+    2        128  1.84 / 1.74  1.86 / 1.88  1.70 / 1.67
+    2        256  1.78 / 1.75  2.07 / 1.96  1.76 / 1.82
 
-Figures taken earlier on the same 2 cores under load (load average 2–4) were lower (e.g. cnn2d
-1.22–1.56): load apparently slows the non-private step more than the DP one, so quiet figures are
-the honest ones (``benchmarks/results/issue15_cpu.md`` has both).
+The CNN target holds in 23 of 24 cells (cnn1d, 2 threads, B = 256: 2.07 in one run); the MLP
+target in none: its DP step pays ~0.2 ms of Gaussian noise (79k parameters; torch's CPU
+generator, ~2.3 ns per value, as fast as a uniform draw) and ~0.2 ms of per-layer Python/ATen
+ops on a 0.8 ms non-private step. Before these changes the same quiet machine gave MLP
+1.58-2.05, cnn1d 2.25-2.84, cnn2d 1.88-2.52 (``benchmarks/results/issue15_cpu.md``).
 
-Per-round ranges are in the script's output (typically ±0.3 around the median; single rounds
-hit by a burst of load reach 2–3× more). Opacus hooks on the MLP cost 10–40× (time spent in
-``fill_``/``mul`` inside Opacus' hooks). Poisson sampling at n = 60 000: ``poisson_batch``
-93–262 µs, one uniform per record 385–670 µs.
-
-Two runs after the flat noise draw and the Linear clipping-scale change (2026-11-23), taken at
-load average 15-25 on the same 2 cores, are in ``benchmarks/results/issue15_cpu.md``: 1-thread
-MLP at B = 128 measured 2.97 and 1.82, above the 1.5 target; the 2-thread cells there are
-dominated by OpenMP threads waiting for a core and say little about the code.
+Warm-up matters for the CNNs: the first few hundred steps of a run are dearer, apparently
+because every new Poisson batch size is a new shape for oneDNN's convolution kernels. With 2 warm-up steps instead of 200 the same code
+measured cnn1d 2.01-2.67 and cnn2d 1.81-2.05 (one run); the default figure is the steady state.
 
 Usage: ``python benchmarks/dpsgd_throughput.py [--models mlp cnn1d cnn2d] [--batches 128 256]
-[--threads 1 2] [--rounds 7] [--block 5] [--no-opacus]``. Uses the GPU when one is available.
+[--threads 1 2] [--warmup 200] [--rounds 7] [--block 5] [--no-opacus]``. Uses the GPU when one is available.
 """
 
 from __future__ import annotations
@@ -183,8 +180,9 @@ def main() -> None:
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     print(
-        f"device={device} torch={torch.__version__} n={args.n} rounds={args.rounds} "
-        f"block={args.block} steps; per-step ms and DP/non-private ratio: median (min–max)"
+        f"device={device} torch={torch.__version__} n={args.n} warmup={args.warmup} "
+        f"rounds={args.rounds} block={args.block} steps; per-step ms and DP/non-private ratio: "
+        "median (min–max)"
     )
     print(f"{'thr':>3} {'B':>4} {'model':6} {'variant':16} {'ms/step':>24} {'ratio':>20}")
     for threads in args.threads:
