@@ -30,6 +30,15 @@ reference in ``tests/raydp_hpo/trainables/test_dp_step.py``:
   ``opacus.GradSampleModule`` (hooks), then clip and sum. :func:`make_clipper` in ``"auto"``
   mode falls back to it for a layer book-keeping does not cover.
 
+**Non-finite per-example gradients.** An example whose computed squared gradient norm is
+inf or NaN (its activations overflowed, e.g. a record with features near the float32 maximum)
+contributes exactly 0 to the sum, in both clippers: its rows are zeroed with ``torch.where``
+before the sum, because c_i · NaN would stay NaN. Without this, one such record makes the
+released gradient NaN if and only if it is present: no noise hides that. Each example's
+contribution is then clip_C(∇ℓ_i) or 0, still of norm ≤ C, so the sensitivity C of the sum
+under add/remove-one is unchanged (``tests/raydp_hpo/trainables/test_dp_step.py`` checks the
+clipped sum with and without such a record).
+
 :class:`GaussianNoise` adds the noise and counts every release so that tests can compare what
 actually ran with the declared mechanism. :func:`poisson_batch` draws the Poisson batch in
 O(batch) rather than O(n).
@@ -169,14 +178,27 @@ class _LayerGrad:
     """One layer's share of a book-keeping step: per-example ‖∇_θ ℓ_i‖² and Σ c_i ∇_θ ℓ_i.
 
     Built from the layer's input a and output gradient g (of the summed loss, so row i of g
-    is ∂ℓ_i/∂out_i). Subclasses hold only what the clipped sum needs.
+    is ∂ℓ_i/∂out_i). Subclasses hold only what the clipped sum needs; ``per_example`` names
+    the attributes that hold one row per example (None for a frozen parameter).
     """
+
+    per_example_fields: tuple[str, ...] = ()
 
     def sq_norms(self) -> torch.Tensor:
         raise NotImplementedError
 
     def write_clipped_sum(self, coef: torch.Tensor) -> None:
         raise NotImplementedError
+
+    def drop_examples(self, keep: torch.Tensor) -> None:
+        """Zero every per-example row where ``keep`` (N,) is False (``torch.where``, so a row
+        of inf or NaN becomes exactly 0: a product with a zero coefficient would stay NaN)."""
+        for name in self.per_example_fields:
+            t = getattr(self, name)
+            if t is not None:
+                mask = keep.view(-1, *([1] * (t.dim() - 1)))
+                setattr(self, name, torch.where(mask, t, torch.zeros((), dtype=t.dtype,
+                                                                     device=t.device)))
 
 
 class NormStrategy(Enum):
@@ -263,6 +285,8 @@ class _OuterProductGrad(_LayerGrad):
     """T = 1 (Linear on (N, d)): ∇_W ℓ_i = g_i a_iᵀ, so ‖∇_W ℓ_i‖² = ‖g_i‖²‖a_i‖² (Goodfellow
     2015) and Σ c_i ∇_W ℓ_i = (c ⊙ g)ᵀ a."""
 
+    per_example_fields = ("a", "g")
+
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, a: torch.Tensor,
                  g: torch.Tensor) -> None:
         self.weight, self.bias, self.a, self.g = weight, bias, a, g
@@ -292,6 +316,8 @@ class _GhostGrad(_LayerGrad):
     """Ghost norm (Li et al. 2022; Bu et al. 2023): ‖Σ_t g_t a_tᵀ‖²_F = Σ_{t,t'} (g_t·g_t')(a_t·a_t'),
     from two (T × T) Gram matrices per example; the clipped sum is Σ_{i,t} c_i g_{it} a_{it}ᵀ."""
 
+    per_example_fields = ("a", "g")
+
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, a: torch.Tensor,
                  g: torch.Tensor) -> None:
         self.weight, self.bias, self.a, self.g = weight, bias, a, g
@@ -318,8 +344,10 @@ class _GhostGrad(_LayerGrad):
 
 class _MaterialisedGrad(_LayerGrad):
     """Per-example weight gradients G_i = Σ_t g_t a_tᵀ (N × p × d), their norms, and Σ c_i G_i
-    from them (cheaper than the ghost norm when T·(p + d) ≥ p·d). ``per_example`` and
+    from them (:class:`NormStrategy` MATERIALISE or GROUPED). ``per_example`` and
     ``bias_per_example`` are None for frozen parameters."""
+
+    per_example_fields = ("per_example", "bias_per_example")
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None,
                  per_example: torch.Tensor | None, bias_per_example: torch.Tensor | None) -> None:
@@ -343,6 +371,8 @@ class _AffineNormGrad(_LayerGrad):
     """GroupNorm/LayerNorm affine parameters, y = x̂ ⊙ γ + β: per example ∇_γ ℓ_i = Σ g_i ⊙ x̂_i
     and ∇_β ℓ_i = Σ g_i, summed over the dimensions γ is broadcast along (spatial positions
     for GroupNorm, leading non-normalised dimensions for LayerNorm). Cheap: N × |γ| values."""
+
+    per_example_fields = ("gamma", "beta")
 
     def __init__(self, module: nn.GroupNorm | nn.LayerNorm, x: torch.Tensor,
                  g: torch.Tensor) -> None:
@@ -519,6 +549,11 @@ class BookKeepingClipper:
         sq = layer_grads[0].sq_norms()
         for lg in layer_grads[1:]:
             sq = sq + lg.sq_norms()
+        finite = torch.isfinite(sq)
+        if not bool(finite.all()):  # an inf/NaN per-example gradient: that example adds 0
+            for lg in layer_grads:
+                lg.drop_examples(finite)
+            sq = torch.where(finite, sq, torch.zeros((), dtype=sq.dtype, device=sq.device))
         coef = sq.sqrt().add_(_EPS).reciprocal_().mul_(max_grad_norm).clamp_(max=1.0)
         for lg in layer_grads:
             lg.write_clipped_sum(coef)
@@ -570,6 +605,12 @@ class OpacusClipper:
             loss.backward()
         samples = [p.grad_sample for p in params]  # type: ignore[attr-defined]
         norms = torch.stack([s.reshape(n, -1).norm(dim=1) for s in samples], dim=1).norm(dim=1)
+        finite = torch.isfinite(norms)
+        if not bool(finite.all()):  # an inf/NaN per-example gradient: that example adds 0
+            zero = torch.zeros((), dtype=norms.dtype, device=norms.device)
+            samples = [torch.where(finite.view(-1, *([1] * (s.dim() - 1))), s, zero)
+                       for s in samples]
+            norms = torch.where(finite, norms, zero)
         coef = (max_grad_norm / (norms + _EPS)).clamp(max=1.0)
         for p, s in zip(params, samples):
             p.grad = torch.einsum("i,i...->...", coef, s)

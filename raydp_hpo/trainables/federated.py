@@ -322,8 +322,10 @@ def dp_fed_avg(
 ) -> StateDict:
     """θ + (Σ_k clip_C(θ_k − θ) + N(0, σ²C² I)) / K over the floating tensors (module
     docstring), K = ``len(states)`` (public). The clip is on the ℓ₂ norm of each client's whole
-    update; the noise is drawn from ``generator`` (a secret stream) in float64. Non-float
-    tensors must agree across clients and are copied."""
+    update; the noise is drawn from ``generator`` (a secret stream) in float64. An update
+    whose norm is inf or NaN contributes 0 (still of norm ≤ C, so the sensitivity C holds),
+    instead of turning the released state into NaN if and only if that client is present.
+    Non-float tensors must agree across clients and are copied."""
     if len(states) == 0:
         raise InvalidParameterError("dp_fed_avg needs at least one client state")
     keys = list(global_state)
@@ -334,6 +336,8 @@ def dp_fed_avg(
         delta = {key: st[key].detach().to(torch.float64)
                  - global_state[key].detach().to(torch.float64) for key in floats}
         norm = math.sqrt(sum(float((d * d).sum()) for d in delta.values()))
+        if not math.isfinite(norm):  # an inf/NaN update (a diverged client) adds exactly 0:
+            continue  # scaling it would leave NaN in the sum iff that client took part
         scale = min(1.0, dp.clip_norm / norm) if norm > 0 else 1.0
         for key in floats:
             total[key] += scale * delta[key]

@@ -456,6 +456,39 @@ def test_auto_times_only_the_cheap_candidates_on_public_tensors():
     assert clipper.strategies == first
 
 
+@pytest.mark.parametrize("name", list(MODEL_NAMES))
+@pytest.mark.parametrize("path", ["bk-auto", "bk-ghost", "bk-materialise", "bk-grouped", "opacus"])
+def test_a_record_whose_gradient_overflows_adds_exactly_nothing(name, path):
+    """A record with features near the float32 maximum overflows the forward pass (NaN
+    logits): before, the clipped sum, and so the released noisy gradient, was NaN iff the
+    record was in the batch, which no noise hides. Now it contributes 0: with the same noise
+    draw, the released gradient with the record equals the one without it (neighbouring
+    batches, end to end through clipping and noise)."""
+    shape = SHAPES[name]
+    x, y = _batch(shape)
+    x_bad = torch.cat([x, torch.full((1, *shape), 3.0e38)])
+    y_bad = torch.cat([y, torch.tensor([1])])
+    probe = _random_model(name, shape, bias=True)
+    with torch.no_grad():  # the record really overflows: the test can fail without the fix
+        assert not bool(torch.isfinite(probe(x_bad[-1:])).all())
+
+    def make(model: nn.Module):
+        if path == "opacus":
+            return OpacusClipper(model)
+        return BookKeepingClipper(model, NormStrategy(path.removeprefix("bk-")))
+
+    sums = []
+    for xs, ys in ((x, y), (x_bad, y_bad)):
+        model = _random_model(name, shape, bias=True)
+        make(model).clipped_sum(xs, ys, 0.7)
+        params = list(model.parameters())
+        GaussianNoise(1.0, 0.7, 9.0, torch.Generator().manual_seed(5)).privatise(params)
+        sums.append([p.grad.clone() for p in params])
+    for clean, with_bad in zip(*sums):
+        assert bool(torch.isfinite(with_bad).all())
+        torch.testing.assert_close(with_bad, clean, rtol=1e-5, atol=1e-6)
+
+
 def test_empty_batch_gives_zero_gradients():
     model = _random_model("cnn2d", SHAPES["cnn2d"], bias=True)
     loss, count = BookKeepingClipper(model).clipped_sum(

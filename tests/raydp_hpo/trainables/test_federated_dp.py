@@ -67,6 +67,22 @@ def test_dp_fed_avg_noise_has_sd_sigma_c_over_k() -> None:
     assert abs(float(x.mean())) < 5 * 0.25 / 200
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_dp_fed_avg_a_non_finite_update_adds_exactly_nothing(bad: float) -> None:
+    """A diverged client (inf or NaN in its state) contributes 0, like a client that did not
+    move: with the same noise draw the released state is the same. Before, it was NaN if and
+    only if that client took part."""
+    g = _state(0.0, 0.0)
+    diverged = _state(bad, 0.0)
+    still = _state(0.0, 0.0)
+    dp = ClientDP(1.0, 0.5)
+    with_bad = dp_fed_avg(g, [_state(3.0, 0.0), diverged], dp, _g(4))
+    without = dp_fed_avg(g, [_state(3.0, 0.0), still], dp, _g(4))
+    for key in ("w", "b"):
+        assert bool(torch.isfinite(with_bad[key]).all())
+        assert torch.equal(with_bad[key], without[key])
+
+
 def test_client_dp_refuses_bad_values() -> None:
     for bad in (0, -1.0, math.nan, math.inf, True, "1"):
         with pytest.raises(InvalidParameterError, match="clip_norm"):
