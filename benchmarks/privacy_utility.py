@@ -104,8 +104,14 @@ METHODS = (
     "svt_threshold",
     "linear_scaling",
 )
-#: benchmark method → (searcher, halting accountant override); ``None``: the run's accountant
-SEARCHER_OF = {"random_stopping_rdp": "random_stopping"}
+#: random stopping with another law of K (same E[K]), only when asked for with --methods
+EXTRA_METHODS = ("random_stopping_logarithmic", "random_stopping_poisson")
+#: benchmark method → the searcher it runs
+SEARCHER_OF = {"random_stopping_rdp": "random_stopping",
+               **{m: "random_stopping" for m in EXTRA_METHODS}}
+#: the law of K of each random-stopping method
+DISTRIBUTION_OF = {"random_stopping_logarithmic": "logarithmic",
+                   "random_stopping_poisson": "poisson"}
 DATASETS = ("mnist1d", "digits")
 #: issue 12 targets at total ε = 3: random stopping's RERR and the best method's RERR
 TARGET_EPSILON, TARGET_RERR_RS, TARGET_RERR_BEST = 3.0, 0.60, 0.80
@@ -203,6 +209,7 @@ def method_setup(method: str, size: dict[str, Any], dataset: str,
     """(search space, extra searcher kwargs) of ``method`` at total budget ``epsilon``."""
     from ray import tune
 
+    distribution = DISTRIBUTION_OF.get(method, "geometric")
     method = SEARCHER_OF.get(method, method)
     base = base_space(size, dataset)
     lo, hi = size["lr_range"]
@@ -217,7 +224,7 @@ def method_setup(method: str, size: dict[str, Any], dataset: str,
         raise ValueError(f"unknown method {method!r}")
     kwargs: dict[str, Any] = {}
     if method == "random_stopping":
-        kwargs = {"distribution": "geometric", "mean": size["mean_k"]}
+        kwargs = {"distribution": distribution, "mean": size["mean_k"]}
     elif method == "subsampled_transfer":
         kwargs = {"distribution": "geometric", "mean": size["mean_k"],
                   "subsample_rate": size["subsample_rate"]}
@@ -531,7 +538,7 @@ def plot(stats: dict[tuple, dict[str, Any]], datasets: list[str], epsilons: list
     import matplotlib.ticker
 
     fig, axes = plt.subplots(1, len(datasets), figsize=(6.2 * len(datasets), 4.6), squeeze=False)
-    markers = dict(zip(METHODS, "osDd^vP"))
+    markers = dict(zip(METHODS + EXTRA_METHODS, "osDd^vPXh"))
     for ax, ds in zip(axes[0], datasets):
         for i, m in enumerate(methods):
             xs, ys, es = [], [], []
@@ -610,7 +617,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="first seed (an independent run uses a disjoint seed set)")
     ap.add_argument("--epsilons", type=float, nargs="+", default=None)
     ap.add_argument("--datasets", nargs="+", choices=DATASETS, default=None)
-    ap.add_argument("--methods", nargs="+", choices=METHODS, default=None)
+    ap.add_argument("--methods", nargs="+", choices=METHODS + EXTRA_METHODS, default=None,
+                    help="default: every method of METHODS; the extra random-stopping laws "
+                    f"({', '.join(EXTRA_METHODS)}) run only when named")
     ap.add_argument("--accountant", choices=("auto", "rdp", "best", "pld", "profile"),
                     default="auto",
                     help="halting accountant of every ledger (random_stopping_rdp always RDP); "
