@@ -178,8 +178,9 @@ class _LayerGrad:
     """One layer's share of a book-keeping step: per-example ‖∇_θ ℓ_i‖² and Σ c_i ∇_θ ℓ_i.
 
     Built from the layer's input a and output gradient g (of the summed loss, so row i of g
-    is ∂ℓ_i/∂out_i). Subclasses hold only what the clipped sum needs; ``per_example`` names
-    the attributes that hold one row per example (None for a frozen parameter).
+    is ∂ℓ_i/∂out_i). Subclasses hold only what the clipped sum needs;
+    ``per_example_fields`` names the attributes that hold one row per example (None for a
+    frozen parameter).
     """
 
     per_example_fields: tuple[str, ...] = ()
