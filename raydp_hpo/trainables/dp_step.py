@@ -20,10 +20,10 @@ reference in ``tests/raydp_hpo/trainables/test_dp_step.py``:
   per-example weight gradient is Σ_t g_t a_tᵀ, whose squared norm is either
   Σ_{t,t'} (g_t·g_t')(a_t·a_t') (ghost norm; ‖g‖²‖a‖² when T = 1, Goodfellow 2015) or taken
   from the materialised per-example gradient (from the unfolded input and one batched
-  matmul, or for a convolution from one grouped-convolution weight backward); with
-  :attr:`NormStrategy.AUTO` each layer uses whichever of these ran fastest on its first
-  batch (timed on public random tensors of the same shapes; the methods agree up to
-  floating-point rounding). Affine
+  matmul, or for a convolution from one grouped-convolution weight backward), chosen per
+  layer by :attr:`NormStrategy.AUTO`'s fixed rule (deterministic) or, with
+  :attr:`NormStrategy.TUNED`, by timing them on the first batch (public random tensors of the
+  same shapes); the methods agree up to floating-point rounding. Affine
   normalisation parameters have per-example gradients Σ g ⊙ x̂ and Σ g. The clipped sum
   Σ_i c_i ∇ℓ_i, c_i = min(1, C/(‖∇ℓ_i‖ + 10⁻⁶)), is then formed from the same g and a.
 * :class:`OpacusClipper` — any model Opacus supports: per-example gradients from
@@ -207,9 +207,14 @@ class NormStrategy(Enum):
     T > 1 positions (convolutions, Linear on sequences). Every strategy computes the same
     clipped sum; they differ in cost and in floating-point rounding only."""
 
-    #: per layer, the fastest of the strategies below whose operation count is within a factor
-    #: 4 of the cheapest, timed once on data-independent tensors of the layer's shapes
+    #: per layer, a fixed rule (:func:`_auto_strategy`): deterministic, so a run with the same
+    #: secret seed gives the same model bit for bit
     AUTO = "auto"
+    #: per layer, the fastest of GHOST, MATERIALISE and GROUPED whose operation count is within
+    #: a factor 4 of the cheapest, timed once on data-independent tensors of the layer's shapes
+    #: (as ``torch.backends.cudnn.benchmark``: faster on unknown hardware, but the choice, and
+    #: so the rounding of the result, can change from run to run)
+    TUNED = "tuned"
     GHOST = "ghost"  #: Σ_{t,t'} (g_t·g_t')(a_t·a_t'), ~N·T²·(p + d) operations
     #: G_i = g_i a_iᵀ per example from the unfolded input (im2col + one batched matmul),
     #: ~N·T·p·d operations
@@ -219,17 +224,42 @@ class NormStrategy(Enum):
     GROUPED = "grouped"
 
 
-_AUTO_CANDIDATE_FACTOR = 4.0  # AUTO times only strategies within this factor of the fewest ops
+_TUNED_CANDIDATE_FACTOR = 4.0  # TUNED times only strategies within this factor of the fewest ops
+
+
+def _auto_strategy(module: nn.Module, t: int, p: int, d: int) -> NormStrategy:
+    """AUTO's rule for a layer with T > 1 positions, p outputs and d inputs per position.
+
+    * Linear on sequences: GHOST when its ~T²(p + d) operations are fewer than the ~T·p·d of
+      the per-example gradient, else MATERIALISE.
+    * Convolutions: GROUPED for a Conv2d with a stride > 1, else MATERIALISE, unless the ghost
+      norm needs under half the operations of MATERIALISE.
+
+    Why (CPU, torch 2.13, the clipping pipeline of ``benchmarks/dpsgd_throughput.py``): im2col
+    of a strided 2-D convolution gathers with a stride along both spatial dimensions and cost
+    more than the grouped convolution backward (cnn2d's second layer, B = 128: 5.5 ms against
+    2.5 ms); for stride-1 2-D and all 1-D convolutions im2col + bmm was 2-4x faster than the
+    grouped backward (0.07 against 0.17 ms, 0.54 against 2.2 ms, 0.9 against 1.8 ms), and it
+    beat the ghost norm even with 1.3x its operation count (cnn1d's second layer: 0.54 against
+    0.88 ms). :attr:`NormStrategy.TUNED` times the candidates instead, for other hardware.
+    """
+    if isinstance(module, nn.Linear):
+        return NormStrategy.GHOST if t * (p + d) < p * d else NormStrategy.MATERIALISE
+    if 2 * t * (p + d) < p * d:
+        return NormStrategy.GHOST
+    strided = any(s > 1 for s in cast("nn.Conv1d | nn.Conv2d", module).stride)
+    return NormStrategy.GROUPED if isinstance(module, nn.Conv2d) and strided else (
+        NormStrategy.MATERIALISE)
 
 
 def _candidate_strategies(t: int, p: int, d: int, conv: bool) -> list[NormStrategy]:
-    """The strategies AUTO times for a layer with T positions, p outputs and d inputs per
+    """The strategies TUNED times for a layer with T positions, p outputs and d inputs per
     position: those whose operation count is within a factor 4 of the cheapest."""
     ops = {NormStrategy.GHOST: t * t * (p + d), NormStrategy.MATERIALISE: t * p * d}
     if conv:
         ops[NormStrategy.GROUPED] = t * p * d
     cheapest = min(ops.values())
-    return [s for s, c in ops.items() if c <= _AUTO_CANDIDATE_FACTOR * cheapest]
+    return [s for s, c in ops.items() if c <= _TUNED_CANDIDATE_FACTOR * cheapest]
 
 
 def _matrix_layer_grad(
@@ -414,7 +444,7 @@ def _layer_grad(
     module: nn.Module, x: torch.Tensor, g: torch.Tensor, strategy: NormStrategy
 ) -> _LayerGrad:
     """The :class:`_LayerGrad` of one covered layer from its input ``x`` and output grad ``g``;
-    ``strategy`` is not AUTO (the clipper resolves AUTO per layer first)."""
+    ``strategy`` is neither AUTO nor TUNED (the clipper resolves them per layer first)."""
     n = x.shape[0]
     if isinstance(module, nn.Linear):
         if x.dim() == 2:  # (N, d): T = 1
@@ -489,8 +519,9 @@ class BookKeepingClipper:
     is computed); per-example squared norms are summed over layers, c_i = min(1, C/(‖∇ℓ_i‖ +
     1e-6)), and each layer writes Σ c_i ∇_θ ℓ_i from the same g (Bu et al. 2023, "Differentially
     private optimization on large model at small cost", book-keeping). Per layer the norm is
-    the ghost norm or the materialised per-example gradient (:class:`NormStrategy`); AUTO
-    times the candidates once per layer and keeps the fastest (``self.strategies``).
+    the ghost norm or the materialised per-example gradient (:class:`NormStrategy`): AUTO by a
+    fixed rule, TUNED by timing the candidates once per layer; the choice per layer is kept in
+    ``self.strategies``.
     """
 
     def __init__(self, model: nn.Module, strategy: NormStrategy = NormStrategy.AUTO) -> None:
@@ -501,7 +532,7 @@ class BookKeepingClipper:
                 "use grad_sample_mode='opacus' or 'auto'"
             )
         self.model, self.strategy = model, NormStrategy(strategy)
-        self.strategies: dict[nn.Module, NormStrategy] = {}  # AUTO's choice, per layer
+        self.strategies: dict[nn.Module, NormStrategy] = {}  # AUTO's/TUNED's choice per layer
         self.layers = [
             m for m in model.modules()
             if isinstance(m, _BK_TYPES) and any(p.requires_grad for p in m.parameters(False))
@@ -561,20 +592,22 @@ class BookKeepingClipper:
         return float(loss.detach()), n
 
     def _strategy_for(self, module: nn.Module, x: torch.Tensor, g: torch.Tensor) -> NormStrategy:
-        """The strategy for ``module``: the clipper's own unless AUTO, else the one timed fastest
-        on the layer's first batch (:func:`_fastest_strategy`), kept for later steps."""
-        if self.strategy is not NormStrategy.AUTO:
+        """The strategy for ``module``: the clipper's own unless AUTO or TUNED; AUTO applies
+        :func:`_auto_strategy`, TUNED times the candidates on the layer's first batch
+        (:func:`_fastest_strategy`); either choice is kept for later steps."""
+        if self.strategy not in (NormStrategy.AUTO, NormStrategy.TUNED):
             return self.strategy
         chosen = self.strategies.get(module)
         if chosen is None:
             chosen = NormStrategy.MATERIALISE  # T = 1 or a normalisation layer: no choice
             if isinstance(module, (nn.Linear, *_CONV_TYPES)):
                 t, p, d = _layer_shape(module, x, g)
-                candidates = _candidate_strategies(t, p, d, isinstance(module, _CONV_TYPES))
-                if t > 1 and len(candidates) > 1:
-                    chosen = _fastest_strategy(module, x, g, candidates)
+                if t > 1 and self.strategy is NormStrategy.AUTO:
+                    chosen = _auto_strategy(module, t, p, d)
                 elif t > 1:
-                    chosen = candidates[0]
+                    candidates = _candidate_strategies(t, p, d, isinstance(module, _CONV_TYPES))
+                    chosen = (_fastest_strategy(module, x, g, candidates) if len(candidates) > 1
+                              else candidates[0])
             self.strategies[module] = chosen
         return chosen
 
