@@ -40,11 +40,13 @@ ops on a 0.8 ms non-private step. Before these changes the same quiet machine ga
 1.58-2.05, cnn1d 2.25-2.84, cnn2d 1.88-2.52 (``benchmarks/results/issue15_cpu.md``).
 
 Warm-up matters for the CNNs: the first few hundred steps of a run are dearer, apparently
-because every new Poisson batch size is a new shape for oneDNN's convolution kernels. With 2 warm-up steps instead of 200 the same code
-measured cnn1d 2.01-2.67 and cnn2d 1.81-2.05 (one run); the default figure is the steady state.
+because every new Poisson batch size is a new shape for oneDNN's convolution kernels. With 2
+warm-up steps instead of 200 the same code measured cnn1d 2.01-2.67 and cnn2d 1.81-2.05 (one
+run); the default figure is the steady state.
 
 Usage: ``python benchmarks/dpsgd_throughput.py [--models mlp cnn1d cnn2d] [--batches 128 256]
-[--threads 1 2] [--warmup 200] [--rounds 7] [--block 5] [--no-opacus]``. Uses the GPU when one is available.
+[--threads 1 2] [--warmup 200] [--rounds 7] [--block 5] [--no-opacus]``. Uses the GPU when one
+is available.
 """
 
 from __future__ import annotations

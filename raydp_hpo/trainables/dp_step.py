@@ -169,6 +169,15 @@ def _conv_unfold(conv: nn.Conv1d | nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
     return view.reshape(n, c * kernel[0] * kernel[1], out_h * out_w)
 
 
+def _zero_rows(t: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """``t`` (N, …) with every row i where ``keep[i]`` is False replaced by exactly 0.
+
+    ``torch.where``, not a product: a row of inf or NaN times a zero coefficient stays NaN.
+    """
+    mask = keep.view(-1, *([1] * (t.dim() - 1)))
+    return torch.where(mask, t, torch.zeros((), dtype=t.dtype, device=t.device))
+
+
 def _row_sq_norms(t: torch.Tensor) -> torch.Tensor:
     """‖t_i‖² for each row i of ``t`` (N, …), in one fused reduction (no t² temporary)."""
     return torch.linalg.vector_norm(t, dim=tuple(range(1, t.dim()))).square_()
@@ -192,14 +201,11 @@ class _LayerGrad:
         raise NotImplementedError
 
     def drop_examples(self, keep: torch.Tensor) -> None:
-        """Zero every per-example row where ``keep`` (N,) is False (``torch.where``, so a row
-        of inf or NaN becomes exactly 0: a product with a zero coefficient would stay NaN)."""
+        """Zero every per-example row where ``keep`` (N,) is False (:func:`_zero_rows`)."""
         for name in self.per_example_fields:
             t = getattr(self, name)
             if t is not None:
-                mask = keep.view(-1, *([1] * (t.dim() - 1)))
-                setattr(self, name, torch.where(mask, t, torch.zeros((), dtype=t.dtype,
-                                                                     device=t.device)))
+                setattr(self, name, _zero_rows(t, keep))
 
 
 class NormStrategy(Enum):
@@ -227,6 +233,12 @@ class NormStrategy(Enum):
 _TUNED_CANDIDATE_FACTOR = 4.0  # TUNED times only strategies within this factor of the fewest ops
 
 
+def _operation_counts(t: int, p: int, d: int) -> tuple[int, int]:
+    """Per-example operations of the ghost norm, T²(p + d), and of the materialised gradient,
+    T·p·d (GROUPED does the materialised count), for T positions, p outputs, d inputs."""
+    return t * t * (p + d), t * p * d
+
+
 def _auto_strategy(module: nn.Module, t: int, p: int, d: int) -> NormStrategy:
     """AUTO's rule for a layer with T > 1 positions, p outputs and d inputs per position.
 
@@ -243,9 +255,10 @@ def _auto_strategy(module: nn.Module, t: int, p: int, d: int) -> NormStrategy:
     beat the ghost norm even with 1.3x its operation count (cnn1d's second layer: 0.54 against
     0.88 ms). :attr:`NormStrategy.TUNED` times the candidates instead, for other hardware.
     """
+    ghost, materialise = _operation_counts(t, p, d)
     if isinstance(module, nn.Linear):
-        return NormStrategy.GHOST if t * (p + d) < p * d else NormStrategy.MATERIALISE
-    if 2 * t * (p + d) < p * d:
+        return NormStrategy.GHOST if ghost < materialise else NormStrategy.MATERIALISE
+    if 2 * ghost < materialise:
         return NormStrategy.GHOST
     strided = any(s > 1 for s in cast("nn.Conv1d | nn.Conv2d", module).stride)
     return NormStrategy.GROUPED if isinstance(module, nn.Conv2d) and strided else (
@@ -255,9 +268,10 @@ def _auto_strategy(module: nn.Module, t: int, p: int, d: int) -> NormStrategy:
 def _candidate_strategies(t: int, p: int, d: int, conv: bool) -> list[NormStrategy]:
     """The strategies TUNED times for a layer with T positions, p outputs and d inputs per
     position: those whose operation count is within a factor 4 of the cheapest."""
-    ops = {NormStrategy.GHOST: t * t * (p + d), NormStrategy.MATERIALISE: t * p * d}
+    ghost, materialise = _operation_counts(t, p, d)
+    ops = {NormStrategy.GHOST: ghost, NormStrategy.MATERIALISE: materialise}
     if conv:
-        ops[NormStrategy.GROUPED] = t * p * d
+        ops[NormStrategy.GROUPED] = materialise
     cheapest = min(ops.values())
     return [s for s, c in ops.items() if c <= _TUNED_CANDIDATE_FACTOR * cheapest]
 
@@ -585,7 +599,7 @@ class BookKeepingClipper:
         if not bool(finite.all()):  # an inf/NaN per-example gradient: that example adds 0
             for lg in layer_grads:
                 lg.drop_examples(finite)
-            sq = torch.where(finite, sq, torch.zeros((), dtype=sq.dtype, device=sq.device))
+            sq = _zero_rows(sq, finite)
         coef = sq.sqrt().add_(_EPS).reciprocal_().mul_(max_grad_norm).clamp_(max=1.0)
         for lg in layer_grads:
             lg.write_clipped_sum(coef)
@@ -641,10 +655,8 @@ class OpacusClipper:
         norms = torch.stack([s.reshape(n, -1).norm(dim=1) for s in samples], dim=1).norm(dim=1)
         finite = torch.isfinite(norms)
         if not bool(finite.all()):  # an inf/NaN per-example gradient: that example adds 0
-            zero = torch.zeros((), dtype=norms.dtype, device=norms.device)
-            samples = [torch.where(finite.view(-1, *([1] * (s.dim() - 1))), s, zero)
-                       for s in samples]
-            norms = torch.where(finite, norms, zero)
+            samples = [_zero_rows(s, finite) for s in samples]
+            norms = _zero_rows(norms, finite)
         coef = (max_grad_norm / (norms + _EPS)).clamp(max=1.0)
         for p, s in zip(params, samples):
             p.grad = torch.einsum("i,i...->...", coef, s)
