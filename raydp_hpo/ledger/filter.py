@@ -622,11 +622,17 @@ class PrivacyLedger:
         and folds in only the charges after it.
         """
         if self._pld_composer is None:
-            from raydp_hpo.accounting.pld import PldComposer
+            from raydp_hpo.accounting.pld import PldComposer, has_pld
 
             composer, start = self._read_pld_snapshot()
             if composer is None:
                 composer, start = PldComposer(), 0
+            # A snapshot holds the folded PLD-capable part of its charges only: the charges
+            # it covers that have no PLD (random stopping, subsampled tuning, (ε, δ)-only
+            # mechanisms; converted at query time) are added back, or they would be forgotten.
+            for charge in self._charges[:start]:
+                if not has_pld(charge.mechanism):
+                    composer.add(charge.mechanism)
             for charge in self._charges[start:]:
                 composer.add(charge.mechanism)
             self._pld_composer = composer

@@ -182,3 +182,34 @@ def test_overlap_add_composition_matches_dp_accountings() -> None:
             reference = float(theirs.get_epsilon_for_delta(delta))
             assert epsilon_for_delta(ours, delta) >= reference
             assert epsilon_for_delta(ours, delta) == pytest.approx(reference, rel=1e-8)
+
+
+@pytest.mark.parametrize("accountant", [Accountant.PLD, Accountant.BEST, Accountant.PROFILE])
+@pytest.mark.parametrize("extend", [False, True])
+def test_a_restart_from_the_snapshot_keeps_the_charges_without_a_pld(
+    tmp_path: Path, accountant: Accountant, extend: bool
+) -> None:
+    """Regression: a snapshot stores only the folded PLD-capable part, so the random-stopping
+    plan (no PLD: an (ε, δ) conversion at query time) it covered was dropped on restart and
+    the PLD figure fell to that of the other charges (0 with none): the ledger then reported
+    ε = 0 spent and would have admitted the whole budget again. The reopened ledger must give
+    the figures of the same journal rebuilt without a snapshot."""
+    plan = RandomStopping(SubsampledGaussian(20.0, 0.01, 100), StoppingDistribution.POISSON, 3.0)
+    journal = tmp_path / "l.journal"
+    with _pld_ledger(journal, accountant) as led:
+        led.charge("exp/plan", plan)
+        if extend:  # a PLD-capable charge too (Laplace: its snapshot always loads)
+            led.charge("c0", Laplace(0.5))
+        live = led.spent()
+        live_pld = led.report().epsilon_by_accountant["pld"]
+    assert pld_snapshot_path(journal).exists()
+    with PrivacyLedger.open(journal) as again:
+        assert again._pld_snapshot_seq == 0  # noqa: SLF001 - nothing read yet (lazy)
+        assert again.spent() == pytest.approx(live, rel=1e-12)
+        assert again._pld_snapshot_seq == (2 if extend else 1)  # noqa: SLF001 - it was used
+        report = again.report().epsilon_by_accountant
+        assert report["pld"] == pytest.approx(live_pld, rel=1e-12) and report["pld"] > 0.0
+    pld_snapshot_path(journal).unlink()
+    with PrivacyLedger.open(journal) as rebuilt:
+        assert rebuilt.spent() == pytest.approx(live, rel=1e-12)
+        assert rebuilt.report().epsilon_by_accountant["pld"] == pytest.approx(live_pld, rel=1e-12)
