@@ -37,9 +37,12 @@ What the figure is made of (measured on 2 vCPUs): ~10-30 ms of Tune's own contro
 trial; a ledger round trip adds ~2.5-5 ms to a trial (a Ray actor call, ~1.4 ms bare here,
 the actor look-up, and for a charge the ledger's RDP check and journal fsync); a receipt check
 reads the seal and one journal line (~0.16 ms, a ~3.6 kB record). Starting the ledger actor
-takes ~0.5-1.6 s; with a plan to charge, DPTuner waits for it (and charges the plan) before
-Tune starts, so it is on the critical path of every plan-charging run: the largest fixed cost
-left on short runs. With trials that train for seconds, all of this vanishes.
+takes ~0.5-1.6 s (a new worker process that loads the accountants). Since 2026-11-25 a fresh
+dedicated ledger's plan is charged by the driver on the journal before the actor exists, and
+the actor starts beside the trials (:func:`raydp_hpo.ledger.actor.charge_before_start`), so
+that start is off the critical path: what is left is ~1 ms per trial (the ``raydp`` config
+block Tune copies, pickles and logs, ~0.5 ms; the trial's privacy gate, ~0.4 ms). With trials
+that train for seconds, all of this vanishes.
 
 Results of this session's runs: ``benchmarks/results/issue15_cpu.md``.
 """

@@ -29,7 +29,15 @@ from raydp_hpo.errors import LedgerMismatchError, RayDPHPOError
 from raydp_hpo.ledger.plan_receipt import PlanReceipt, receipt_for
 from raydp_hpo.ledger.records import Adaptivity, Charge, ChargeDecision, LedgerReport
 
-__all__ = ["DEFAULT_NAMESPACE", "LedgerHandle", "get_ledger", "default_journal_path"]
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "LedgerHandle",
+    "charge_before_start",
+    "default_journal_path",
+    "driver_on_head_node",
+    "get_ledger",
+    "start_ledger",
+]
 
 DEFAULT_NAMESPACE = "raydp_hpo"
 
@@ -41,7 +49,8 @@ def default_journal_path(name: str, namespace: str = DEFAULT_NAMESPACE) -> Path:
 
 
 class _LedgerActor:
-    def __init__(self, budget: PrivacyBudget, journal: str, adaptivity: str, accountant: str):
+    def __init__(self, budget: PrivacyBudget, journal: str, adaptivity: str, accountant: str,
+                 expect: PlanReceipt | None = None):
         # Imported here, in the actor's process only: clients (trial workers, drivers) use
         # this module without loading the accountants.
         from raydp_hpo.ledger.filter import PrivacyLedger
@@ -52,6 +61,19 @@ class _LedgerActor:
             adaptivity=Adaptivity(adaptivity),
             accountant=Accountant(accountant),
         )
+        if expect is not None:
+            # The driver charged this journal before starting the actor
+            # (charge_before_start): refuse to serve a journal without that very record.
+            found = receipt_for(journal, expect.charge_id)
+            if found != expect:
+                self._ledger.close()
+                raise LedgerMismatchError(
+                    f"the journal {journal} this ledger actor opened does not hold charge "
+                    f"{expect.charge_id!r} as record {expect.seq}, which the driver wrote to "
+                    f"{expect.journal} before starting it (found {found!r}): the driver and the "
+                    "ledger actor do not see the same file. Run the driver on the head node or "
+                    "put the storage path on storage both share."
+                )
 
     def settings(self) -> dict[str, Any]:
         return {
@@ -100,16 +122,30 @@ class _LedgerActor:
         return os.getpid()
 
 
+class _Unstarted:
+    """Stands in for the actor of a handle not started yet: every call raises."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        raise RayDPHPOError(
+            f"ledger actor {self._name!r} is not started yet (start_ledger); nothing was asked"
+        )
+
+
 class LedgerHandle:
     """Synchronous client of a ledger actor, with the same methods as :class:`PrivacyLedger`.
 
     Picklable: trials receive it (or just the name/namespace) and call it from any node.
+    ``actor=None`` makes a handle whose actor :func:`start_ledger` starts later (callbacks can
+    hold it meanwhile; a call before that raises).
     """
 
     def __init__(self, name: str, namespace: str, actor: Any, *, created: bool = False) -> None:
         self.name = name
         self.namespace = namespace
-        self._actor = actor
+        self._actor = _Unstarted(name) if actor is None else actor
         #: True when :func:`get_ledger` created the actor (rather than attaching to one): it
         #: then has exactly the settings asked for. Its start-up can still fail (e.g. a journal
         #: written with other settings); every call then fails and :meth:`verify` says why.
@@ -127,7 +163,8 @@ class LedgerHandle:
 
     @property
     def actor(self) -> Any:
-        return self._actor
+        """The Ray actor handle, ``None`` before :func:`start_ledger`."""
+        return None if isinstance(self._actor, _Unstarted) else self._actor
 
     def settings(self) -> dict[str, Any]:
         return ray.get(self._actor.settings.remote())
@@ -188,8 +225,11 @@ class LedgerHandle:
         return ray.get(self._actor.report.remote())
 
     def kill(self) -> None:
-        """Terminate the actor for good (its journal stays; re-create to resume)."""
-        ray.kill(self._actor, no_restart=True)
+        """Terminate the actor for good (its journal stays; re-create to resume); nothing for
+        a handle whose actor was never started."""
+        actor = self.actor
+        if actor is not None:
+            ray.kill(actor, no_restart=True)
 
 
 @functools.cache
@@ -212,6 +252,7 @@ def get_ledger(
     adaptivity: Adaptivity = Adaptivity.ADAPTIVE,
     accountant: Accountant = Accountant.RDP,
     wait: bool = True,
+    expect_charge: PlanReceipt | None = None,
 ) -> LedgerHandle:
     """Create or attach to the ledger actor ``name`` in ``namespace``.
 
@@ -226,6 +267,10 @@ def get_ledger(
     this call created the actor (``handle.created``), its settings are the ones given by
     construction; if it attached to an existing one, the caller must call
     :meth:`LedgerHandle.verify` before relying on the ledger.
+
+    ``expect_charge`` (the receipt :func:`charge_before_start` returned): a created actor
+    refuses to start unless its journal holds exactly that record, so it can never serve a
+    ledger that lacks a charge already made; an existing actor is checked by the caller.
     """
     if not name or not isinstance(name, str):
         raise RayDPHPOError(f"ledger name must be a non-empty string, got {name!r}")
@@ -241,6 +286,29 @@ def get_ledger(
             ) from None
         return LedgerHandle(name, namespace, existing)
 
+    handle = LedgerHandle(name, namespace, None)
+    start_ledger(handle, budget, journal, adaptivity=adaptivity, accountant=accountant,
+                 expect_charge=expect_charge)
+    if wait:
+        handle.verify()
+    return handle
+
+
+def start_ledger(
+    handle: LedgerHandle,
+    budget: PrivacyBudget,
+    journal: str | Path | None = None,
+    *,
+    adaptivity: Adaptivity = Adaptivity.ADAPTIVE,
+    accountant: Accountant = Accountant.RDP,
+    expect_charge: PlanReceipt | None = None,
+) -> None:
+    """Create or attach to the actor of an unstarted ``handle`` (``LedgerHandle(name,
+    namespace, None)``) without waiting: :func:`get_ledger`'s ``budget`` case, for a handle
+    that callbacks already hold. :meth:`LedgerHandle.verify` checks the settings later."""
+    if handle.actor is not None:
+        raise RayDPHPOError(f"ledger handle {handle.name!r} is already started")
+    name, namespace = handle.name, handle.namespace
     journal_path = Path(journal).expanduser().resolve() if journal else default_journal_path(
         name, namespace
     )
@@ -261,15 +329,13 @@ def get_ledger(
         actor, created = ray.get_actor(name, namespace=namespace), False
     except ValueError:
         try:
-            actor = remote_cls.remote(budget, str(journal_path), adaptivity.value, accountant.value)
+            actor = remote_cls.remote(budget, str(journal_path), adaptivity.value,
+                                      accountant.value, expect_charge)
             created = True
         except ActorAlreadyExistsError:  # another driver created it meanwhile
             actor, created = ray.get_actor(name, namespace=namespace), False
-    handle = LedgerHandle(name, namespace, actor, created=created)
+    handle._actor, handle.created = actor, created
     handle._expected = (budget, adaptivity, accountant, None if journal is None else journal_path)
-    if wait:
-        handle.verify()
-    return handle
 
 
 def _verify(handle: LedgerHandle) -> None:
@@ -299,3 +365,59 @@ def _verify(handle: LedgerHandle) -> None:
             "another ledger name."
         )
     handle._expected = None
+
+
+def charge_before_start(
+    budget: PrivacyBudget,
+    journal: str | Path,
+    *,
+    adaptivity: Adaptivity,
+    accountant: Accountant,
+    charge_id: str,
+    mechanism: Mechanism,
+    owner: str = "",
+) -> PlanReceipt:
+    """Admit ``mechanism`` on the ledger at ``journal`` *in this process*, before the ledger's
+    actor exists, and return the receipt of the durable record.
+
+    For a ledger whose first charge is known before anything runs (a dedicated ledger and its
+    experiment's plan): the driver opens the journal itself (taking its exclusive lock, so no
+    live actor can hold it meanwhile), admits the charge with the same
+    :class:`~raydp_hpo.ledger.filter.PrivacyLedger` rule the actor runs, waits for the record's
+    ``fsync``, closes the journal and only then starts the actor
+    (``get_ledger(..., expect_charge=receipt)``), which replays the journal and refuses to start
+    without that record. Trials covered by the charge check the receipt locally
+    (:mod:`raydp_hpo.ledger.plan_receipt`), so the actor's start-up (a new worker process that
+    loads the accountants: ~0.5-1 s) runs beside the trials instead of before them.
+
+    Raises :class:`~raydp_hpo.errors.BudgetExhaustedError` when the ledger refuses (nothing is
+    charged) and :class:`~raydp_hpo.errors.RayDPHPOError` when no receipt can be given (a
+    version-1 journal): start the actor and charge through it instead.
+    """
+    from raydp_hpo.ledger.filter import PrivacyLedger
+
+    with PrivacyLedger(budget, journal, adaptivity=adaptivity, accountant=accountant) as ledger:
+        ledger.charge(charge_id, mechanism, owner)
+    receipt = receipt_for(journal, charge_id)
+    if receipt is None:
+        raise RayDPHPOError(
+            f"charge {charge_id!r} was admitted on {journal} but the journal gives no receipt "
+            "for it (a version-1 journal?); charge through the ledger actor instead"
+        )
+    return receipt
+
+
+def driver_on_head_node() -> bool:
+    """Whether this process runs on the Ray head node, where the ledger actor is placed (so
+    a journal path names the same file for both), and is not a Ray Client (whose files are on
+    another machine). Ray must be initialised."""
+    from ray.util.client import ray as client_ray
+
+    if client_ray.is_connected():
+        return False
+    here = ray.get_runtime_context().get_node_id()
+    return any(
+        node.get("Alive") and node.get("NodeID") == here
+        and "node:__internal_head__" in (node.get("Resources") or {})
+        for node in ray.nodes()
+    )

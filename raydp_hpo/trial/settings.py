@@ -85,6 +85,19 @@ class RaydpSettings:
     plan_receipt: PlanReceipt | None = None
 
     def __repr__(self) -> str:
+        # Tune formats a trial's config ~10 times (params.json, result rows, trial tables):
+        # the text is made once. Every field is set at construction (frozen) and the dict
+        # fields are never mutated in place (a new block is a new value).
+        cached = self.__dict__.get("_repr")
+        if cached is None:
+            cached = self._format()
+            object.__setattr__(self, "_repr", cached)
+        return cached
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_repr"}  # fields only
+
+    def _format(self) -> str:
         parts = []
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)

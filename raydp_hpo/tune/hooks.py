@@ -149,17 +149,30 @@ class LedgerAuditCallback(Callback):
         self._interval = float(spend_interval_s)
         self._last_ask = -float("inf")
         self._asked: Any = None  # an unanswered ObjectRef for the spend
+        self._fh: Any = None  # the file, opened on the first record and kept open
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune pickles its callbacks with the experiment state: no open file, no ObjectRef.
+        return {**self.__dict__, "_fh": None, "_asked": None}
 
     @property
     def path(self) -> Path:
         return self._path
 
     def _append(self, record: dict[str, Any], *, durable: bool = False) -> None:
-        with open(self._path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record, default=str, allow_nan=True) + "\n")
-            fh.flush()
-            if durable:
-                os.fsync(fh.fileno())
+        if self._fh is None or self._fh.closed:
+            self._fh = open(self._path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
+        fh = self._fh
+        fh.write(json.dumps(record, default=str, allow_nan=True) + "\n")
+        fh.flush()  # each record reaches the file as it happens
+        if durable:
+            os.fsync(fh.fileno())
+
+    def close(self) -> None:
+        """Close the file (the next record opens it again)."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
 
     def _event(self, event: str, trial: Any, **extra: Any) -> None:
         record: dict[str, Any] = {
@@ -232,7 +245,10 @@ class LedgerAuditCallback(Callback):
         self.record_spend(wait=False)
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
-        self.record_spend(wait=True)
+        try:
+            self.record_spend(wait=True)
+        finally:
+            self.close()
 
 
 class ProgressCallback(Callback):

@@ -17,7 +17,10 @@ Data flow of :meth:`DPTuner.fit` (DESIGN.md, "Data flow of one run"):
 3. The searcher gets the space, metric and mode through Tune's ``set_search_properties``,
    with the ledger name and experiment this tuner assigns; it states its plan, and the plan is
    charged **before** any trial runs. A refusal raises
-   :class:`~raydp_hpo.errors.BudgetExhaustedError` and nothing runs. The settings that
+   :class:`~raydp_hpo.errors.BudgetExhaustedError` and nothing runs. A fresh dedicated
+   ledger's plan is charged by the driver itself on the ledger's journal, and the ledger's
+   actor is started only then, beside the trials: it replays the journal and refuses to
+   start without that record (:func:`raydp_hpo.ledger.actor.charge_before_start`). The settings that
    :meth:`DPTuner.restore` needs (no data, no secret seed) are written to the experiment
    directory first.
 4. Ray Tune runs the trials; each checks its own mechanism against the ledger before
@@ -49,14 +52,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import ray
+
 from raydp_hpo._atomic_io import atomic_write_json
 from raydp_hpo._ray_runtime import ensure_ray
 from raydp_hpo.accounting.accountants import Accountant, epsilon, epsilon_or_inf
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import Mechanism, mechanism_to_dict
-from raydp_hpo.errors import BudgetExhaustedError, InvalidParameterError, RayDPHPOError
-from raydp_hpo.ledger.actor import DEFAULT_NAMESPACE, LedgerHandle, get_ledger
+from raydp_hpo.errors import (
+    BudgetExhaustedError,
+    InvalidParameterError,
+    LedgerMismatchError,
+    RayDPHPOError,
+)
+from raydp_hpo.ledger.actor import (
+    DEFAULT_NAMESPACE,
+    LedgerHandle,
+    charge_before_start,
+    driver_on_head_node,
+    start_ledger,
+)
 from raydp_hpo.ledger.filter import Adaptivity
+from raydp_hpo.ledger.plan_receipt import PlanReceipt
 
 __all__ = ["DPTuner", "DPResult", "PrivacyCertificate"]
 
@@ -542,23 +559,35 @@ class DPTuner:
             return Adaptivity.ADAPTIVE
         return Adaptivity.FIXED_PLAN
 
-    def _start_ledger(self) -> tuple[LedgerHandle, Adaptivity | None]:
-        """The shared ledger (verified), or the dedicated one started without waiting (``fit``
-        verifies it before any charge); with the dedicated ledger's halting rule."""
-        if self._ledger is not None:
-            return self._ledger.verify(), None
-        adaptivity = self._dedicated_adaptivity()
-        journal = self._storage / self._experiment / "ledger.journal"
-        handle = get_ledger(
-            self.ledger_name,
+    def _dedicated_journal(self) -> Path:
+        return self._storage / self._experiment / "ledger.journal"
+
+    def _may_charge_before_start(self) -> bool:
+        """Whether the driver may charge the dedicated ledger's journal itself before its actor
+        starts (:func:`raydp_hpo.ledger.actor.charge_before_start`): only where it sees the
+        actor's files (on the head node, not a Ray Client) and no actor of that name is alive
+        (one would hold the journal)."""
+        if not driver_on_head_node():
+            return False
+        try:
+            ray.get_actor(self.ledger_name, namespace=self._namespace)
+        except ValueError:
+            return True
+        return False
+
+    def _start_dedicated(self, handle: LedgerHandle, adaptivity: Adaptivity,
+                         expect_charge: PlanReceipt | None = None) -> None:
+        """Start (or attach to) the dedicated ledger's actor without waiting: ``_fit``
+        verifies it before relying on it."""
+        journal = self._dedicated_journal()
+        start_ledger(
+            handle,
             self._budget,
             journal,
-            namespace=self._namespace,
             adaptivity=adaptivity,
             accountant=_resumed_accountant(journal, adaptivity),
-            wait=False,
+            expect_charge=expect_charge,
         )
-        return handle, adaptivity
 
     def _check_selection_inputs(self, searcher: Any) -> None:
         """Selections may only read privatised scores (see raydp_hpo.trial.privacy)."""
@@ -591,7 +620,7 @@ class DPTuner:
                     "Use fewer partitions or a larger validation split."
                 )
 
-    def _build_searcher(self, ledger: LedgerHandle, dedicated: Adaptivity | None) -> Any:
+    def _build_searcher(self, shared: LedgerHandle | None, dedicated: Adaptivity | None) -> Any:
         """The DP searcher, given its space, metric and mode through Tune's
         ``set_search_properties`` together with the ledger name, namespace and experiment this
         tuner assigns (:data:`raydp_hpo.searchers.base.TUNER_ASSIGNED`), and — for a searcher built
@@ -612,12 +641,16 @@ class DPTuner:
         budget = self._search_budget
         plan_id = f"{self._experiment}/plan"
         admissible: Any
-        if dedicated is not None:
+        if shared is None:
+            assert dedicated is not None
             # The dedicated ledger holds only this experiment's charges: judge the plan as its
             # first charge — locally, the same on a first run and on resume (where the ledger
             # already holds this very plan and must not count it twice).
             admissible = _FirstChargeRule(budget, dedicated)
+            ledger_name, namespace = self.ledger_name, self._namespace
         else:
+            ledger = shared
+            ledger_name, namespace = ledger.name, ledger.namespace
             # A shared ledger: its own rule, unless this experiment's plan is already on it
             # (resume: the charge is replayed by id, not added).
             resumed = ledger.has_charge(plan_id)
@@ -631,8 +664,8 @@ class DPTuner:
             self._metric,
             self._mode,
             space,
-            ledger_name=ledger.name,
-            namespace=ledger.namespace,
+            ledger_name=ledger_name,
+            namespace=namespace,
             experiment=self._experiment,
             dataset_size=self._dataset_size,
             validation_size=self._validation_size,
@@ -671,11 +704,12 @@ class DPTuner:
         """
         resume = self._resume if resume is None else bool(resume)
         ensure_ray()
-        ledger, dedicated = self._start_ledger()
+        started: list[LedgerHandle] = []  # the dedicated ledger's actor, once started
         try:
-            return self._fit(ledger, dedicated, resume=resume)
+            return self._fit(self._ledger.verify() if self._ledger is not None else None,
+                             started, resume=resume)
         finally:
-            if dedicated is not None:
+            for ledger in started:
                 # The dedicated ledger serves this run only: its journal is the record
                 # (`raydp-hpo ledger show`), and a resume re-creates the actor from it. A
                 # detached actor left behind per experiment would pile up on the cluster.
@@ -791,7 +825,7 @@ class DPTuner:
         exp_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(exp_dir / _RESTORE_FILE, pickle.dumps(payload))
 
-    def _fit(self, ledger: LedgerHandle, dedicated: Adaptivity | None, *, resume: bool
+    def _fit(self, shared: LedgerHandle | None, started: list[LedgerHandle], *, resume: bool
              ) -> DPResult:
         from ray import tune
         from ray.tune.logger import TBXLoggerCallback
@@ -807,7 +841,8 @@ class DPTuner:
             from raydp_hpo.trainables.training import validate_trial_space
 
             validate_trial_space(self._space)  # a key the trainable ignores is an error
-        searcher = self._build_searcher(ledger, dedicated)
+        dedicated = None if shared is not None else self._dedicated_adaptivity()
+        searcher = self._build_searcher(shared, dedicated)
         self._check_selection_inputs(searcher)
         plan = searcher.privacy_plan()
         if self._max_failures > 0:  # before anything is charged
@@ -821,6 +856,21 @@ class DPTuner:
                 "DPTuner.restore(path) or fit(resume=True) to continue it, or another "
                 "experiment name"
             )
+        # The dedicated ledger: a fresh experiment with a plan charges it in this process
+        # before the ledger's actor starts (below, once Tune's inputs are built), so the
+        # actor's start (a new worker that loads the accountants, ~0.5-1 s) runs beside the
+        # trials instead of before them; otherwise the actor starts now, in the background.
+        charge_first = False
+        if shared is not None:
+            ledger = shared
+        else:
+            assert dedicated is not None
+            ledger = LedgerHandle(self.ledger_name, self._namespace, None)
+            started.append(ledger)
+            charge_first = (plan.mechanism is not None and not resume
+                            and self._may_charge_before_start())
+            if not charge_first:
+                self._start_dedicated(ledger, dedicated)
         overlap_start = ledger.created and plan.mechanism is None and not resume
         stopper = (
             LedgerStopper(ledger, next_charge=plan.base)
@@ -880,16 +930,38 @@ class DPTuner:
         else:
             self._write_restore_file(exp_dir)
             tuner = tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
-        # The ledger actor started in the background meanwhile; nothing has run yet.
+        # The ledger actor started in the background meanwhile (unless the plan is charged
+        # first, just below); nothing has run yet.
         # A dedicated ledger that this call created has the settings asked for by
         # construction, and every trial is admitted by it before touching data, so when there
         # is no plan to charge first, Tune may start while the actor is still coming up (its
         # worker start is ~1 s). Should the actor fail to start, every admission fails
         # (nothing runs), the LedgerStopper stops the search, and verify() below says why.
         try:
-            if not overlap_start:
+            if charge_first:
+                assert dedicated is not None and plan.mechanism is not None
+                # Admitted and fsync'd in the journal before the actor exists, which then
+                # refuses to start without this record (raydp_hpo.ledger.actor). Refused:
+                # raises, and nothing ran.
+                receipt = charge_before_start(
+                    self._budget, self._dedicated_journal(), adaptivity=dedicated,
+                    accountant=_resumed_accountant(self._dedicated_journal(), dedicated),
+                    charge_id=searcher.plan_charge_id, mechanism=plan.mechanism,
+                    owner=self._experiment,
+                )
+                self._start_dedicated(ledger, dedicated, expect_charge=receipt)
+                if not ledger.created:  # another driver's actor appeared meanwhile: check it
+                    ledger.verify()
+                    if not ledger.has_charge(searcher.plan_charge_id):
+                        raise LedgerMismatchError(
+                            f"ledger actor {ledger.name!r}, started elsewhere, does not hold "
+                            f"the plan charge {searcher.plan_charge_id!r} just written to "
+                            f"{self._dedicated_journal()}; nothing ran"
+                        )
+                searcher.plan_receipt = receipt
+            elif not overlap_start:
                 ledger.verify()  # up, with the settings asked for, before anything is charged
-            if plan.mechanism is not None:
+            if plan.mechanism is not None and not charge_first:
                 # Admitted (or refused, raising) before any trial touches data. Idempotent on
                 # restore: the same plan id is a replay, not a second charge.
                 ledger.charge(searcher.plan_charge_id, plan.mechanism, owner=self._experiment)

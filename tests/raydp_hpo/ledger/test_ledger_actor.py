@@ -148,3 +148,68 @@ def test_actor_killed_inside_the_fsync_of_a_charge(ray_session, tmp_path: Path,
     assert len(torn_files) == (1 if where == "mid_write" else 0)
     assert spent_after >= spent_before
     assert PrivacyLedger.read_only(journal).spent() == pytest.approx(spent_after, rel=1e-12)
+
+
+def test_a_charge_made_before_the_actor_starts(ray_session, tmp_path: Path) -> None:
+    """charge_before_start admits and fsyncs the charge in this process; the actor started
+    with its receipt replays it (one charge, the same spend); a refusal charges nothing."""
+    from raydp_hpo.accounting.accountant_kind import Accountant
+    from raydp_hpo.ledger.actor import (
+        LedgerHandle,
+        charge_before_start,
+        driver_on_head_node,
+        start_ledger,
+    )
+    from raydp_hpo.ledger.filter import PrivacyLedger
+    from raydp_hpo.ledger.journal import read_journal
+    from raydp_hpo.ledger.records import Adaptivity
+
+    assert driver_on_head_node()  # a one-node local Ray: the driver is on the head node
+    journal = tmp_path / "j"
+    kw = {"adaptivity": Adaptivity.FIXED_PLAN, "accountant": Accountant.BEST}
+    with pytest.raises(BudgetExhaustedError):
+        charge_before_start(BUDGET, journal, charge_id="big", mechanism=SubsampledGaussian(
+            0.5, 0.1, 5000), **kw)
+    assert read_journal(journal)[1] == []  # refused: nothing recorded
+    receipt = charge_before_start(BUDGET, journal, charge_id="exp/plan", mechanism=TRIAL, **kw)
+    assert receipt.charge_id == "exp/plan" and receipt.seq == 1
+    with PrivacyLedger(BUDGET, **kw) as reference:  # the same rule, in memory
+        expected = reference.charge("exp/plan", TRIAL).epsilon_after
+    name = _name()
+    handle = LedgerHandle(name, "tests", None)
+    with pytest.raises(RayDPHPOError, match="not started yet"):
+        handle.spent()
+    handle.kill()  # nothing to kill: no error
+    start_ledger(handle, BUDGET, journal, expect_charge=receipt, **kw)
+    try:
+        assert handle.created and handle.verify().has_charge("exp/plan")
+        assert handle.receipt("exp/plan") == receipt
+        assert handle.spent() == pytest.approx(expected, rel=1e-12)
+        assert len(handle.charges()) == 1
+        with pytest.raises(RayDPHPOError, match="already started"):
+            start_ledger(handle, BUDGET, journal, **kw)
+    finally:
+        handle.kill()
+
+
+def test_the_actor_refuses_to_start_without_the_expected_charge(ray_session, tmp_path: Path
+                                                               ) -> None:
+    """An actor that does not see the charge its driver made before starting it (another
+    file: the driver was not on its node) must not serve that ledger: it would admit the
+    budget a second time. It fails to start, and verify() says why."""
+    from raydp_hpo.accounting.accountant_kind import Accountant
+    from raydp_hpo.ledger.actor import charge_before_start
+    from raydp_hpo.ledger.records import Adaptivity
+
+    kw = {"adaptivity": Adaptivity.FIXED_PLAN, "accountant": Accountant.BEST}
+    receipt = charge_before_start(BUDGET, tmp_path / "driver.j", charge_id="exp/plan",
+                                  mechanism=TRIAL, **kw)
+    ledger = get_ledger(_name(), BUDGET, tmp_path / "elsewhere.j", namespace="tests",
+                        wait=False, expect_charge=receipt, **kw)
+    try:
+        with pytest.raises(RayDPHPOError, match="does not hold charge 'exp/plan'"):
+            ledger.verify()
+        with pytest.raises(ray.exceptions.RayActorError):
+            ledger.try_charge("more", TRIAL)  # every call fails: nothing can be admitted
+    finally:
+        ledger.kill()

@@ -35,6 +35,21 @@ def test_one_value_in_tune_logs_and_picklable() -> None:
     assert pickle.loads(pickle.dumps(obj)) == obj
 
 
+def test_repr_withholds_the_view_seed_and_is_made_once() -> None:
+    """Tune formats a trial's config ~10 times: the text is cached on the value. The cached
+    text withholds the secret seed of the data view like the first, and a pickled copy (what
+    a trial receives) carries fields only and formats to the same text."""
+    obj = RaydpSettings(**{**CHARGING, "data_view": {"kind": "subsample", "seed": 987654321}})
+    text = repr(obj)
+    assert "987654321" not in text and "'seed': '<secret>'" in text
+    assert repr(obj) is text  # cached
+    state = pickle.dumps(obj)
+    assert b"<secret>" not in state  # the cached text is not shipped
+    copy = pickle.loads(state)
+    assert copy == obj and repr(copy) == text
+    assert obj.data_view == {"kind": "subsample", "seed": 987654321}  # the value keeps it
+
+
 @pytest.mark.parametrize(
     ("block", "message"),
     [

@@ -212,3 +212,32 @@ def test_progress_asks_the_ledger_actor_without_waiting(ray_session, tmp_path: P
         assert f"ledger ε spent {ledger.spent():.4f} / 3" in lines[-1]
     finally:
         ledger.kill()
+
+
+class _PicklableSpend:
+    def spent(self) -> float:
+        return 0.0
+
+
+def test_audit_callback_keeps_its_file_open_and_pickles_without_it(tmp_path: Path) -> None:
+    """One open file for the whole run (not one per record); Tune pickles its callbacks with
+    the experiment state, so the pickled form carries no file, and a copy appends again."""
+    import pickle
+
+    ledger = _PicklableSpend()  # a ledger handle pickles by name; this stands in for one
+    path = tmp_path / "trail.jsonl"
+    cb = LedgerAuditCallback(ledger, path, spend_interval_s=3600)
+    trial = SimpleNamespace(trial_id="a", config={})
+    cb.on_trial_start(0, [], trial)
+    handle = cb._fh
+    cb.on_trial_complete(1, [], trial)
+    assert cb._fh is handle and not handle.closed
+    assert len(path.read_text().splitlines()) == 2  # flushed as they happen
+    copy = pickle.loads(pickle.dumps(cb))
+    assert copy._fh is None and cb._fh is handle
+    copy.on_trial_start(2, [], SimpleNamespace(trial_id="b", config={}))
+    cb.on_experiment_end([])
+    assert handle.closed and cb._fh is None
+    copy.close()
+    events = [json.loads(x)["event"] for x in path.read_text().splitlines()]
+    assert events == ["start", "complete", "start", "spend"]

@@ -41,18 +41,48 @@ def gate_trainable(config: dict[str, Any]) -> None:
     })
 
 
-def test_plan_covered_trials_check_the_receipt_locally(ray_session, tmp_path: Path) -> None:
+def _run(tmp_path: Path, name: str) -> Any:
     rng = np.random.default_rng(0)
     data = split(Dataset(rng.normal(size=(1000, 4)).astype(np.float32),
                          rng.integers(0, 2, size=1000), 2), 0.1, 0.1)
     space = {"lr": tune.uniform(0.0, 1.0), "epochs": 1, "sample_rate": 0.01,
              "noise_multiplier": 20.0}
-    name = f"rcpt-{uuid.uuid4().hex[:6]}"
-    result = DPTuner(tune.with_resources(gate_trainable, {"cpu": 1}), param_space=space,
+    return DPTuner(tune.with_resources(gate_trainable, {"cpu": 1}), param_space=space,
                      search="random_stopping",
                      budget=PrivacyBudget(20.0, 1e-5), data=data, storage_path=tmp_path,
                      experiment=name, search_kwargs={"mean": 3.0, "distribution": "poisson"},
                      secret_seed=1).fit()
+
+
+@pytest.mark.parametrize("driver_on_head", [True, False])
+def test_plan_covered_trials_check_the_receipt_locally(
+    ray_session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, driver_on_head: bool
+) -> None:
+    """On the head node the driver charges the plan on the dedicated journal before the
+    ledger's actor exists (the actor starts beside the trials); elsewhere the actor is started
+    first and charges it. Either way every covered trial checks the receipt locally."""
+    import ray
+
+    import raydp_hpo.tune.tuner as tuner_module
+
+    name = f"rcpt-{uuid.uuid4().hex[:6]}"
+    made_before_actor: list[bool] = []
+    real = tuner_module.charge_before_start
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        try:
+            ray.get_actor(f"ledger-{name}", namespace="raydp_hpo")
+            made_before_actor.append(False)
+        except ValueError:
+            made_before_actor.append(True)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tuner_module, "charge_before_start", spy)
+    monkeypatch.setattr(tuner_module, "driver_on_head_node", lambda: driver_on_head)
+    result = _run(tmp_path, name)
+    assert made_before_actor == ([True] if driver_on_head else [])
+    assert result.certificate.ledger_spent_epsilon == pytest.approx(
+        result.certificate.epsilon, rel=1e-9)
     trials = result.private_trials
     assert trials and all(t["error"] is None for t in trials)
     _, records = read_journal(tmp_path / name / "ledger.journal")
