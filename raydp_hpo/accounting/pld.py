@@ -306,6 +306,11 @@ def _compose(a: PLD | None, b: PLD | None) -> PLD | None:
         ) from None
 
 
+#: Most negative probability a snapshot may hold (FFT round-off of a composed PLD): it is
+#: raised to 0 on load. Anything below is damage, and the snapshot is not used.
+SNAPSHOT_NEGATIVE_TOLERANCE = 1e-12
+
+
 class PldComposer:
     """Incremental PLD composition of a growing list of mechanisms.
 
@@ -451,8 +456,13 @@ class PldComposer:
                     pmfs = {}
                     for name, info in meta["pmfs"].items():
                         probs = np.array(arrays[name], dtype=np.float64)
-                        if not (probs.ndim == 1 and probs.size and probs.min() >= 0):
+                        if not (probs.ndim == 1 and probs.size
+                                and probs.min() >= -SNAPSHOT_NEGATIVE_TOLERANCE):
                             return None
+                        # FFT convolution leaves round-off below zero (~1e-17) in composed
+                        # PLDs; raising it to 0 only adds mass, which can only raise δ(ε),
+                        # so the restored figure is never below the live one.
+                        probs = np.maximum(probs, 0.0)
                         pmfs[name] = _pld_pmf.DensePLDPmf(
                             float(info["discretization"]), int(info["lower_loss"]), probs,
                             float(info["infinity_mass"]), bool(info["pessimistic"]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from raydp_hpo.accounting.accountants import Accountant
@@ -213,3 +214,28 @@ def test_a_restart_from_the_snapshot_keeps_the_charges_without_a_pld(
     with PrivacyLedger.open(journal) as rebuilt:
         assert rebuilt.spent() == pytest.approx(live, rel=1e-12)
         assert rebuilt.report().epsilon_by_accountant["pld"] == pytest.approx(live_pld, rel=1e-12)
+
+
+@pytest.mark.parametrize("charge", [Gaussian(4.0), SubsampledGaussian(1.0, 0.01, 1000)],
+                         ids=repr)
+def test_a_snapshot_with_round_off_below_zero_is_used_and_never_lower(
+    tmp_path: Path, charge: object
+) -> None:
+    """A composed PLD carries FFT round-off below zero (~1e-17); such snapshots used to be
+    refused (the restart rebuilt every charge's PLD). They load now, with the negatives raised
+    to 0, which only adds mass: the restored ε is never below the live one."""
+    journal = tmp_path / "l.journal"
+    with _pld_ledger(journal) as led:
+        led.charge("a", charge)
+        live = led.spent()
+        negative = min(float(np.min(led._pld._composed._pmf_remove.to_dense_pmf()._probs)),  # noqa: SLF001
+                       float(np.min(led._pld._composed._pmf_add.to_dense_pmf()._probs)))  # noqa: SLF001
+    assert negative < 0.0  # the case this test is about
+    with PrivacyLedger.open(journal) as again:
+        restored = again.spent()
+        assert again._pld_snapshot_seq == 1  # noqa: SLF001 - the snapshot was used
+    assert restored >= live and restored == pytest.approx(live, rel=1e-9)
+    data = bytearray(pld_snapshot_path(journal).read_bytes())
+    from raydp_hpo.accounting.pld import PldComposer as Composer
+
+    assert Composer.from_snapshot(bytes(data), {"header": "x"}) is None  # binding still checked
