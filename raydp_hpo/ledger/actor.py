@@ -376,7 +376,7 @@ def charge_before_start(
     charge_id: str,
     mechanism: Mechanism,
     owner: str = "",
-) -> PlanReceipt:
+) -> PlanReceipt | None:
     """Admit ``mechanism`` on the ledger at ``journal`` *in this process*, before the ledger's
     actor exists, and return the receipt of the durable record.
 
@@ -391,20 +391,15 @@ def charge_before_start(
     loads the accountants: ~0.5-1 s) runs beside the trials instead of before them.
 
     Raises :class:`~raydp_hpo.errors.BudgetExhaustedError` when the ledger refuses (nothing is
-    charged) and :class:`~raydp_hpo.errors.RayDPHPOError` when no receipt can be given (a
-    version-1 journal): start the actor and charge through it instead.
+    charged). Returns ``None`` when the journal gives no receipts (a version-1 journal left at
+    that path): the charge is made all the same; start the actor without ``expect_charge`` and
+    charge through it under the same id, which replays the admission instead of adding it.
     """
     from raydp_hpo.ledger.filter import PrivacyLedger
 
     with PrivacyLedger(budget, journal, adaptivity=adaptivity, accountant=accountant) as ledger:
         ledger.charge(charge_id, mechanism, owner)
-    receipt = receipt_for(journal, charge_id)
-    if receipt is None:
-        raise RayDPHPOError(
-            f"charge {charge_id!r} was admitted on {journal} but the journal gives no receipt "
-            "for it (a version-1 journal?); charge through the ledger actor instead"
-        )
-    return receipt
+    return receipt_for(journal, charge_id)
 
 
 def driver_on_head_node() -> bool:

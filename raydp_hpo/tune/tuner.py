@@ -950,7 +950,9 @@ class DPTuner:
                     owner=self._experiment,
                 )
                 self._start_dedicated(ledger, dedicated, expect_charge=receipt)
-                if not ledger.created:  # another driver's actor appeared meanwhile: check it
+                if receipt is None:  # a version-1 journal: the actor replays it (below)
+                    charge_first = False
+                elif not ledger.created:  # another driver's actor appeared meanwhile
                     ledger.verify()
                     if not ledger.has_charge(searcher.plan_charge_id):
                         raise LedgerMismatchError(
@@ -959,7 +961,7 @@ class DPTuner:
                             f"{self._dedicated_journal()}; nothing ran"
                         )
                 searcher.plan_receipt = receipt
-            elif not overlap_start:
+            if not charge_first and not overlap_start:
                 ledger.verify()  # up, with the settings asked for, before anything is charged
             if plan.mechanism is not None and not charge_first:
                 # Admitted (or refused, raising) before any trial touches data. Idempotent on

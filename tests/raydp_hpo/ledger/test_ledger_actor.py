@@ -184,7 +184,10 @@ def test_a_charge_made_before_the_actor_starts(ray_session, tmp_path: Path) -> N
     try:
         assert handle.created and handle.verify().has_charge("exp/plan")
         assert handle.receipt("exp/plan") == receipt
-        assert handle.spent() == pytest.approx(expected, rel=1e-12)
+        # the actor starts from the PLD snapshot the driver left: never below, ~1e-10 above
+        # (round-off below zero raised to 0, raydp_hpo.accounting.pld)
+        spent = handle.spent()
+        assert spent >= expected and spent == pytest.approx(expected, rel=1e-9)
         assert len(handle.charges()) == 1
         with pytest.raises(RayDPHPOError, match="already started"):
             start_ledger(handle, BUDGET, journal, **kw)
