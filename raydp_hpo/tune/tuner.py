@@ -576,16 +576,16 @@ class DPTuner:
         return False
 
     def _start_dedicated(self, handle: LedgerHandle, adaptivity: Adaptivity,
-                         expect_charge: PlanReceipt | None = None) -> None:
+                         accountant: Accountant, expect_charge: PlanReceipt | None = None
+                         ) -> None:
         """Start (or attach to) the dedicated ledger's actor without waiting: ``_fit``
         verifies it before relying on it."""
-        journal = self._dedicated_journal()
         start_ledger(
             handle,
             self._budget,
-            journal,
+            self._dedicated_journal(),
             adaptivity=adaptivity,
-            accountant=_resumed_accountant(journal, adaptivity),
+            accountant=accountant,
             expect_charge=expect_charge,
         )
 
@@ -865,12 +865,14 @@ class DPTuner:
             ledger = shared
         else:
             assert dedicated is not None
+            # the halting accountant, read before anything creates the journal
+            accountant = _resumed_accountant(self._dedicated_journal(), dedicated)
             ledger = LedgerHandle(self.ledger_name, self._namespace, None)
             started.append(ledger)
             charge_first = (plan.mechanism is not None and not resume
                             and self._may_charge_before_start())
             if not charge_first:
-                self._start_dedicated(ledger, dedicated)
+                self._start_dedicated(ledger, dedicated, accountant)
         overlap_start = ledger.created and plan.mechanism is None and not resume
         stopper = (
             LedgerStopper(ledger, next_charge=plan.base)
@@ -945,11 +947,10 @@ class DPTuner:
                 # raises, and nothing ran.
                 receipt = charge_before_start(
                     self._budget, self._dedicated_journal(), adaptivity=dedicated,
-                    accountant=_resumed_accountant(self._dedicated_journal(), dedicated),
-                    charge_id=searcher.plan_charge_id, mechanism=plan.mechanism,
-                    owner=self._experiment,
+                    accountant=accountant, charge_id=searcher.plan_charge_id,
+                    mechanism=plan.mechanism, owner=self._experiment,
                 )
-                self._start_dedicated(ledger, dedicated, expect_charge=receipt)
+                self._start_dedicated(ledger, dedicated, accountant, expect_charge=receipt)
                 if receipt is None:  # a version-1 journal: the actor replays it (below)
                     charge_first = False
                 elif not ledger.created:  # another driver's actor appeared meanwhile
