@@ -113,8 +113,7 @@ def _variants(
 
         def dp_step(clipper=clipper, params=params, noise=noise, opt=opt, sampler=sampler) -> None:
             idx = poisson_batch(n, q, sampler)
-            clipper.clipped_sum(x_all[idx], y_all[idx], 1.0)
-            noise.privatise(params)
+            clipper.privatised_gradient(x_all[idx], y_all[idx], 1.0, noise, params)
             opt.step()
 
         out[label] = dp_step

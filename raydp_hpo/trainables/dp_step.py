@@ -41,7 +41,7 @@ clipped sum with and without such a record).
 
 :class:`GaussianNoise` adds the noise and counts every release so that tests can compare what
 actually ran with the declared mechanism. :func:`poisson_batch` draws the Poisson batch in
-O(batch) rather than O(n).
+O(batch) rather than O(n), from geometric gaps between the selected records.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ import math
 import numbers
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import cast
@@ -182,8 +183,54 @@ def _zero_rows(t: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
 
 
 def _row_sq_norms(t: torch.Tensor) -> torch.Tensor:
-    """‖t_i‖² for each row i of ``t`` (N, …), in one fused reduction (no t² temporary)."""
+    """‖t_i‖² for each row i of ``t`` (N, …), in one fused reduction (no t² temporary;
+    ``torch.linalg.vecdot(t, t)`` is a product and a sum on CPU)."""
     return torch.linalg.vector_norm(t, dim=tuple(range(1, t.dim()))).square_()
+
+
+class _GradSink:
+    """Where a layer's share writes Σ_i c_i ∇_θ ℓ_i for each of its parameters θ.
+
+    Without ``into``: a fresh tensor becomes ``θ.grad`` (the clipped sum). With ``into``
+    (parameter id → a tensor of its shape holding the Gaussian noise already drawn):
+    ``θ.grad`` = that tensor + ``alpha``·Σ_i c_i ∇_θ ℓ_i, accumulated in place by the same
+    matrix product (``addmm_``/``addmv_``), so the privatised gradient
+    (Σ clip + N(0, σ²C²I))/normaliser costs no separate product, copy or add
+    (:meth:`BookKeepingClipper.privatised_gradient`).
+    """
+
+    def __init__(self, into: dict[int, torch.Tensor] | None = None, alpha: float = 1.0) -> None:
+        self.into, self.alpha = into, alpha
+
+    def _target(self, param: torch.Tensor) -> torch.Tensor | None:
+        return None if self.into is None else self.into.get(id(param))
+
+    def mm(self, param: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+        """``param``'s share is the matrix product a @ b (viewed in ``param``'s shape)."""
+        target = self._target(param)
+        if target is None:
+            param.grad = torch.mm(a, b).view(param.shape)
+        else:
+            target.view(a.shape[0], b.shape[1]).addmm_(a, b, alpha=self.alpha)
+            param.grad = target
+
+    def mv(self, param: torch.Tensor, m: torch.Tensor, v: torch.Tensor) -> None:
+        """``param``'s share is the matrix-vector product m @ v (viewed in ``param``'s shape)."""
+        target = self._target(param)
+        if target is None:
+            param.grad = torch.mv(m, v).view(param.shape)
+        else:
+            target.view(-1).addmv_(m, v, alpha=self.alpha)
+            param.grad = target
+
+    def add(self, param: torch.Tensor, t: torch.Tensor) -> None:
+        """``param``'s share is ``t`` (of ``param``'s number of elements)."""
+        target = self._target(param)
+        if target is None:
+            param.grad = t.reshape(param.shape)
+        else:
+            target.add_(t.view(param.shape), alpha=self.alpha)
+            param.grad = target
 
 
 class _LayerGrad:
@@ -200,7 +247,8 @@ class _LayerGrad:
     def sq_norms(self) -> torch.Tensor:
         raise NotImplementedError
 
-    def write_clipped_sum(self, coef: torch.Tensor) -> None:
+    def write_clipped_sum(self, coef: torch.Tensor, sink: _GradSink) -> None:
+        """Write Σ_i c_i ∇_θ ℓ_i, c = ``coef`` (N,), for each trainable parameter θ to ``sink``."""
         raise NotImplementedError
 
     def drop_examples(self, keep: torch.Tensor) -> None:
@@ -345,19 +393,19 @@ class _OuterProductGrad(_LayerGrad):
         if not self.weight.requires_grad:
             return g_sq if has_bias else torch.zeros_like(g_sq)
         a_sq = _row_sq_norms(self.a)
-        return g_sq.mul_(a_sq.add_(1.0) if has_bias else a_sq)  # ‖g‖²(‖a‖² + 1) with a bias
+        return g_sq.addcmul_(g_sq, a_sq) if has_bias else g_sq.mul_(a_sq)  # ‖g‖²(1 + ‖a‖²)
 
-    def write_clipped_sum(self, coef: torch.Tensor) -> None:
+    def write_clipped_sum(self, coef: torch.Tensor, sink: _GradSink) -> None:
         g, a = self.g, self.a
         if self.weight.requires_grad:
-            # (c ⊙ g)ᵀ a = gᵀ (c ⊙ a): scale whichever of g (N × p) and a (N × d) is smaller
+            # (c ⊙ g)ᵀ a = gᵀ (c ⊙ a): scale whichever of g (N × p) and a (N × d) is smaller;
+            # (p, d) is the weight's own shape
             if g.shape[1] <= a.shape[1]:
-                w = torch.mm((g * coef.unsqueeze(1)).t(), a)
+                sink.mm(self.weight, (g * coef.unsqueeze(1)).t(), a)
             else:
-                w = torch.mm(g.t(), a * coef.unsqueeze(1))
-            self.weight.grad = w  # (p, d): the weight's own shape
+                sink.mm(self.weight, g.t(), a * coef.unsqueeze(1))
         if self.bias is not None and self.bias.requires_grad:
-            self.bias.grad = torch.mv(g.t(), coef)  # Σ c_i g_i, one matrix-vector product
+            sink.mv(self.bias, g.t(), coef)  # Σ c_i g_i, one matrix-vector product
 
 
 class _GhostGrad(_LayerGrad):
@@ -380,14 +428,13 @@ class _GhostGrad(_LayerGrad):
             sq = sq + _row_sq_norms(self.g.sum(1))
         return sq
 
-    def write_clipped_sum(self, coef: torch.Tensor) -> None:
+    def write_clipped_sum(self, coef: torch.Tensor, sink: _GradSink) -> None:
         cg = self.g * coef[:, None, None]
         if self.weight.requires_grad:
             p, d = cg.shape[-1], self.a.shape[-1]
-            w = cg.reshape(-1, p).t() @ self.a.reshape(-1, d)
-            self.weight.grad = w.view_as(self.weight)
+            sink.mm(self.weight, cg.reshape(-1, p).t(), self.a.reshape(-1, d))
         if self.bias is not None and self.bias.requires_grad:
-            self.bias.grad = cg.sum((0, 1))
+            sink.add(self.bias, cg.sum((0, 1)))
 
 
 class _MaterialisedGrad(_LayerGrad):
@@ -407,12 +454,11 @@ class _MaterialisedGrad(_LayerGrad):
                  if t is not None]
         return torch.stack(parts).sum(0)
 
-    def write_clipped_sum(self, coef: torch.Tensor) -> None:
-        if self.per_example is not None:  # Σ_i c_i G_i: one vector-matrix product
-            w = coef @ self.per_example.reshape(self.per_example.shape[0], -1)
-            self.weight.grad = w.reshape(self.weight.shape)
+    def write_clipped_sum(self, coef: torch.Tensor, sink: _GradSink) -> None:
+        if self.per_example is not None:  # Σ_i c_i G_i: one matrix-vector product
+            sink.mv(self.weight, self.per_example.reshape(self.per_example.shape[0], -1).t(), coef)
         if self.bias is not None and self.bias_per_example is not None:
-            self.bias.grad = coef @ self.bias_per_example
+            sink.mv(self.bias, self.bias_per_example.t(), coef)
 
 
 class _AffineNormGrad(_LayerGrad):
@@ -443,10 +489,10 @@ class _AffineNormGrad(_LayerGrad):
         parts = [_row_sq_norms(t) for t in (self.gamma, self.beta) if t is not None]
         return torch.stack(parts).sum(0)
 
-    def write_clipped_sum(self, coef: torch.Tensor) -> None:
+    def write_clipped_sum(self, coef: torch.Tensor, sink: _GradSink) -> None:
         for param, per in ((self.weight, self.gamma), (self.bias, self.beta)):
             if param is not None and per is not None:
-                param.grad = torch.tensordot(coef, per, dims=1).view_as(param)
+                sink.mv(param, per.reshape(per.shape[0], -1).t(), coef)
 
 
 def _layer_shape(module: nn.Module, x: torch.Tensor, g: torch.Tensor) -> tuple[int, int, int]:
@@ -513,7 +559,7 @@ def _fastest_strategy(
         start = time.perf_counter()
         share = _layer_grad(module, x_pub, g_pub, strategy)
         share.sq_norms()
-        share.write_clipped_sum(coef)
+        share.write_clipped_sum(coef, _GradSink())
         sync()
         return time.perf_counter() - start
 
@@ -563,11 +609,67 @@ class BookKeepingClipper:
         Raises (changing no gradient) if a covered layer did not run exactly once in the
         forward pass (a shared or bypassed layer: its per-example gradient would be wrong).
         """
-        n = int(x.shape[0])
+        loss, n, shares, coef = self._shares(x, y, max_grad_norm)
         if n == 0:
             for p in self.model.parameters():
                 p.grad = torch.zeros_like(p)
             return 0.0, 0
+        sink = _GradSink()
+        for share in shares:
+            share.write_clipped_sum(coef, sink)
+        return loss, n
+
+    def privatised_gradient(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        max_grad_norm: float,
+        noise: GaussianNoise,
+        params: list[nn.Parameter],
+    ) -> tuple[float, int]:
+        """Set every ``p.grad`` (``params``) to the privatised gradient
+        (Σ_i clip_C(∇ℓ_i) + N(0, σ²C²·I)) / normaliser; return (loss sum, |B|).
+
+        The same release as :meth:`clipped_sum` followed by ``noise.privatise(params)``, with
+        the same noise values (one flat draw in ``params`` order), fused: the noise is drawn
+        after the forward and backward passes and the per-example norms (so a refused batch
+        draws nothing), and each layer accumulates normaliser⁻¹·Σ_i c_i ∇_θ ℓ_i into its
+        parameters' noise with one ``addmm_``/``addmv_`` (:class:`_GradSink`). The results
+        differ from the unfused pair by floating-point rounding only. Falls back to the unfused
+        pair when ``params`` are not exactly the parameters this clipper writes or have mixed
+        dtypes.
+        """
+        written = [p for m in self.layers for p in m.parameters(recurse=False) if p.requires_grad]
+        fusable = (
+            len(params) == len(written)
+            and {id(p) for p in params} == {id(p) for p in written}
+            and len({p.dtype for p in params}) == 1
+        )
+        if not fusable:
+            loss, n = self.clipped_sum(x, y, max_grad_norm)
+            noise.privatise(params)
+            return loss, n
+        loss, n, shares, coef = self._shares(x, y, max_grad_norm)
+
+        def write(into: dict[int, torch.Tensor], alpha: float) -> None:
+            sink = _GradSink(into, alpha)
+            for share in shares:  # none for an empty batch: the gradient is the noise alone
+                share.write_clipped_sum(coef, sink)
+
+        noise.privatise_with(params, write)
+        return loss, n
+
+    def _shares(
+        self, x: torch.Tensor, y: torch.Tensor, max_grad_norm: float
+    ) -> tuple[float, int, list[_LayerGrad], torch.Tensor]:
+        """(loss sum, |B|, each layer's share, clip factors c_i): one forward pass recording
+        each covered layer's input and output, one ``autograd.grad`` to the outputs, the
+        per-example squared norms summed over layers, c_i = min(1, C/(‖∇ℓ_i‖ + 1e-6)). An
+        example whose squared norm is inf or NaN is dropped from every share (c_i = 0, rows
+        zeroed). Writes no gradient; raises if a covered layer did not run exactly once."""
+        n = int(x.shape[0])
+        if n == 0:
+            return 0.0, 0, [], torch.zeros(0, device=x.device)
         records: dict[nn.Module, list[tuple[torch.Tensor, torch.Tensor]]] = {
             m: [] for m in self.layers
         }
@@ -590,23 +692,23 @@ class BookKeepingClipper:
         loss = nn.functional.cross_entropy(logits, y, reduction="sum")
         outputs = [records[m][0][1] for m in self.layers]
         grads = torch.autograd.grad(loss, outputs)
-        layer_grads = [
+        shares = [
             _layer_grad(m, x_m, g, self._strategy_for(m, x_m, g))
             for m, g in zip(self.layers, grads)
             for x_m in (records[m][0][0],)
         ]
-        sq = layer_grads[0].sq_norms()
-        for lg in layer_grads[1:]:
-            sq = sq + lg.sq_norms()
-        finite = torch.isfinite(sq)
-        if not bool(finite.all()):  # an inf/NaN per-example gradient: that example adds 0
-            for lg in layer_grads:
-                lg.drop_examples(finite)
+        sq = shares[0].sq_norms()  # a fresh tensor: the other layers add into it
+        for share in shares[1:]:
+            sq.add_(share.sq_norms())
+        # One reduction tells whether every norm is finite (a finite sum can still overflow to
+        # inf; then the row-wise test below finds nothing to drop).
+        if not math.isfinite(float(sq.sum())):
+            finite = torch.isfinite(sq)
+            for share in shares:
+                share.drop_examples(finite)
             sq = _zero_rows(sq, finite)
-        coef = sq.sqrt().add_(_EPS).reciprocal_().mul_(max_grad_norm).clamp_(max=1.0)
-        for lg in layer_grads:
-            lg.write_clipped_sum(coef)
-        return float(loss.detach()), n
+        coef = sq.sqrt_().add_(_EPS).reciprocal_().mul_(max_grad_norm).clamp_(max=1.0)
+        return float(loss.detach()), n, shares, coef
 
     def _strategy_for(self, module: nn.Module, x: torch.Tensor, g: torch.Tensor) -> NormStrategy:
         """The strategy for ``module``: the clipper's own unless AUTO or TUNED; AUTO applies
@@ -666,77 +768,100 @@ class OpacusClipper:
             p.grad_sample = None  # type: ignore[attr-defined]
         return float(loss.detach()), n
 
+    def privatised_gradient(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        max_grad_norm: float,
+        noise: GaussianNoise,
+        params: list[nn.Parameter],
+    ) -> tuple[float, int]:
+        """:meth:`clipped_sum`, then ``noise.privatise(params)``: every ``p.grad`` becomes
+        (Σ_i clip_C(∇ℓ_i) + N(0, σ²C²·I)) / normaliser; returns (loss sum, |B|)."""
+        loss, n = self.clipped_sum(x, y, max_grad_norm)
+        noise.privatise(params)
+        return loss, n
+
 
 def poisson_batch(n: int, q: float, generator: torch.Generator) -> torch.Tensor:
     """A Poisson sample of {0, …, n−1} with rate q, as sorted int64 indices, in O(|B|) work.
 
-    Poisson sampling puts each record in the batch independently with probability q. This
-    draws the same law in two steps: the size B ~ Binomial(n, q), then B distinct indices
-    uniformly at random.
+    Poisson sampling puts each record in the batch independently with probability q: the
+    indicators X_0, …, X_{n−1} are i.i.d. Bernoulli(q). This draws the same law from the gaps
+    between selected records instead of one uniform per record.
 
-    Proof that the laws agree: for a fixed subset S of size b, Poisson sampling gives
-    P(batch = S) = q^b (1 − q)^{n−b}, which depends on S only through b. There are C(n, b)
-    such subsets, so P(|batch| = b) = C(n, b) q^b (1 − q)^{n−b} (the Binomial(n, q) mass) and
-    P(batch = S | |batch| = b) = 1/C(n, b): conditionally on its size, a Poisson sample is a
-    uniform b-subset. Drawing b from Binomial(n, q) and then a uniform b-subset therefore
-    gives P(S) = C(n, b) q^b (1 − q)^{n−b} · 1/C(n, b), exactly the Poisson law.
+    Proof that the laws agree: extend the indicators to an infinite i.i.d. Bernoulli(q)
+    sequence X_0, X_1, … (those past n − 1 are never looked at). Let P_1 < P_2 < … be the
+    positions of its ones, counted from 1, and G_j = P_j − P_{j−1} (P_0 = 0). For every
+    k_1, …, k_m ≥ 1 the event {G_1 = k_1, …, G_m = k_m} fixes the first P_m = Σ k_j
+    indicators (k_j − 1 zeros, then a one, m times), so it has probability
+    Π_j (1 − q)^{k_j − 1} q: the gaps are i.i.d. Geometric(q) on {1, 2, …}. Conversely, i.i.d.
+    Geometric(q) gaps G_j define positions P_m = G_1 + … + G_m whose indicator sequence has, for
+    every finite prefix x_0 … x_{L−1}, the probability q^{#ones}(1 − q)^{#zeros} (sum the gap
+    law over the gap sequences consistent with the prefix), i.e. it is i.i.d. Bernoulli(q).
+    The batch {P_j − 1 : P_j ≤ n} is therefore exactly a Poisson sample of {0, …, n−1}. It is
+    sorted and duplicate-free by construction, with no rejection step.
 
-    The uniform b-subset, when 2b < n: i.i.d. uniform draws from {0, …, n−1}, keeping each
-    value at its first occurrence, until b distinct values are seen. The distinct values in
-    order of first occurrence are a uniformly random ordered sample without replacement (by
-    symmetry: every ordered b-tuple of distinct values has the same probability), so their
-    set is a uniform b-subset. The expected number of draws is n(H_n − H_{n−b}) ≤ b + b²/(n−b)
-    (under 2b for 2b < n), hence O(b log b) work with the sort; the first b draws are
-    usually distinct already (probability ≈ e^{−b²/2n}), which is the fast path. When
-    2b ≥ n a random permutation's first b entries are used (O(n), but then n ≤ 2b anyway).
-    q = 1 gives every index without drawing; n ≤ 4096 or q > 1/4 uses one uniform per record
-    (the definition of Poisson sampling; cheaper than sorting there).
+    The gaps are drawn in chunks of ⌈nq + 6√(nq(1−q))⌉ + 16 (one ``geometric_`` call; a second
+    chunk, continuing from the last position, is needed only when the first ends at or before
+    n, i.e. more than that many records were selected: probability below 1e-9). Expected work
+    O(nq). q = 1 gives every index without drawing; n ≤ 4096 or q > 1/4 uses one uniform per
+    record (the definition of Poisson sampling; cheaper there).
 
-    The law is exact up to the floating-point arithmetic of ``torch.binomial`` (float64
-    BTRS/inversion) and of ``torch.randint``; ``tests/raydp_hpo/trainables/test_dp_step.py`` tests the
-    size distribution and the per-index inclusion frequencies. All draws use ``generator``
-    and happen on its device, where the indices are returned.
+    The law is exact up to the floating-point arithmetic of ``torch``'s geometric sampler,
+    ⌈log U / log(1 − q)⌉ with U a 53-bit uniform in [0, 1): every U > 0 gives a gap ≥ 1 (the
+    ratio of two negative numbers, rounded up); U = 0 (probability 2⁻⁵³ per gap) gives an
+    infinite gap, so every later position is inf > n and the batch ends there, an event of
+    probability below 1e-13 per step, far below any δ. Positions are float64 integers, exact
+    below 2⁵³ (n ≥ 2⁵³ is refused). ``tests/raydp_hpo/trainables/test_dp_step.py`` tests the size
+    distribution, the per-index inclusion frequencies, and the joint law of the gap sampler
+    over all subsets of a small set. All draws use ``generator`` and happen on its device,
+    where the indices are returned.
     """
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
         raise InvalidParameterError(f"n must be an int >= 0, got {n!r}")
     if isinstance(q, bool) or not (isinstance(q, numbers.Real) and 0.0 < q <= 1.0):
         raise InvalidParameterError(f"sample rate q must be in (0, 1], got {q!r}")
     n, q = int(n), float(q)
+    if n >= _MAX_POISSON_N:
+        raise InvalidParameterError(f"n must be below 2**53 for exact positions, got {n}")
     device = torch.device(generator.device)
     if q == 1.0 or n == 0:
         return torch.arange(n, dtype=torch.int64, device=device)
     if n <= _DENSE_POISSON_MAX_N or q > 0.25:  # one uniform per record is cheaper here
         mask = torch.rand(n, generator=generator, device=device) < q
         return torch.nonzero(mask).flatten()
-    size = torch.binomial(
-        torch.tensor(float(n), dtype=torch.float64, device=device),
-        torch.tensor(float(q), dtype=torch.float64, device=device),
-        generator=generator,
-    )
-    b = min(max(int(size), 0), n)  # the clamp only guards the sampler's range
-    return _uniform_subset(n, b, generator)
+    return _bernoulli_by_gaps(n, q, generator)
 
 
-def _uniform_subset(n: int, b: int, generator: torch.Generator) -> torch.Tensor:
-    """A uniformly random b-subset of {0, …, n−1}, sorted (see :func:`poisson_batch`)."""
+_MAX_POISSON_N = 2**53  # float64 positions are exact integers below this
+
+
+def _bernoulli_by_gaps(
+    n: int, q: float, generator: torch.Generator, chunk: int | None = None
+) -> torch.Tensor:
+    """{P_j − 1 : P_j ≤ n} for P_j the partial sums of i.i.d. Geometric(q) gaps on {1, 2, …}:
+    a Poisson sample of {0, …, n−1} with rate q, sorted (proof in :func:`poisson_batch`).
+    ``chunk``: gaps drawn per call (default ⌈nq + 6√(nq(1−q))⌉ + 16; tests pass a small one to
+    exercise the continuation)."""
     device = torch.device(generator.device)
-    if b == 0:
-        return torch.empty(0, dtype=torch.int64, device=device)
-    if 2 * b >= n:
-        return torch.randperm(n, generator=generator, device=device)[:b].sort().values
-    drawn = torch.randint(n, (b,), generator=generator, device=device)
-    values = drawn.sort().values
-    if not bool((values[1:] == values[:-1]).any()):
-        return values  # the first b draws are distinct: they are the first b distinct values
+    if chunk is None:
+        mean = n * q
+        chunk = math.ceil(mean + 6.0 * math.sqrt(mean * (1.0 - q))) + 16
+    parts: list[torch.Tensor] = []
+    last = 0.0  # position of the last selected record so far (0: none yet)
     while True:
-        more = torch.randint(n, (b // 4 + 8,), generator=generator, device=device)
-        drawn = torch.cat([drawn, more])
-        values, order = torch.sort(drawn, stable=True)
-        first = torch.ones_like(values, dtype=torch.bool)
-        first[1:] = values[1:] != values[:-1]
-        if int(first.sum()) >= b:
-            positions = order[first].sort().values[:b]  # first occurrences, in draw order
-            return drawn[positions].sort().values
+        gaps = torch.empty(chunk, dtype=torch.float64, device=device)
+        positions = gaps.geometric_(q, generator=generator).cumsum_(0)  # inf after a U = 0
+        if last:
+            positions.add_(last)
+        inside = int(torch.searchsorted(positions, float(n), right=True))  # #{P_j ≤ n}
+        parts.append(positions[:inside])
+        if inside < chunk:
+            break
+        last = float(positions[-1])
+    selected = parts[0] if len(parts) == 1 else torch.cat(parts)
+    return selected.to(torch.int64).sub_(1)
 
 
 def make_clipper(model: nn.Module, mode: str = "auto") -> BookKeepingClipper | OpacusClipper:
@@ -802,41 +927,70 @@ class GaussianNoise:
         Checks every parameter first (gradient present, generator on its device), so a
         refused call changes no gradient, draws no noise and counts no release.
         """
-        gen_device = torch.device(self.generator.device)
         for p in params:
             if p.grad is None:
                 raise RayDPHPOError(
                     "privatise needs p.grad on every parameter (run the clipper first); "
                     f"a parameter of shape {tuple(p.shape)} has none"
                 )
+        self._check_devices(params)
+        grads = [cast(torch.Tensor, p.grad) for p in params]  # all present: checked above
+        views = self._noise(params)
+        if views:  # noise + scale·g in one fused pass (foreach)
+            torch._foreach_add_(views, grads, alpha=1.0 / self.normaliser)
+        for p, v in zip(params, views):
+            p.grad = v
+        self.releases += 1
+
+    def privatise_with(
+        self,
+        params: list[nn.Parameter],
+        write: Callable[[dict[int, torch.Tensor], float], None],
+    ) -> None:
+        """Set each ``p.grad`` to N(0, (σC/normaliser)²·I) + what ``write`` adds; count the
+        release.
+
+        ``write(into, alpha)`` receives the noise drawn for each parameter (parameter id → a
+        tensor of its shape, the same values :meth:`privatise` would draw) and must add
+        alpha·S_p in place, S_p the parameter's clipped sum, alpha = 1/normaliser, so that
+        p.grad = (S_p + N(0, σ²C²·I))/normaliser (:meth:`BookKeepingClipper.privatised_gradient`).
+        The devices are checked before the draw.
+        """
+        self._check_devices(params)
+        views = self._noise(params)
+        write({id(p): v for p, v in zip(params, views)}, 1.0 / self.normaliser)
+        for p, v in zip(params, views):
+            p.grad = v
+        self.releases += 1
+
+    def _check_devices(self, params: list[nn.Parameter]) -> None:
+        gen_device = torch.device(self.generator.device)
+        for p in params:
             if not _same_device(p.device, gen_device):
                 raise RayDPHPOError(
                     f"noise generator is on {gen_device}, parameter on {p.device}: create it "
                     f"with torch.Generator(device={str(p.device)!r}) so the noise is drawn "
                     "where the parameters live"
                 )
-        grads = [cast(torch.Tensor, p.grad) for p in params]  # all present: checked above
-        scale = 1.0 / self.normaliser
-        std = self.noise_multiplier * self.max_grad_norm * scale
-        dtype = grads[0].dtype if grads else torch.float32
-        if any(g.dtype != dtype for g in grads):  # mixed precision: one draw per parameter
-            for p, g in zip(params, grads):
-                noise = torch.normal(0.0, std, size=p.shape, generator=self.generator,
-                                     device=p.device, dtype=g.dtype)
-                p.grad = noise.add_(g, alpha=scale)
-            self.releases += 1
-            return
-        # One flat draw of Σ|p| values (one RNG call, one allocation), split in parameter
-        # order; then noise + scale·g in one fused pass per parameter (foreach).
-        flat = torch.empty(sum(g.numel() for g in grads), device=grads[0].device if grads else
-                           gen_device, dtype=dtype)
+
+    def _noise(self, params: list[nn.Parameter]) -> list[torch.Tensor]:
+        """N(0, (σC/normaliser)²·I) for each parameter, in its shape, with ``generator``: one
+        flat draw of Σ|p| values (one RNG call, one allocation) split in parameter order;
+        parameters of different dtypes (mixed precision) get one draw each, in order."""
+        std = self.noise_multiplier * self.max_grad_norm / self.normaliser
+        if not params:
+            return []
+        dtype = params[0].dtype
+        if any(p.dtype != dtype for p in params):
+            return [
+                torch.normal(0.0, std, size=p.shape, generator=self.generator,
+                             device=p.device, dtype=p.dtype)
+                for p in params
+            ]
+        sizes = [p.numel() for p in params]
+        flat = torch.empty(sum(sizes), device=params[0].device, dtype=dtype)
         flat.normal_(0.0, std, generator=self.generator)
-        views = [v.view(g.shape) for v, g in zip(flat.split([g.numel() for g in grads]), grads)]
-        if views:
-            torch._foreach_add_(views, grads, alpha=scale)
-        for p, v in zip(params, views):
-            p.grad = v
-        self.releases += 1
+        return [v.view(p.shape) for v, p in zip(flat.split(sizes), params)]
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:

@@ -342,9 +342,9 @@ class _Runner:
             loss.backward()
             return float(loss.detach()) * len(idx), len(idx)
         assert self.clipper is not None
-        loss_sum, count = self.clipper.clipped_sum(x, y, self.max_grad_norm)
-        self.noise.privatise(self.params)
-        return loss_sum, count
+        return self.clipper.privatised_gradient(
+            x, y, self.max_grad_norm, self.noise, self.params
+        )
 
     def step(self) -> tuple[float, int]:
         if self.privacy.optimizer is Optimizer.ADADP:

@@ -20,7 +20,7 @@ from raydp_hpo.trainables.dp_step import (
     GaussianNoise,
     NormStrategy,
     OpacusClipper,
-    _uniform_subset,
+    _bernoulli_by_gaps,
     bk_unsupported_reason,
     make_clipper,
     poisson_batch,
@@ -146,10 +146,10 @@ def _binomial_chisquare(sizes: np.ndarray, n: int, q: float) -> float:
 @pytest.mark.parametrize(
     ("n", "q"),
     [
-        (5000, 0.01),  # sparse path, first draws usually distinct
+        (5000, 0.01),  # gap sampler, small batches
         (60_000, 128 / 60_000),  # MNIST-sized, batch 128
-        (8000, 0.2),  # sparse path, always through the collision path; Var differs from
-        #               Poisson(nq)'s by 25 %, so a Poisson-size mutant fails here
+        (8000, 0.2),  # gap sampler, large q: Var differs from Poisson(nq)'s by 25 %, so a
+        #               Poisson-size mutant fails here
         (3000, 0.05),  # dense path (n ≤ 4096)
     ],
 )
@@ -178,23 +178,22 @@ def test_poisson_batch_size_is_binomial_and_every_index_has_rate_q(n, q):
     assert lo <= counts.min() and counts.max() <= hi, (counts.min(), counts.max(), lo, hi)
 
 
-def test_uniform_subset_is_uniform_over_all_subsets_including_the_collision_path():
-    """n = 10, b = 3: the first draws often collide, so the first-occurrence path runs; all
-    C(10, 3) = 120 subsets must be equally likely (χ², 12 000 draws)."""
+@pytest.mark.parametrize("chunk", [None, 2])
+def test_gap_sampler_has_the_joint_law_of_independent_inclusions(chunk):
+    """n = 6, q = 0.3: each of the 2⁶ subsets S must come out with probability
+    q^|S| (1 − q)^(6 − |S|) (χ², 20 000 draws; smallest expected count ≈ 15). ``chunk=2``
+    draws two gaps at a time, so most batches go through the continuation path."""
+    n, q, draws = 6, 0.3, 20_000
     gen = torch.Generator().manual_seed(3)
     tally: Counter[tuple[int, ...]] = Counter()
-    for _ in range(12_000):
-        tally[tuple(_uniform_subset(10, 3, gen).tolist())] += 1
-    subsets = list(itertools.combinations(range(10), 3))
-    assert set(tally) == set(subsets)
-    assert stats.chisquare([tally[s] for s in subsets]).pvalue > P_MIN
-
-
-def test_uniform_subset_of_more_than_half_uses_a_permutation_and_stays_uniform():
-    gen = torch.Generator().manual_seed(4)
-    tally = Counter(tuple(_uniform_subset(6, 4, gen).tolist()) for _ in range(6000))
-    subsets = list(itertools.combinations(range(6), 4))
-    assert stats.chisquare([tally[s] for s in subsets]).pvalue > P_MIN
+    for _ in range(draws):
+        idx = _bernoulli_by_gaps(n, q, gen, chunk=chunk)
+        assert idx.dtype == torch.int64
+        tally[tuple(idx.tolist())] += 1
+    subsets = [s for k in range(n + 1) for s in itertools.combinations(range(n), k)]
+    assert set(tally) <= set(subsets)  # sorted, distinct, inside {0, …, n − 1}
+    expected = [draws * q ** len(s) * (1 - q) ** (n - len(s)) for s in subsets]
+    assert stats.chisquare([tally[s] for s in subsets], expected).pvalue > P_MIN
 
 
 def test_poisson_batch_edge_cases_and_refusals():
@@ -202,7 +201,8 @@ def test_poisson_batch_edge_cases_and_refusals():
     assert torch.equal(poisson_batch(7, 1.0, gen), torch.arange(7))
     assert poisson_batch(np.int64(5000), np.float64(0.01), gen).dtype == torch.int64  # numpy ok
     assert poisson_batch(0, 0.5, gen).numel() == 0
-    for n, q in [(-1, 0.5), (10, 0.0), (10, 1.5), (10, math.nan), (2.5, 0.1), (10, True)]:
+    for n, q in [(-1, 0.5), (10, 0.0), (10, 1.5), (10, math.nan), (2.5, 0.1), (10, True),
+                 (2**53, 0.01)]:
         with pytest.raises(InvalidParameterError):
             poisson_batch(n, q, gen)  # type: ignore[arg-type]
 
@@ -418,6 +418,113 @@ def test_a_layer_run_twice_is_refused_without_touching_gradients():
     assert all(bool((p.grad == 7.0).all()) for p in model.parameters())
 
 
+class _CountingNoise(GaussianNoise):
+    """GaussianNoise that counts which of its two entry points ran."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.calls: list[str] = []
+
+    def privatise(self, params):
+        self.calls.append("privatise")
+        super().privatise(params)
+
+    def privatise_with(self, params, write):
+        self.calls.append("privatise_with")
+        super().privatise_with(params, write)
+
+
+def _privatised_both_ways(model_for, clipper_for, x, y, params_of=None, expect_fused=True):
+    """p.grad after ``privatised_gradient`` and after ``clipped_sum`` + ``privatise`` on
+    identical models and generator states; also each noise's release count and generator
+    state afterwards. ``expect_fused``: whether ``privatised_gradient`` must take the fused
+    path (``privatise_with``) rather than fall back to ``privatise``."""
+    out = []
+    for fused in (True, False):
+        model = model_for()
+        clipper = clipper_for(model)
+        params = (params_of or (lambda m: [p for p in m.parameters() if p.requires_grad]))(model)
+        noise = _CountingNoise(1.3, 0.5, 6.0, torch.Generator().manual_seed(8))
+        if fused:
+            clipper.privatised_gradient(x, y, 0.5, noise, params)
+            assert noise.calls == ["privatise_with" if expect_fused else "privatise"]
+        else:
+            clipper.clipped_sum(x, y, 0.5)
+            noise.privatise(params)
+        out.append(([p.grad.clone() for p in params], noise.releases,
+                     noise.generator.get_state()))
+    return out
+
+
+@pytest.mark.parametrize("name", list(MODEL_NAMES))
+@pytest.mark.parametrize("path", ["bk-auto", "bk-ghost", "bk-materialise", "bk-grouped", "opacus"])
+def test_fused_privatised_gradient_is_clipped_sum_plus_the_same_noise(name, path):
+    """The fused path (noise drawn first, each layer's clipped sum accumulated into it) releases
+    what clipped_sum + privatise release from the same generator state, up to float32
+    rounding, with one release and the same number of draws."""
+    shape = SHAPES[name]
+    x, y = _batch(shape)
+
+    def clipper_for(m):
+        return OpacusClipper(m) if path == "opacus" else BookKeepingClipper(
+            m, NormStrategy(path.removeprefix("bk-")))
+
+    (fused, r1, s1), (plain, r2, s2) = _privatised_both_ways(
+        lambda: _random_model(name, shape, bias=True), clipper_for, x, y,
+        expect_fused=path != "opacus")
+    assert r1 == r2 == 1 and torch.equal(s1, s2)
+    for a, b in zip(fused, plain):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_path_falls_back_when_params_are_not_the_clippers_own():
+    """A parameter list that is a subset (or has another order) of the clipper's: a subset
+    falls back to clipped_sum + privatise; another order is fused, with the noise still drawn
+    in the order given."""
+    shape = SHAPES["mlp"]
+    x, y = _batch(shape)
+    for params_of, expect_fused in ((lambda m: list(m.parameters())[:2], False),
+                                    (lambda m: list(m.parameters())[::-1], True)):
+        (fused, _, s1), (plain, _, s2) = _privatised_both_ways(
+            lambda: _random_model("mlp", shape, bias=True), BookKeepingClipper, x, y, params_of,
+            expect_fused)
+        assert torch.equal(s1, s2)
+        for a, b in zip(fused, plain):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_path_on_an_empty_batch_releases_the_noise_alone():
+    shape = SHAPES["cnn1d"]
+    x, y = torch.zeros(0, *shape), torch.zeros(0, dtype=torch.int64)
+    (fused, r1, _), (plain, r2, _) = _privatised_both_ways(
+        lambda: _random_model("cnn1d", shape, bias=True), BookKeepingClipper, x, y)
+    assert r1 == r2 == 1
+    for a, b in zip(fused, plain):
+        assert torch.equal(a, b) and float(a.abs().sum()) > 0
+
+
+def test_fused_path_refuses_a_bad_batch_before_drawing_any_noise():
+    class Twice(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(5, 5)
+
+        def forward(self, x):
+            return self.lin(torch.tanh(self.lin(x)))
+
+    model = Twice()
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 7.0)
+    gen = torch.Generator().manual_seed(2)
+    state = gen.get_state()
+    noise = GaussianNoise(1.0, 1.0, 5.0, gen)
+    x, y = _batch((5,))
+    with pytest.raises(RayDPHPOError, match="once per forward"):
+        BookKeepingClipper(model).privatised_gradient(x, y, 1.0, noise, list(model.parameters()))
+    assert noise.releases == 0 and torch.equal(gen.get_state(), state)
+    assert all(bool((p.grad == 7.0).all()) for p in model.parameters())
+
+
 @pytest.mark.parametrize(
     "conv",
     [
@@ -521,16 +628,21 @@ def test_a_record_whose_gradient_overflows_adds_exactly_nothing(name, path):
             return OpacusClipper(model)
         return BookKeepingClipper(model, NormStrategy(path.removeprefix("bk-")))
 
-    sums = []
-    for xs, ys in ((x, y), (x_bad, y_bad)):
-        model = _random_model(name, shape, bias=True)
-        make(model).clipped_sum(xs, ys, 0.7)
-        params = list(model.parameters())
-        GaussianNoise(1.0, 0.7, 9.0, torch.Generator().manual_seed(5)).privatise(params)
-        sums.append([p.grad.clone() for p in params])
-    for clean, with_bad in zip(*sums):
-        assert bool(torch.isfinite(with_bad).all())
-        torch.testing.assert_close(with_bad, clean, rtol=1e-5, atol=1e-6)
+    for fused in (False, True):
+        sums = []
+        for xs, ys in ((x, y), (x_bad, y_bad)):
+            model = _random_model(name, shape, bias=True)
+            params = list(model.parameters())
+            noise = GaussianNoise(1.0, 0.7, 9.0, torch.Generator().manual_seed(5))
+            if fused:
+                make(model).privatised_gradient(xs, ys, 0.7, noise, params)
+            else:
+                make(model).clipped_sum(xs, ys, 0.7)
+                noise.privatise(params)
+            sums.append([p.grad.clone() for p in params])
+        for clean, with_bad in zip(*sums):
+            assert bool(torch.isfinite(with_bad).all())
+            torch.testing.assert_close(with_bad, clean, rtol=1e-5, atol=1e-6)
 
 
 def test_empty_batch_gives_zero_gradients():
