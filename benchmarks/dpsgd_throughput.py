@@ -20,25 +20,25 @@ MNIST-shaped (1, 28, 28) for ``cnn2d``; n = 60 000 records.
 A second table times Poisson sampling alone, interleaved: ``poisson_batch`` (O(B)) against one
 uniform per record (``torch.rand(n) < q``, O(n)).
 
-Results (CPU, torch 2.13, 2 cores, quiet machine, 2026-11-25, after the dense im2col copy for
-one-channel Conv1d (the unfolded input of cnn1d's first layer had been an overlapping view, on
-which bmm looped over the examples); two runs of 200 warm-up + 7 rounds × 5 steps; DP
-book-keeping / non-private, median ratio run 1 / run 2; targets CNN ≤ 2.0, MLP ≤ 1.5):
+Results (CPU, torch 2.13, 2 cores, quiet machine, 2026-11-26, after Poisson batches from
+geometric gaps and the noise drawn first with each layer's clipped sum accumulated into it;
+two runs of 200 warm-up + 7 rounds × 5 steps; DP book-keeping / non-private, median ratio run
+1 / run 2; targets CNN ≤ 2.0, MLP ≤ 1.5):
 
     threads  B    mlp          cnn1d        cnn2d
-    1        128  1.72 / 1.79  1.66 / 1.68  1.77 / 1.73
-    1        256  1.60 / 1.60  1.96 / 1.89  1.83 / 1.74
-    2        128  1.89 / 1.90  1.73 / 1.73  1.69 / 1.83
-    2        256  1.78 / 1.83  1.81 / 1.99  1.78 / 1.87
+    1        128  1.71 / 1.68  1.59 / 1.64  1.70 / 1.70
+    1        256  1.48 / 1.56  1.89 / 1.79  1.71 / 1.64
+    2        128  1.81 / 1.78  1.58 / 1.59  1.61 / 1.59
+    2        256  1.67 / 1.65  1.97 / 1.90  1.77 / 1.61
 
-Two runs with ``--models cnn1d`` alone gave cnn1d 1.91 / 1.93, 1.63 / 1.68, 1.71 / 1.66 and
-1.78 / 1.67 (same cell order); before the fix, cnn1d at B = 256 was 1.91-2.20 over six runs.
-So the CNN target holds in every cell's median (single rounds reach 2.21); the MLP target
-holds nowhere (1.56-1.99 over eight runs): its DP step pays ~0.2 ms of Gaussian noise (79k
-parameters; torch's CPU generator, ~2.3 ns per value, as fast as a uniform draw) and ~0.2 ms
-of per-layer Python/ATen ops on a 0.8 ms non-private step. Before this round's changes the
-same quiet machine gave MLP 1.58-2.05, cnn1d 2.25-2.84, cnn2d 1.88-2.52
-(``benchmarks/results/issue15_cpu.md``).
+Two runs with ``--models mlp`` alone gave 1.61 / 1.69, 1.48 / 1.50, 1.77 / 1.83 and
+1.67 / 1.70 (same cell order). So the CNN target holds in every cell's median (single rounds
+reach 2.19); the MLP target holds only at one thread and B = 256, in three of four runs. The
+MLP's DP step pays ~0.19 ms of Gaussian noise (79k parameters; torch's CPU generator, ~2.3 ns
+per value, as fast as a uniform draw), ~22 % of its 0.83 ms non-private step, and ~0.4 ms for
+~47 more small ATen ops than the non-private step (4-7 µs each inside a step). The previous
+figures (2026-11-25: MLP 1.60-1.90) and the breakdown are in
+``benchmarks/results/issue15_cpu.md``.
 
 Warm-up matters for the CNNs: the first few hundred steps of a run are dearer, apparently
 because every new Poisson batch size is a new shape for oneDNN's convolution kernels. With 2
