@@ -809,14 +809,17 @@ def poisson_batch(n: int, q: float, generator: torch.Generator) -> torch.Tensor:
     record (the definition of Poisson sampling; cheaper there).
 
     The law is exact up to the floating-point arithmetic of ``torch``'s geometric sampler,
-    ⌈log U / log(1 − q)⌉ with U a 53-bit uniform in [0, 1): every U > 0 gives a gap ≥ 1 (the
-    ratio of two negative numbers, rounded up); U = 0 (probability 2⁻⁵³ per gap) gives an
-    infinite gap, so every later position is inf > n and the batch ends there, an event of
-    probability below 1e-13 per step, far below any δ. Positions are float64 integers, exact
-    below 2⁵³ (n ≥ 2⁵³ is refused). ``tests/raydp_hpo/trainables/test_dp_step.py`` tests the size
-    distribution, the per-index inclusion frequencies, and the joint law of the gap sampler
-    over all subsets of a small set. All draws use ``generator`` and happen on its device,
-    where the indices are returned.
+    ⌈log U / log(1 − q)⌉ with U a 53-bit uniform. On CPU U ∈ [0, 1): every U > 0 gives a gap
+    ≥ 1 (the ratio of two negative numbers, rounded up) and U = 0 an infinite one, so every
+    later position is inf > n and the batch ends there. CUDA's uniforms may lie in (0, 1],
+    where U = 1 would give a gap of 0 and repeat a record (its weight doubled in the sum:
+    sensitivity 2C), so every gap is clamped to ≥ 1, which changes nothing for any other U.
+    Each of these events has probability 2⁻⁵³ per gap drawn (about 1e-14 per step at
+    B = 128), far below any δ. Positions are float64 integers, exact below 2⁵³ (n ≥ 2⁵³ is
+    refused). ``tests/raydp_hpo/trainables/test_dp_step.py`` tests the size distribution, the
+    per-index inclusion frequencies, the joint law of the gap sampler over all subsets of a
+    small set, and both edge events (forced). All draws use ``generator`` and happen on its
+    device, where the indices are returned.
     """
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
         raise InvalidParameterError(f"n must be an int >= 0, got {n!r}")
@@ -852,7 +855,8 @@ def _bernoulli_by_gaps(
     last = 0.0  # position of the last selected record so far (0: none yet)
     while True:
         gaps = torch.empty(chunk, dtype=torch.float64, device=device)
-        positions = gaps.geometric_(q, generator=generator).cumsum_(0)  # inf after a U = 0
+        # ≥ 1: a gap of 0 would repeat a record (sensitivity 2C); inf (U = 0) ends the batch
+        positions = gaps.geometric_(q, generator=generator).clamp_(min=1.0).cumsum_(0)
         if last:
             positions.add_(last)
         inside = int(torch.searchsorted(positions, float(n), right=True))  # #{P_j ≤ n}

@@ -196,6 +196,21 @@ def test_gap_sampler_has_the_joint_law_of_independent_inclusions(chunk):
     assert stats.chisquare([tally[s] for s in subsets], expected).pvalue > P_MIN
 
 
+def test_gap_sampler_never_repeats_a_record_and_an_infinite_gap_ends_the_batch(monkeypatch):
+    """torch's geometric sampler gives a gap of 0 for a uniform of exactly 1 (possible on CUDA,
+    whose uniforms lie in (0, 1]) and an infinite gap for exactly 0 (CPU, [0, 1)). Forced here:
+    the zero gaps must not repeat a record (that would double its weight in the sum), the
+    infinite one must end the batch."""
+
+    def fake_geometric(self, p, *, generator=None):
+        pattern = torch.tensor([0.0, 2.0, 0.0, 3.0, math.inf], dtype=self.dtype)
+        return self.copy_(pattern.repeat(len(self) // 5 + 1)[: len(self)])
+
+    monkeypatch.setattr(torch.Tensor, "geometric_", fake_geometric)
+    idx = _bernoulli_by_gaps(20, 0.3, torch.Generator().manual_seed(0), chunk=7)
+    assert idx.tolist() == [0, 2, 3, 6]  # gaps 1, 2, 1, 3 (zeros raised to 1), then inf
+
+
 def test_poisson_batch_edge_cases_and_refusals():
     gen = torch.Generator().manual_seed(0)
     assert torch.equal(poisson_batch(7, 1.0, gen), torch.arange(7))
