@@ -74,6 +74,7 @@ __all__ = [
 
 _EPS = 1e-6  # as Opacus: clip factor C / (‖v‖ + 1e-6)
 _DENSE_POISSON_MAX_N = 4096  # poisson_batch: below this, one uniform per record is cheaper
+_MAX_POISSON_N = 2**53  # poisson_batch: its float64 positions are exact integers below this
 
 
 _CONV_TYPES = (nn.Conv1d, nn.Conv2d)
@@ -835,9 +836,6 @@ def poisson_batch(n: int, q: float, generator: torch.Generator) -> torch.Tensor:
         mask = torch.rand(n, generator=generator, device=device) < q
         return torch.nonzero(mask).flatten()
     return _bernoulli_by_gaps(n, q, generator)
-
-
-_MAX_POISSON_N = 2**53  # float64 positions are exact integers below this
 
 
 def _bernoulli_by_gaps(

@@ -324,7 +324,7 @@ class _Runner:
     def _batch(self) -> torch.Tensor:
         if self.privacy.optimizer is Optimizer.GD:
             return torch.arange(self.n)
-        # Poisson sampling in O(batch): Binomial(n, q) size, then a uniform subset of it
+        # Poisson sampling in O(batch), from geometric gaps between the selected records
         return poisson_batch(self.n, self.privacy.sample_rate, self.sampler)
 
     def _gradient(self) -> tuple[float, int]:
