@@ -893,9 +893,11 @@ class GaussianNoise:
     parameter is one flat draw of Σ|p| values with ``generator`` (split in parameter order;
     one RNG call and one allocation per step instead of one per parameter), and the scaled
     clipped sum is added in one fused pass (``torch._foreach_add_``), instead of a draw, an
-    add and a divide per parameter. The generator must live on the parameters' device
-    (``torch.Generator(device=...)``), where the noise is drawn. Parameters of different dtypes
-    get one draw each, in order.
+    add and a divide per parameter (:meth:`privatise`), or accumulated into the noise by the
+    clipper's own matrix products (:meth:`privatise_with`, used by
+    :meth:`BookKeepingClipper.privatised_gradient`; same noise values). The generator must
+    live on the parameters' device (``torch.Generator(device=...)``), where the noise is
+    drawn. Parameters of different dtypes get one draw each, in order.
     """
 
     noise_multiplier: float
