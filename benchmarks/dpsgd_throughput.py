@@ -9,6 +9,9 @@ Variants, per (torch threads, batch size B, model):
   clipping, Gaussian noise, SGD update;
 * ``DP Opacus hooks`` — the same with ``OpacusClipper`` (per-example gradients from
   ``opacus.GradSampleModule``), for reference.
+* ``(noise alone)`` — only the Gaussian noise of one step: one flat draw of N(0, 1) for every
+  parameter with torch's generator, as ``GaussianNoise`` draws it. Its ratio is the part of
+  the DP step's ratio that no clipping method can remove.
 
 Timing is interleaved: each round runs a block of steps of every variant in turn (the order
 rotates from round to round), so a change in machine load hits all variants alike; the
@@ -65,6 +68,7 @@ from raydp_hpo.trainables.models import build_model
 
 SHAPES = {"mlp": (40,), "cnn1d": (40,), "cnn2d": (1, 28, 28), "linear": (40,)}
 NONPRIVATE = "non-private"
+NOISE_ONLY = "(noise alone)"
 
 
 def _sync(device: torch.device) -> None:
@@ -117,6 +121,12 @@ def _variants(
             opt.step()
 
         out[label] = dp_step
+    # The floor no clipping method removes: N(0, σ²C²) for every parameter, one flat draw
+    # with torch's generator on the device (what GaussianNoise draws each step).
+    numel = sum(p.numel() for p in model0.parameters())
+    noise_gen = torch.Generator(device=device).manual_seed(3)
+    flat = torch.empty(numel, device=device)
+    out[NOISE_ONLY] = lambda: flat.normal_(0.0, 1.0, generator=noise_gen)
     return out
 
 
