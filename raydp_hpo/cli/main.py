@@ -11,8 +11,9 @@ Subcommands:
 * ``schema [--output FILE]`` — the JSON Schema of experiment files, for editors
   (:mod:`raydp_hpo.cli.experiment_schema`).
 * ``report RUN_DIR`` — certificate, plots and ``report.md`` of a run (:mod:`raydp_hpo.cli.report`).
-* ``audit``    — empirical privacy audit of every search algorithm (:mod:`raydp_hpo.audit`):
-  an ε lower bound per algorithm against its claim, plus the property checks; exit 1 when any
+* ``audit``    — empirical privacy audit of every search algorithm and of the DP-SGD step
+  (:mod:`raydp_hpo.audit`): an ε lower bound per algorithm against its claim, plus the
+  property checks; exit 1 when any
   bound exceeds its claim or a check fails.
 
 Exit codes: 0 success; 2 bad input (nothing charged); 3 the budget cannot pay (the plan does
@@ -534,7 +535,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
     aud = sub.add_parser("audit", help="empirical privacy audit of the search algorithms")
     aud.add_argument("--algorithm", action="append", default=[],
-                     help="audit only this algorithm (repeatable; default: all)")
+                     help="audit only this algorithm, or dpsgd_step for the DP-SGD training "
+                          "step itself (repeatable; default: all of them)")
     aud.add_argument("--runs", type=_positive_int, default=2000,
                      help="fresh searches per neighbouring dataset (default 2000)")
     aud.add_argument("--selection-runs", type=_positive_int, default=None,

@@ -14,8 +14,9 @@ from ray import tune
 from raydp_hpo import audit
 from raydp_hpo.accounting.accountants import Accountant, epsilon
 from raydp_hpo.accounting.budget import PrivacyBudget
-from raydp_hpo.accounting.mechanisms import Gaussian, mechanism_to_dict
+from raydp_hpo.accounting.mechanisms import Gaussian, SubsampledGaussian, mechanism_to_dict
 from raydp_hpo.cli.main import EXIT_OK, main
+from raydp_hpo.trainables.dp_step import GaussianNoise
 from raydp_hpo.trial.settings import RaydpSettings
 
 SCENARIOS = audit.default_scenarios()
@@ -187,6 +188,48 @@ def test_audit_catches_an_svt_without_its_noise():
                                    claim=audit.claimed_epsilon(honest))
     assert not result.passed, audit.format_results([result])
     assert "released hyperparameters" in result.event
+
+
+def test_real_dpsgd_step_audit_stays_below_its_claim_and_sees_the_canary():
+    """The training code audited black-box: the released statistic is ~N(0, Tσ²) on X and
+    Binomial(T, q) + N(0, Tσ²) on X' (checked on the selection runs), the bound stays below
+    ε(SubsampledGaussian(σ, q, T)), and each run releases exactly T noisy gradients."""
+    seen = {}
+    original = audit.choose_event
+
+    def spy(first, second, **kwargs):
+        seen.setdefault("models", ([o.model for o in first], [o.model for o in second]))
+        return original(first, second, **kwargs)
+
+    settings = audit.DPSGDStepAudit()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(audit, "choose_event", spy)
+        result = audit.audit_dpsgd_step(settings, runs=200, selection_runs=1500)
+    on_x, on_x2 = (np.array(v) for v in seen["models"])
+    t, q, sigma = 4, settings.sample_rate, settings.noise_multiplier  # T = epochs / q = 4
+    # means: s.e. sqrt(Tσ²/1500) ≈ 0.052; 5 s.e. tolerance; X' shifted by T·q = 1
+    assert abs(on_x.mean()) < 0.26 and abs(on_x2.mean() - t * q) < 0.29
+    assert on_x.std() == pytest.approx(math.sqrt(t) * sigma, rel=0.1)
+    assert result.claim == pytest.approx(
+        epsilon(SubsampledGaussian(sigma, q, t), 1e-5, Accountant.PLD), rel=1e-12)
+    assert result.passed, audit.format_results([result])
+
+
+def test_dpsgd_step_audit_catches_noise_drawn_at_a_tenth_of_its_scale(monkeypatch):
+    """Power on the real training code: GaussianNoise patched to draw σC/10 (a scale bug)
+    is audited against the honest claim (ε 4.21) and fails. On X the statistic is then
+    N(0, 0.2²) and on X' it is ≥ ~0.6 with probability 1 − 0.75⁴ = 0.68, so a threshold event
+    has ~0 of 2000 runs on X: Clopper–Pearson gives about ln(0.66/0.0022) = 5.7 (measured
+    5.29-5.62 over four audits; 1000 runs gave 4.4-5.0, too close to the claim for a test
+    with fresh secrets)."""
+    honest = audit.audit_dpsgd_step(runs=5, selection_runs=5)
+    claim = {"claim": honest.claim, "rdp": honest.claim_rdp, "pld": honest.claim_pld,
+             "profile": honest.claim_profile}
+    draw = GaussianNoise._noise
+    monkeypatch.setattr(GaussianNoise, "_noise",
+                        lambda self, params: [v.mul_(0.1) for v in draw(self, params)])
+    result = audit.audit_dpsgd_step(runs=2000, selection_runs=1000, claim=claim)
+    assert not result.passed, audit.format_results([result])
 
 
 def test_cli_audit_prints_the_table_and_exits_zero(capsys):
