@@ -962,9 +962,9 @@ def audit_dpsgd_step(
     no clipping (the canary's gradient is ~140 C: 4.97 with 1000 runs). Subtler ones do not:
     every record in every batch (q = 1 instead of 0.25) gave 3.42 < 4.21, and a normaliser
     off by one record is invisible to any black-box test of this size; those are what the
-    sampler's law tests and the normaliser's tests (test_training.py) are for. Every run checks that the
-    runner released exactly T noisy gradients. Secrets (sampling and noise generators) are
-    fresh per run.
+    sampler's law tests and the normaliser's tests (test_training.py) are for. Every run
+    checks that the runner released exactly T noisy gradients. Secrets (sampling and noise
+    generators) are fresh per run.
     """
     import torch
 
