@@ -674,13 +674,37 @@ def audit_algorithm(
     delta = scenario.budget.delta
     claim = claimed_epsilon(scenario) if claim is None else claim
 
-    def outputs(data: Any, count: int) -> list[SearchOutput]:
+    def outputs(neighbour: int, count: int) -> list[SearchOutput]:
+        data = x2 if neighbour else x
         return [run_search(scenario, data, rng) for _ in range(count)]
 
-    sel_x, sel_x2 = outputs(x, selection_runs), outputs(x2, selection_runs)
+    return _audit_result(scenario.algorithm, scenario.description, claim, outputs, runs=runs,
+                         selection_runs=selection_runs, delta=delta, alpha=alpha, start=start,
+                         mean_trials=True)
+
+
+def _audit_result(
+    algorithm: str,
+    description: str,
+    claim: Mapping[str, float],
+    outputs: Callable[[int, int], list[SearchOutput]],
+    *,
+    runs: int,
+    selection_runs: int,
+    delta: float,
+    alpha: float,
+    start: float,
+    mean_trials: bool = False,
+) -> AuditResult:
+    """The audit from ``outputs(neighbour, count)`` (count fresh outputs on X for neighbour
+    0, on X' for 1): ``selection_runs`` per dataset choose the event of each direction,
+    ``runs`` fresh ones per dataset give the Clopper–Pearson bound at α/2 per direction, and
+    the larger of the two bounds is reported against ``claim`` (keys claim, rdp, pld,
+    profile). ``start``: ``time.perf_counter()`` when the audit began."""
+    sel_x, sel_x2 = outputs(0, selection_runs), outputs(1, selection_runs)
     ev_fwd, _ = choose_event(sel_x, sel_x2, delta=delta, alpha=alpha / 2)  # X' vs X
     ev_bwd, _ = choose_event(sel_x2, sel_x, delta=delta, alpha=alpha / 2)  # X vs X'
-    out_x, out_x2 = outputs(x, runs), outputs(x2, runs)
+    out_x, out_x2 = outputs(0, runs), outputs(1, runs)
     fwd = (_count(ev_fwd, out_x2), _count(ev_fwd, out_x))
     bwd = (_count(ev_bwd, out_x), _count(ev_bwd, out_x2))
     lb_fwd = epsilon_lower_bound(fwd[0], runs, fwd[1], runs, delta=delta, alpha=alpha / 2)
@@ -689,9 +713,11 @@ def audit_algorithm(
         lb, direction, event, counts = lb_fwd, "X' vs X", ev_fwd, fwd
     else:
         lb, direction, event, counts = lb_bwd, "X vs X'", ev_bwd, bwd
+    extras = ({"mean_trials": float(np.mean([o.trials for o in out_x + out_x2]))}
+              if mean_trials else {})
     return AuditResult(
-        algorithm=scenario.algorithm,
-        description=scenario.description,
+        algorithm=algorithm,
+        description=description,
         claim=claim["claim"],
         claim_rdp=claim["rdp"],
         claim_pld=claim["pld"],
@@ -704,7 +730,7 @@ def audit_algorithm(
         selection_runs=selection_runs,
         alpha=alpha,
         seconds=time.perf_counter() - start,
-        extras={"mean_trials": float(np.mean([o.trials for o in out_x + out_x2]))},
+        extras=extras,
     )
 
 
@@ -1017,38 +1043,13 @@ def audit_dpsgd_step(
         weight = runner.model.linear.weight.detach()
         return SearchOutput(None, -float((weight * direction).sum()) * scale, 1)
 
-    def outputs(which: int, count: int) -> list[SearchOutput]:
-        return [run(runners[which]) for _ in range(count)]
+    def outputs(neighbour: int, count: int) -> list[SearchOutput]:
+        return [run(runners[neighbour]) for _ in range(count)]
 
-    sel_x, sel_x2 = outputs(0, selection_runs), outputs(1, selection_runs)
-    ev_fwd, _ = choose_event(sel_x, sel_x2, delta=delta, alpha=alpha / 2)  # X' vs X
-    ev_bwd, _ = choose_event(sel_x2, sel_x, delta=delta, alpha=alpha / 2)  # X vs X'
-    out_x, out_x2 = outputs(0, runs), outputs(1, runs)
-    fwd = (_count(ev_fwd, out_x2), _count(ev_fwd, out_x))
-    bwd = (_count(ev_bwd, out_x), _count(ev_bwd, out_x2))
-    lb_fwd = epsilon_lower_bound(fwd[0], runs, fwd[1], runs, delta=delta, alpha=alpha / 2)
-    lb_bwd = epsilon_lower_bound(bwd[0], runs, bwd[1], runs, delta=delta, alpha=alpha / 2)
-    if lb_fwd >= lb_bwd:
-        lb, direction_name, event, counts = lb_fwd, "X' vs X", ev_fwd, fwd
-    else:
-        lb, direction_name, event, counts = lb_bwd, "X vs X'", ev_bwd, bwd
-    return AuditResult(
-        algorithm=DPSGD_STEP,
-        description=(f"real DP-SGD runner, n={n}, q={privacy.sample_rate:g}, "
-                     f"σ={privacy.noise_multiplier:g}, C={c:g}, T={privacy.steps}"),
-        claim=claim["claim"],
-        claim_rdp=claim["rdp"],
-        claim_pld=claim["pld"],
-        claim_profile=claim["profile"],
-        lower_bound=lb,
-        direction=direction_name,
-        event=str(event),
-        counts=counts,
-        runs=runs,
-        selection_runs=selection_runs,
-        alpha=alpha,
-        seconds=time.perf_counter() - start,
-    )
+    description = (f"real DP-SGD runner, n={n}, q={privacy.sample_rate:g}, "
+                   f"σ={privacy.noise_multiplier:g}, C={c:g}, T={privacy.steps}")
+    return _audit_result(DPSGD_STEP, description, claim, outputs, runs=runs,
+                         selection_runs=selection_runs, delta=delta, alpha=alpha, start=start)
 
 
 # --------------------------------------------------------------------------------------------

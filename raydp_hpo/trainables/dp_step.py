@@ -574,7 +574,33 @@ def _fastest_strategy(
     return min(candidates, key=best.__getitem__)
 
 
-class BookKeepingClipper:
+class _Clipper:
+    """What both clippers offer: :meth:`clipped_sum`, and :meth:`privatised_gradient`, here
+    the clipped sum followed by ``noise.privatise`` (:class:`BookKeepingClipper` fuses the
+    two)."""
+
+    def clipped_sum(
+        self, x: torch.Tensor, y: torch.Tensor, max_grad_norm: float
+    ) -> tuple[float, int]:
+        """Set ``p.grad`` to Σ_i clip_C(∇ℓ_i); return (loss sum, |B|)."""
+        raise NotImplementedError
+
+    def privatised_gradient(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        max_grad_norm: float,
+        noise: GaussianNoise,
+        params: list[nn.Parameter],
+    ) -> tuple[float, int]:
+        """:meth:`clipped_sum`, then ``noise.privatise(params)``: every ``p.grad`` becomes
+        (Σ_i clip_C(∇ℓ_i) + N(0, σ²C²·I)) / normaliser; returns (loss sum, |B|)."""
+        loss, n = self.clipped_sum(x, y, max_grad_norm)
+        noise.privatise(params)
+        return loss, n
+
+
+class BookKeepingClipper(_Clipper):
     """Σᵢ clip_C(∇ℓᵢ) in one backward pass, for models whose trainable parameters all live in
     Linear, Conv1d/Conv2d (groups = 1) and GroupNorm/LayerNorm layers (see module docstring).
 
@@ -647,9 +673,7 @@ class BookKeepingClipper:
             and len({p.dtype for p in params}) == 1
         )
         if not fusable:
-            loss, n = self.clipped_sum(x, y, max_grad_norm)
-            noise.privatise(params)
-            return loss, n
+            return super().privatised_gradient(x, y, max_grad_norm, noise, params)
         loss, n, shares, coef = self._shares(x, y, max_grad_norm)
 
         def write(into: dict[int, torch.Tensor], alpha: float) -> None:
@@ -732,7 +756,7 @@ class BookKeepingClipper:
         return chosen
 
 
-class OpacusClipper:
+class OpacusClipper(_Clipper):
     """Σᵢ clip_C(∇ℓᵢ) from Opacus per-example gradients (``GradSampleModule``, hooks mode)."""
 
     def __init__(self, model: nn.Module) -> None:
@@ -768,20 +792,6 @@ class OpacusClipper:
             p.grad = torch.einsum("i,i...->...", coef, s)
             p.grad_sample = None  # type: ignore[attr-defined]
         return float(loss.detach()), n
-
-    def privatised_gradient(
-        self,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        max_grad_norm: float,
-        noise: GaussianNoise,
-        params: list[nn.Parameter],
-    ) -> tuple[float, int]:
-        """:meth:`clipped_sum`, then ``noise.privatise(params)``: every ``p.grad`` becomes
-        (Σ_i clip_C(∇ℓ_i) + N(0, σ²C²·I)) / normaliser; returns (loss sum, |B|)."""
-        loss, n = self.clipped_sum(x, y, max_grad_norm)
-        noise.privatise(params)
-        return loss, n
 
 
 def poisson_batch(n: int, q: float, generator: torch.Generator) -> torch.Tensor:

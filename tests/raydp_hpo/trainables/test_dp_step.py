@@ -415,16 +415,19 @@ def test_auto_fallback_to_opacus_still_clips_correctly():
     _assert_same_sums(model, auto, x, y)
 
 
+class _Twice(nn.Module):
+    """One Linear layer applied twice in a forward pass (book-keeping must refuse it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(5, 5)
+
+    def forward(self, x):
+        return self.lin(torch.tanh(self.lin(x)))
+
+
 def test_a_layer_run_twice_is_refused_without_touching_gradients():
-    class Twice(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.lin = nn.Linear(5, 5)
-
-        def forward(self, x):
-            return self.lin(torch.tanh(self.lin(x)))
-
-    model = Twice()
+    model = _Twice()
     for p in model.parameters():
         p.grad = torch.full_like(p, 7.0)
     x, y = _batch((5,))
@@ -519,15 +522,7 @@ def test_fused_path_on_an_empty_batch_releases_the_noise_alone():
 
 
 def test_fused_path_refuses_a_bad_batch_before_drawing_any_noise():
-    class Twice(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.lin = nn.Linear(5, 5)
-
-        def forward(self, x):
-            return self.lin(torch.tanh(self.lin(x)))
-
-    model = Twice()
+    model = _Twice()
     for p in model.parameters():
         p.grad = torch.full_like(p, 7.0)
     gen = torch.Generator().manual_seed(2)
