@@ -48,7 +48,8 @@ Schema (``?`` = optional)::
 Without ``privacy`` the run is **not differentially private**: nothing touches a ledger, the
 clients' updates are averaged in the clear and the seeds are ordinary reproducibility seeds.
 With it, the run is client-level DP (:class:`raydp_hpo.trainables.federated.ClientDP`; privacy unit:
-one client's whole data, add/remove one client, the number of clients treated as public):
+one client's whole data, add/remove one client; the noisy sum of updates is divided by the
+declared ``clients.count``, never by the number of clients present):
 ``Gaussian(σ, rounds)`` is charged to a client-level ledger journaled in the run dir before
 any round runs (refused: nothing runs), the DP noise comes from OS entropy, and
 ``result.json`` holds only what the guarantee covers (the per-round test accuracy of the
@@ -182,7 +183,8 @@ class FederatedSpec:
 
         t = self.training
         dp = None if self.privacy is None else ClientDP(self.privacy.clip_norm,
-                                                        self.privacy.noise_multiplier)
+                                                        self.privacy.noise_multiplier,
+                                                        num_clients=self.clients.count)
         return FedSettings(
             optimizer=ClientOptimizer(t.optimizer), lr=t.lr, rounds=t.rounds,
             local_epochs=t.local_epochs, batch_size=t.batch_size, tol=t.tol,
@@ -428,8 +430,8 @@ def _privacy_figures(spec: FederatedSpec, settings: Any, ledger: LedgerLike) -> 
     mechanism = settings.client_dp.mechanism(settings.rounds)
     delta = spec.privacy.budget.delta
     return {
-        "unit": "one client's whole data (add/remove one client); the number of clients is "
-                "treated as public",
+        "unit": "one client's whole data (add/remove one client); the noisy sum of updates is "
+                "divided by the declared clients.count, never by the number of clients present",
         "mechanism": mechanism_to_dict(mechanism),
         "delta": delta,
         "epsilon_rdp": epsilon_or_inf(mechanism, delta, Accountant.RDP),

@@ -42,8 +42,13 @@ tensors, Δ̃_k = Δ_k·min(1, C/‖Δ_k‖₂); the server releases
 
     θ ← θ + (Σ_k Δ̃_k + N(0, σ²C² I)) / K,
 
-K the number of clients, **treated as public** (a fixed divisor, post-processing) — the
-average is unweighted because the weights N_k would depend on private client sizes.
+K = ``ClientDP.num_clients``, the **declared** number of clients (a public constant of the
+configuration, the fixed-denominator estimator of McMahan et al. 2018): dividing by the number
+of clients actually present would make the scale of every release, noise included, depend on
+whether the added client is there — over a model's many coordinates the released noise's
+spread alone then tells neighbouring federations apart (the same fault as a DP-SGD
+normaliser computed from the realised dataset size). The average is unweighted because the
+weights N_k would depend on private client sizes.
 *Privacy unit: one client's whole data*; neighbouring federations differ by adding or removing
 one client. Adding one client changes the sum by one clipped update, so each round is a
 Gaussian mechanism of ℓ₂ sensitivity C and noise σC, i.e. ``Gaussian(σ)`` at sensitivity 1;
@@ -129,11 +134,15 @@ class ClientOptimizer(Enum):
 
 @dataclass(frozen=True)
 class ClientDP:
-    """Client-level DP settings (module docstring): clip norm C of each client's update and
-    noise multiplier σ of the Gaussian noise σC on the sum of clipped updates."""
+    """Client-level DP settings (module docstring): clip norm C of each client's update, noise
+    multiplier σ of the Gaussian noise σC on the sum of clipped updates, and the declared
+    number of clients K that divides the noisy sum — a public figure of the configuration,
+    never the number of clients actually present (which differs between neighbouring
+    federations)."""
 
     clip_norm: float
     noise_multiplier: float
+    num_clients: int
 
     def __post_init__(self) -> None:
         for name in ("clip_norm", "noise_multiplier"):
@@ -143,6 +152,13 @@ class ClientDP:
             ):
                 raise InvalidParameterError(f"{name} must be finite and > 0, got {name}={v!r}")
             object.__setattr__(self, name, float(v))
+        k = self.num_clients
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise InvalidParameterError(
+                f"num_clients must be an int >= 1 (the declared, public number of clients that "
+                f"divides the noisy sum of updates), got num_clients={k!r}"
+            )
+        object.__setattr__(self, "num_clients", int(k))
 
     def mechanism(self, rounds: int) -> Gaussian:
         """``rounds`` releases of the noised sum, client-level sensitivity C: Gaussian(σ, R)."""
@@ -321,7 +337,11 @@ def dp_fed_avg(
     generator: torch.Generator,
 ) -> StateDict:
     """θ + (Σ_k clip_C(θ_k − θ) + N(0, σ²C² I)) / K over the floating tensors (module
-    docstring), K = ``len(states)`` (public). The clip is on the ℓ₂ norm of each client's whole
+    docstring), K = ``dp.num_clients``, the declared number of clients — not ``len(states)``,
+    the realised one, which differs between neighbouring federations (adding a client would
+    change the scale of the whole release, noise included; see the module docstring). With
+    more or fewer clients present than declared the average is only rescaled (utility, not
+    privacy). The clip is on the ℓ₂ norm of each client's whole
     update; the noise is drawn from ``generator`` (a secret stream) in float64. An update
     whose norm is inf or NaN contributes 0 (still of norm ≤ C, so the sensitivity C holds),
     instead of turning the released state into NaN if and only if that client is present.
@@ -348,7 +368,7 @@ def dp_fed_avg(
         if key in total:
             noise = torch.normal(0.0, std, size=tuple(ref.shape), generator=generator,
                                  dtype=torch.float64)
-            new = ref.detach().to(torch.float64) + (total[key] + noise) / len(states)
+            new = ref.detach().to(torch.float64) + (total[key] + noise) / dp.num_clients
             out[key] = new.to(ref.dtype).clone()
         else:
             out[key] = _agreed_copy(key, ref, states)
@@ -522,7 +542,8 @@ def _admit(
         if ledger is not None or charge_id is not None:
             raise InvalidParameterError(
                 "ledger / charge_id given but settings.client_dp is None: a non-private run "
-                "charges nothing; set client_dp=ClientDP(clip_norm, noise_multiplier) or drop them"
+                "charges nothing; set client_dp=ClientDP(clip_norm, noise_multiplier, "
+                "num_clients) or drop them"
             )
         return
     if ledger is None or not isinstance(charge_id, str) or not charge_id:

@@ -49,7 +49,8 @@ def test_dp_fed_avg_clips_each_update_and_averages_unweighted() -> None:
     has norm √(4·0.1²) = 0.2 and is kept; the result is θ + (Δ̃₁ + Δ̃₂)/2 up to noise of
     sd σC/K = 1e-9·1/2."""
     g = _state(0.0, 0.0)
-    out = dp_fed_avg(g, [_state(3.0, 0.0), _state(0.1, 0.0)], ClientDP(1.0, 1e-9), _g())
+    dp = ClientDP(1.0, 1e-9, num_clients=2)
+    out = dp_fed_avg(g, [_state(3.0, 0.0), _state(0.1, 0.0)], dp, _g())
     expected_w = (3.0 / 6.0 + 0.1) / 2
     assert torch.allclose(out["w"], torch.full((2, 2), expected_w, dtype=torch.float64),
                           atol=1e-7)
@@ -61,10 +62,22 @@ def test_dp_fed_avg_noise_has_sd_sigma_c_over_k() -> None:
     """No update at all: the change of every coordinate is N(0, (σC/K)²); σ = 2, C = 0.5,
     K = 4 → sd 0.25 (40,000 coordinates, 3 % tolerance ≈ 8 standard errors)."""
     g = {"w": torch.zeros(200, 200)}
-    out = dp_fed_avg(g, [g] * 4, ClientDP(0.5, 2.0), _g(1))
+    out = dp_fed_avg(g, [g] * 4, ClientDP(0.5, 2.0, num_clients=4), _g(1))
     x = out["w"].double().flatten()
     assert float(x.std()) == pytest.approx(0.25, rel=0.03)
     assert abs(float(x.mean())) < 5 * 0.25 / 200
+
+
+def test_dp_fed_avg_divides_by_the_declared_number_of_clients_not_the_realised_one() -> None:
+    """Neighbouring federations differ by one client. Dividing the noisy sum by the realised
+    number of clients made the noise's scale differ between them (σC/4 vs σC/5 here): over
+    40,000 coordinates that tells the two apart every time, whatever ε is claimed. With the
+    declared K a client whose update is 0 changes nothing: identical releases."""
+    g = {"w": torch.zeros(200, 200)}
+    dp = ClientDP(0.5, 2.0, num_clients=4)
+    four = dp_fed_avg(g, [g] * 4, dp, _g(1))
+    five = dp_fed_avg(g, [g] * 5, dp, _g(1))
+    assert torch.equal(four["w"], five["w"])
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf])
@@ -75,7 +88,7 @@ def test_dp_fed_avg_a_non_finite_update_adds_exactly_nothing(bad: float) -> None
     g = _state(0.0, 0.0)
     diverged = _state(bad, 0.0)
     still = _state(0.0, 0.0)
-    dp = ClientDP(1.0, 0.5)
+    dp = ClientDP(1.0, 0.5, num_clients=2)
     with_bad = dp_fed_avg(g, [_state(3.0, 0.0), diverged], dp, _g(4))
     without = dp_fed_avg(g, [_state(3.0, 0.0), still], dp, _g(4))
     for key in ("w", "b"):
@@ -86,9 +99,12 @@ def test_dp_fed_avg_a_non_finite_update_adds_exactly_nothing(bad: float) -> None
 def test_client_dp_refuses_bad_values() -> None:
     for bad in (0, -1.0, math.nan, math.inf, True, "1"):
         with pytest.raises(InvalidParameterError, match="clip_norm"):
-            ClientDP(bad, 1.0)  # type: ignore[arg-type]
+            ClientDP(bad, 1.0, 3)  # type: ignore[arg-type]
         with pytest.raises(InvalidParameterError, match="noise_multiplier"):
-            ClientDP(1.0, bad)  # type: ignore[arg-type]
+            ClientDP(1.0, bad, 3)  # type: ignore[arg-type]
+    for bad_k in (0, -2, 2.5, True, "3", None):
+        with pytest.raises(InvalidParameterError, match="num_clients"):
+            ClientDP(1.0, 1.0, bad_k)  # type: ignore[arg-type]
     with pytest.raises(InvalidParameterError, match="client_dp must be a ClientDP"):
         FedSettings(client_dp={"clip_norm": 1.0})  # type: ignore[arg-type]
 
@@ -102,7 +118,7 @@ def test_mechanism_and_its_epsilon() -> None:
     from scipy.optimize import brentq
     from scipy.stats import norm
 
-    mech = ClientDP(1.0, 2.0).mechanism(10)
+    mech = ClientDP(1.0, 2.0, num_clients=5).mechanism(10)
     assert mech == Gaussian(2.0, 10)
     mu = math.sqrt(10) / 2.0
     exact = brentq(lambda e: norm.cdf(-e / mu + mu / 2) - math.exp(e) * norm.cdf(-e / mu - mu / 2)
@@ -118,7 +134,8 @@ def test_private_run_is_charged_before_it_runs(
     digits: DataSplits, small_shards: list[Dataset], tmp_path: Path
 ) -> None:
     settings = FedSettings(rounds=2, batch_size=20, model_kwargs=SMALL,
-                           client_dp=ClientDP(clip_norm=1.0, noise_multiplier=2.0))
+                           client_dp=ClientDP(clip_norm=1.0, noise_multiplier=2.0,
+                                              num_clients=3))
     # no ledger: refused before anything runs
     with pytest.raises(InvalidParameterError, match="needs a ledger"):
         run_federated(small_shards, digits.test, settings, seed=0, checkpoint_dir=tmp_path)
@@ -153,13 +170,36 @@ def test_private_run_is_charged_before_it_runs(
                       seed=0, ledger=ledger, charge_id="x")
 
 
+def test_adding_a_client_whose_update_is_zero_changes_no_released_model(
+    digits: DataSplits, small_shards: list[Dataset]
+) -> None:
+    """End to end on neighbouring federations: D = 3 clients, D' = D plus a client with 30
+    records (fewer than two batches of 20, so ADADP makes no local step and its update is
+    exactly 0). Same public seed, same secret noise seed: every released global model must
+    be the same, since the added client contributes nothing to the clipped sum and the
+    divisor is the declared K = 3. (With the realised count as divisor, D' divided by 4.)"""
+    settings = FedSettings(rounds=2, batch_size=20, model_kwargs=SMALL,
+                           client_dp=ClientDP(clip_norm=1.0, noise_multiplier=1.0,
+                                              num_clients=3))
+    idle = digits.train.subset(np.arange(30))
+
+    def run(shards: list[Dataset]) -> dict[str, torch.Tensor]:
+        ledger = PrivacyLedger(PrivacyBudget(50.0, 1e-5))
+        return run_federated(shards, digits.test, settings, seed=0, ledger=ledger,
+                             charge_id="fed", noise_seed=5).state
+
+    d, d_prime = run(small_shards), run([*small_shards, idle])
+    assert all(torch.equal(d[k], d_prime[k]) for k in d)
+
+
 def test_secret_noise_seed_reproduces_and_os_entropy_differs(
     digits: DataSplits, small_shards: list[Dataset]
 ) -> None:
     """Same public seed and secret noise seed: the same models; no noise seed: fresh OS
     entropy, so two runs differ even with the same public seed."""
     settings = FedSettings(rounds=1, batch_size=20, model_kwargs=SMALL,
-                           client_dp=ClientDP(clip_norm=1.0, noise_multiplier=1.0))
+                           client_dp=ClientDP(clip_norm=1.0, noise_multiplier=1.0,
+                                              num_clients=3))
 
     def run(charge: str, noise_seed: int | None) -> dict[str, torch.Tensor]:
         ledger = PrivacyLedger(PrivacyBudget(50.0, 1e-5))
