@@ -341,11 +341,11 @@ def dp_fed_avg(
     the realised one, which differs between neighbouring federations (adding a client would
     change the scale of the whole release, noise included; see the module docstring). With
     more or fewer clients present than declared the average is only rescaled (utility, not
-    privacy). The clip is on the ℓ₂ norm of each client's whole
-    update; the noise is drawn from ``generator`` (a secret stream) in float64. An update
-    whose norm is inf or NaN contributes 0 (still of norm ≤ C, so the sensitivity C holds),
-    instead of turning the released state into NaN if and only if that client is present.
-    Non-float tensors must agree across clients and are copied."""
+    privacy). The clip is on the ℓ₂ norm of each client's whole update; the noise is drawn
+    from ``generator`` (a secret stream) in float64. An update whose norm is inf or NaN
+    contributes 0 (still of norm ≤ C, so the sensitivity C holds), instead of turning the
+    released state into NaN if and only if that client is present. Non-float tensors must
+    agree across clients and are copied."""
     if len(states) == 0:
         raise InvalidParameterError("dp_fed_avg needs at least one client state")
     keys = list(global_state)
