@@ -50,8 +50,8 @@ grid).
 **Power and limits.** A black-box bound from N runs per dataset cannot exceed about
 ln(N / ln(4/α)) (all runs in the event on one side, none on the other), and one canary with
 an event on one released scalar sees only part of a plan's worst case, so the bounds sit well
-below the claims (2000 runs: 0.33–1.8 against 2.65–6.6 for the searches, 0.52 against 4.21 for
-the DP-SGD step, ``benchmarks/results/privacy_audit.md``).
+below the claims (2000 runs: 0.33–1.9 against 2.65–6.6 for the searches, 0.52–0.88 against 4.21
+for the DP-SGD step over three audits, ``benchmarks/results/privacy_audit.md``).
 The audit therefore catches gross violations — a mechanism several times weaker than declared
 (``tests/raydp_hpo/test_audit.py`` audits σ = 0.1 runs against the σ = 2 claim), a canary
 that moves every partition, a secret fixed by public inputs — not a claim that is a few per
