@@ -1,4 +1,4 @@
-"""Empirical privacy audit of every search algorithm and the DP-SGD step: ε bound vs claim.
+"""Empirical privacy audit: every search, the DP-SGD step, DP FedAvg; ε bound vs claim.
 
 Runs :func:`raydp_hpo.audit.run_audit` (the real searchers, no seed, cheap mechanisms with the
 declared privacy, neighbouring datasets X / X' = X + one canary; Clopper–Pearson lower bound

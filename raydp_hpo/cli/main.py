@@ -11,8 +11,8 @@ Subcommands:
 * ``schema [--output FILE]`` — the JSON Schema of experiment files, for editors
   (:mod:`raydp_hpo.cli.experiment_schema`).
 * ``report RUN_DIR`` — certificate, plots and ``report.md`` of a run (:mod:`raydp_hpo.cli.report`).
-* ``audit``    — empirical privacy audit of every search algorithm and of the DP-SGD step
-  (:mod:`raydp_hpo.audit`): an ε lower bound per algorithm against its claim, plus the
+* ``audit``    — empirical privacy audit of every search algorithm, of the DP-SGD step and
+  of client-level DP FedAvg (:mod:`raydp_hpo.audit`): an ε lower bound per algorithm against its claim, plus the
   property checks; exit 1 when any
   bound exceeds its claim or a check fails.
 
@@ -536,7 +536,8 @@ def _build_parser() -> argparse.ArgumentParser:
     aud = sub.add_parser("audit", help="empirical privacy audit of the search algorithms")
     aud.add_argument("--algorithm", action="append", default=[],
                      help="audit only this algorithm, or dpsgd_step for the DP-SGD training "
-                          "step itself (repeatable; default: all of them)")
+                          "step itself, or client_dp_fedavg for client-level DP FedAvg's "
+                          "server release (repeatable; default: all of them)")
     aud.add_argument("--runs", type=_positive_int, default=2000,
                      help="fresh searches per neighbouring dataset (default 2000)")
     aud.add_argument("--selection-runs", type=_positive_int, default=None,

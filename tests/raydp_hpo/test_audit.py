@@ -16,6 +16,7 @@ from raydp_hpo.accounting.accountants import Accountant, epsilon
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import Gaussian, SubsampledGaussian, mechanism_to_dict
 from raydp_hpo.cli.main import EXIT_OK, main
+from raydp_hpo.trainables import federated
 from raydp_hpo.trainables.dp_step import GaussianNoise
 from raydp_hpo.trial.settings import RaydpSettings
 
@@ -229,6 +230,54 @@ def test_dpsgd_step_audit_catches_noise_drawn_at_a_tenth_of_its_scale(monkeypatc
     monkeypatch.setattr(GaussianNoise, "_noise",
                         lambda self, params: [v.mul_(0.1) for v in draw(self, params)])
     result = audit.audit_dpsgd_step(runs=2000, selection_runs=1000, claim=claim)
+    assert not result.passed, audit.format_results([result])
+
+
+@pytest.mark.parametrize("statistic", list(audit.FedStatistic))
+def test_client_dp_fedavg_audit_stays_below_its_claim(statistic):
+    result = audit.audit_client_dp_fedavg(statistic=statistic, runs=500)
+    assert result.claim == pytest.approx(epsilon(Gaussian(1.0, 1), 1e-5, Accountant.PLD),
+                                         rel=1e-12)
+    assert result.passed, audit.format_results([result])
+
+
+def _honest_claim(result: audit.AuditResult) -> dict[str, float]:
+    return {"claim": result.claim, "rdp": result.claim_rdp, "pld": result.claim_pld,
+            "profile": result.claim_profile}
+
+
+def test_client_dp_fedavg_spread_audit_catches_a_divisor_that_counts_the_clients(monkeypatch):
+    """The fault fixed in this project: dp_fed_avg divided by the number of clients present.
+    Simulated by passing num_clients = len(states) on every call; X' (4 clients) then
+    releases at 3/4 of X's scale, and the released model's squared norm separates the two
+    completely (measured: bound 6.12 against the claim 4.38; the projection audit alone
+    gave 2.12 and would have missed it)."""
+    honest = audit.audit_client_dp_fedavg(statistic=audit.FedStatistic.SPREAD, runs=5)
+    original = federated.dp_fed_avg
+
+    def counting(global_state, states, dp, generator):
+        dp = federated.ClientDP(dp.clip_norm, dp.noise_multiplier, num_clients=len(states))
+        return original(global_state, states, dp, generator)
+
+    monkeypatch.setattr(federated, "dp_fed_avg", counting)
+    result = audit.audit_client_dp_fedavg(statistic=audit.FedStatistic.SPREAD, runs=2000,
+                                          claim=_honest_claim(honest))
+    assert not result.passed, audit.format_results([result])
+
+
+def test_client_dp_fedavg_projection_audit_catches_noise_at_a_tenth(monkeypatch):
+    """σ/10 on the server: the canary's shift of 1 against noise of sd 0.1 (measured: bound
+    6.12 against the claim 4.38)."""
+    honest = audit.audit_client_dp_fedavg(statistic=audit.FedStatistic.PROJECTION, runs=5)
+    original = federated.dp_fed_avg
+
+    def weak(global_state, states, dp, generator):
+        dp = federated.ClientDP(dp.clip_norm, dp.noise_multiplier / 10, dp.num_clients)
+        return original(global_state, states, dp, generator)
+
+    monkeypatch.setattr(federated, "dp_fed_avg", weak)
+    result = audit.audit_client_dp_fedavg(statistic=audit.FedStatistic.PROJECTION, runs=2000,
+                                          claim=_honest_claim(honest))
     assert not result.passed, audit.format_results([result])
 
 
