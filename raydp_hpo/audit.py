@@ -513,15 +513,31 @@ def claimed_epsilon(scenario: AuditScenario) -> dict[str, float]:
     mech = s.privacy_plan().mechanism
     if mech is None:  # grid search charges trial by trial: the whole grid's composition
         mech = s.composed_mechanism()
-    d = scenario.budget.delta
-    out = {"rdp": epsilon(mech, d, Accountant.RDP)}
+    return _claims(mech, scenario.budget.delta)
+
+
+def _claims(mech: Mechanism, delta: float) -> dict[str, float]:
+    """ε of ``mech`` at ``delta`` by RDP, PLD and privacy profiles (nan where an accountant
+    does not apply) and their minimum, ``claim``."""
+    out = {"rdp": epsilon(mech, delta, Accountant.RDP)}
     for name, accountant in (("pld", Accountant.PLD), ("profile", Accountant.PROFILE)):
         try:
-            out[name] = epsilon(mech, d, accountant)
+            out[name] = epsilon(mech, delta, accountant)
         except RayDPHPOError:
             out[name] = math.nan
     out["claim"] = min(v for v in out.values() if not math.isnan(v))
     return out
+
+
+def _audit_setup(
+    runs: int, selection_runs: int | None, rng: np.random.Generator | None
+) -> tuple[int, np.random.Generator, float]:
+    """Checked ``runs``: (selection runs, default runs/2; the generator, default fresh OS
+    entropy; the start time)."""
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise InvalidParameterError(f"runs must be an integer >= 1, got {runs=!r}")
+    selection = runs // 2 if selection_runs is None else selection_runs
+    return selection, _fresh_rng() if rng is None else rng, time.perf_counter()
 
 
 # --------------------------------------------------------------------------------------------
@@ -675,11 +691,7 @@ def audit_algorithm(
     direction, ``runs`` fresh runs per dataset give the Clopper–Pearson bound (confidence
     1 − α overall: α/2 per direction). ``claim`` (keys ``rdp``, ``pld``, ``claim``) replaces
     :func:`claimed_epsilon` of the scenario, e.g. to test a mechanism against another's claim."""
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise InvalidParameterError(f"runs must be an integer >= 1, got {runs=!r}")
-    selection_runs = runs // 2 if selection_runs is None else selection_runs
-    rng = _fresh_rng() if rng is None else rng
-    start = time.perf_counter()
+    selection_runs, rng, start = _audit_setup(runs, selection_runs, rng)
     x, x2 = scenario.datasets()
     delta = scenario.budget.delta
     claim = claimed_epsilon(scenario) if claim is None else claim
@@ -1007,11 +1019,7 @@ def audit_dpsgd_step(
     from raydp_hpo.trainables.data import Dataset, DataSplits
     from raydp_hpo.trainables.training import _Runner, declared_privacy
 
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise InvalidParameterError(f"runs must be an integer >= 1, got {runs=!r}")
-    selection_runs = runs // 2 if selection_runs is None else selection_runs
-    rng = _fresh_rng() if rng is None else rng
-    start = time.perf_counter()
+    selection_runs, rng, start = _audit_setup(runs, selection_runs, rng)
     config = settings.config()
     n = settings.n
     features = np.zeros((n + 1, 1), np.float32)
@@ -1022,11 +1030,7 @@ def audit_dpsgd_step(
     privacy, n_view = declared_privacy(config, public)  # public sizes only
     mechanism = privacy.mechanism()
     delta = 1e-5
-    if claim is None:
-        claim = {"rdp": epsilon(mechanism, delta, Accountant.RDP),
-                 "pld": epsilon(mechanism, delta, Accountant.PLD),
-                 "profile": epsilon(mechanism, delta, Accountant.PROFILE)}
-        claim = {**claim, "claim": min(claim.values())}
+    claim = _claims(mechanism, delta) if claim is None else claim
     cpu = torch.device("cpu")
     runners = [
         _Runner(config, Dataset(features[:size], labels[:size], 2), privacy, False, 0, cpu,
@@ -1123,19 +1127,12 @@ def audit_client_dp_fedavg(
 
     from raydp_hpo.trainables import federated
 
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise InvalidParameterError(f"runs must be an integer >= 1, got {runs=!r}")
-    selection_runs = runs // 2 if selection_runs is None else selection_runs
-    rng = _fresh_rng() if rng is None else rng
-    start = time.perf_counter()
+    selection_runs, rng, start = _audit_setup(runs, selection_runs, rng)
     k, d, c, sigma = settings.clients, settings.dims, settings.clip_norm, settings.noise_multiplier
     dp = federated.ClientDP(c, sigma, num_clients=k)
     mechanism = dp.mechanism(1)
     delta = 1e-5
-    if claim is None:
-        claim = {"rdp": epsilon(mechanism, delta, Accountant.RDP),
-                 "pld": epsilon(mechanism, delta, Accountant.PLD), "profile": math.nan}
-        claim = {**claim, "claim": min(v for v in claim.values() if not math.isnan(v))}
+    claim = _claims(mechanism, delta) if claim is None else claim
     u = torch.full((d,), 1.0 / math.sqrt(d), dtype=torch.float64)
     zero = {"w": torch.zeros(d, dtype=torch.float64)}
     federations = ([zero] * k, [zero] * k + [{"w": settings.canary_norm * u}])  # X, X'

@@ -246,37 +246,35 @@ def _honest_claim(result: audit.AuditResult) -> dict[str, float]:
             "profile": result.claim_profile}
 
 
-def test_client_dp_fedavg_spread_audit_catches_a_divisor_that_counts_the_clients(monkeypatch):
-    """The fault fixed in this project: dp_fed_avg divided by the number of clients present.
-    Simulated by passing num_clients = len(states) on every call; X' (4 clients) then
-    releases at 3/4 of X's scale, and the released model's squared norm separates the two
-    completely (measured: bound 6.12 against the claim 4.38; the projection audit alone
-    gave 2.12 and would have missed it)."""
-    honest = audit.audit_client_dp_fedavg(statistic=audit.FedStatistic.SPREAD, runs=5)
+def _divisor_counts_the_clients(dp, states):
+    return federated.ClientDP(dp.clip_norm, dp.noise_multiplier, num_clients=len(states))
+
+
+def _noise_at_a_tenth(dp, states):
+    return federated.ClientDP(dp.clip_norm, dp.noise_multiplier / 10, dp.num_clients)
+
+
+@pytest.mark.parametrize(("fault", "statistic"), [
+    (_divisor_counts_the_clients, audit.FedStatistic.SPREAD),
+    (_noise_at_a_tenth, audit.FedStatistic.PROJECTION),
+])
+def test_client_dp_fedavg_audit_catches_a_faulty_server_step(monkeypatch, fault, statistic):
+    """Power, against the honest claim (ε 4.38):
+
+    * the divisor counting the clients present (the fault fixed in this project, simulated
+      by num_clients = len(states) on every call): X' (4 clients) releases at 3/4 of X's
+      scale and the released model's squared norm separates the two completely (measured:
+      bound 6.12; the projection audit alone gave 2.12 and would have missed it);
+    * σ/10 on the server: the canary's shift of 1 against noise of sd 0.1 (measured 6.12).
+    """
+    honest = audit.audit_client_dp_fedavg(statistic=statistic, runs=5)
     original = federated.dp_fed_avg
 
-    def counting(global_state, states, dp, generator):
-        dp = federated.ClientDP(dp.clip_norm, dp.noise_multiplier, num_clients=len(states))
-        return original(global_state, states, dp, generator)
+    def faulty(global_state, states, dp, generator):
+        return original(global_state, states, fault(dp, states), generator)
 
-    monkeypatch.setattr(federated, "dp_fed_avg", counting)
-    result = audit.audit_client_dp_fedavg(statistic=audit.FedStatistic.SPREAD, runs=2000,
-                                          claim=_honest_claim(honest))
-    assert not result.passed, audit.format_results([result])
-
-
-def test_client_dp_fedavg_projection_audit_catches_noise_at_a_tenth(monkeypatch):
-    """σ/10 on the server: the canary's shift of 1 against noise of sd 0.1 (measured: bound
-    6.12 against the claim 4.38)."""
-    honest = audit.audit_client_dp_fedavg(statistic=audit.FedStatistic.PROJECTION, runs=5)
-    original = federated.dp_fed_avg
-
-    def weak(global_state, states, dp, generator):
-        dp = federated.ClientDP(dp.clip_norm, dp.noise_multiplier / 10, dp.num_clients)
-        return original(global_state, states, dp, generator)
-
-    monkeypatch.setattr(federated, "dp_fed_avg", weak)
-    result = audit.audit_client_dp_fedavg(statistic=audit.FedStatistic.PROJECTION, runs=2000,
+    monkeypatch.setattr(federated, "dp_fed_avg", faulty)
+    result = audit.audit_client_dp_fedavg(statistic=statistic, runs=2000,
                                           claim=_honest_claim(honest))
     assert not result.passed, audit.format_results([result])
 
