@@ -947,14 +947,13 @@ class GaussianNoise:
                     "privatise needs p.grad on every parameter (run the clipper first); "
                     f"a parameter of shape {tuple(p.shape)} has none"
                 )
-        self._check_devices(params)
         grads = [cast(torch.Tensor, p.grad) for p in params]  # all present: checked above
-        views = self._noise(params)
-        if views:  # noise + scale·g in one fused pass (foreach)
-            torch._foreach_add_(views, grads, alpha=1.0 / self.normaliser)
-        for p, v in zip(params, views):
-            p.grad = v
-        self.releases += 1
+
+        def add_grads(views: list[torch.Tensor], alpha: float) -> None:
+            if views:  # noise + scale·g in one fused pass (foreach)
+                torch._foreach_add_(views, grads, alpha=alpha)
+
+        self._release(params, add_grads)
 
     def privatise_with(
         self,
@@ -970,9 +969,19 @@ class GaussianNoise:
         p.grad = (S_p + N(0, σ²C²·I))/normaliser (:meth:`BookKeepingClipper.privatised_gradient`).
         The devices are checked before the draw.
         """
+        self._release(
+            params, lambda views, alpha: write({id(p): v for p, v in zip(params, views)}, alpha)
+        )
+
+    def _release(
+        self, params: list[nn.Parameter], add: Callable[[list[torch.Tensor], float], None]
+    ) -> None:
+        """The one release path of both entry points: check the devices, draw the noise
+        (:meth:`_noise`), let ``add(views, 1/normaliser)`` add the scaled clipped sum into the
+        views in parameter order, make each view its parameter's ``grad``, count the release."""
         self._check_devices(params)
         views = self._noise(params)
-        write({id(p): v for p, v in zip(params, views)}, 1.0 / self.normaliser)
+        add(views, 1.0 / self.normaliser)
         for p, v in zip(params, views):
             p.grad = v
         self.releases += 1

@@ -91,6 +91,7 @@ from torch import nn
 
 from raydp_hpo._atomic_io import atomic_write
 from raydp_hpo._ray_runtime import ensure_ray
+from raydp_hpo._validation import positive_int
 from raydp_hpo.accounting.mechanisms import Gaussian
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 from raydp_hpo.ledger.ledger_like import LedgerLike
@@ -152,13 +153,7 @@ class ClientDP:
             ):
                 raise InvalidParameterError(f"{name} must be finite and > 0, got {name}={v!r}")
             object.__setattr__(self, name, float(v))
-        k = self.num_clients
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise InvalidParameterError(
-                f"num_clients must be an int >= 1 (the declared, public number of clients that "
-                f"divides the noisy sum of updates), got num_clients={k!r}"
-            )
-        object.__setattr__(self, "num_clients", int(k))
+        object.__setattr__(self, "num_clients", positive_int("num_clients", self.num_clients))
 
     def mechanism(self, rounds: int) -> Gaussian:
         """``rounds`` releases of the noised sum, client-level sensitivity C: Gaussian(σ, R)."""
