@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -27,10 +28,32 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = "cluster/examples/mnist1d_small.yaml"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct ports that are free now, drawn between Ray's worker ports (10002 to
+    19999 by default, which ``ray start`` refuses to share) and the kernel's ephemeral range.
+
+    Each is checked by binding it on every interface, and all stay bound until the last is
+    chosen, so no two coincide. Asking the kernel for port 0 instead draws from the ephemeral
+    range: two draws can return the same port once the first socket is closed, and the many
+    sockets the cluster's own processes open on port 0 can take a chosen port before Ray binds
+    it. CI once saw the runtime-env agent's requests answered by the metrics exporter.
+    """
+    low, _ = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    draw = random.Random()  # seeded from the OS: parallel sessions draw different ports
+    held: list[socket.socket] = []
+    try:
+        while len(held) < count:
+            sock = socket.socket()
+            try:
+                sock.bind(("0.0.0.0", draw.randrange(20_000, max(low, 25_000))))
+            except OSError:
+                sock.close()
+                continue
+            held.append(sock)
+        return [int(sock.getsockname()[1]) for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
 
 
 def _env() -> dict[str, str]:
@@ -46,21 +69,22 @@ def _env() -> dict[str, str]:
 def test_ray_job_submit_runs_the_example_within_budget(tmp_path: Path) -> None:
     ray_bin = str(Path(sys.executable).parent / "ray")
     temp_dir = tempfile.mkdtemp(prefix="rdhjob", dir="/tmp")  # short: socket paths
-    gcs, dash = _free_port(), _free_port()
-    ports = [f"--{name}={_free_port()}" for name in (
-        "ray-client-server-port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
-        "metrics-export-port", "runtime-env-agent-port", "node-manager-port",
-        "object-manager-port")]
+    names = ("ray-client-server-port", "dashboard-agent-listen-port",
+             "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port",
+             "node-manager-port", "object-manager-port")
+    gcs, dash, *rest = _free_ports(2 + len(names))
+    ports = [f"--{name}={port}" for name, port in zip(names, rest, strict=True)]
     env = _env()
     storage = tmp_path / "results"
     try:
-        subprocess.run(
+        head = subprocess.run(
             [ray_bin, "start", "--head", f"--port={gcs}", f"--temp-dir={temp_dir}",
              "--node-ip-address=127.0.0.1", "--include-dashboard=true",
              "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", "--num-cpus=2",
              "--disable-usage-stats", *ports],
-            env=env, check=True, capture_output=True, text=True, timeout=120,
+            env=env, capture_output=True, text=True, timeout=120,
         )
+        assert head.returncode == 0, (head.stdout + head.stderr)[-3000:]
         address = f"http://127.0.0.1:{dash}"
         for _ in range(60):  # the job server comes up shortly after the dashboard
             probe = subprocess.run([ray_bin, "job", "list", "--address", address], env=env,
