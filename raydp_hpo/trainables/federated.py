@@ -97,6 +97,7 @@ from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 from raydp_hpo.ledger.ledger_like import LedgerLike
 from raydp_hpo.trainables.data import Dataset
 from raydp_hpo.trainables.models import build_model
+from raydp_hpo.trainables.secret_rng import secret_generator
 from raydp_hpo.trainables.training import (
     ADADP_ALPHA_MAX,
     ADADP_ALPHA_MIN,
@@ -578,9 +579,11 @@ def _serve(
     charge_id: str | None = None,
 ) -> FedResult:
     dp = settings.client_dp
-    noise = torch.Generator()
-    # secret: OS entropy unless the caller passes a secret seed (never the public `seed`)
-    noise.manual_seed(secrets.randbits(63) if noise_seed is None else int(noise_seed))
+    # secret: OS entropy unless the caller passes a secret seed (never the public `seed`);
+    # the generator's whole state comes from it, not the 32 bits manual_seed keeps
+    noise = secret_generator(
+        "cpu", secrets.randbits(128) if noise_seed is None else int(noise_seed) % 2**128
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(_seed(seed, 0))
         model = _build(settings, feature_shape, num_classes)

@@ -48,6 +48,7 @@ from raydp_hpo.trainables.data import Dataset, DataSplits, select_view, view_kin
 from raydp_hpo.trainables.dp_step import GaussianNoise, make_clipper, poisson_batch
 from raydp_hpo.trainables.models import build_model
 from raydp_hpo.trainables.privacy_gate import RaydpSettings, admit, ledger_delta, resolve_ledger
+from raydp_hpo.trainables.secret_rng import derive_seed, secret_generator
 from raydp_hpo.trial.privacy import (
     DPSGDPrivacy,
     Optimizer,
@@ -245,10 +246,6 @@ def declared_privacy(config: Mapping[str, Any], data: DataSplits) -> tuple[DPSGD
     return privacy_from_config(config, n_view), n_view
 
 
-def _seed(*parts: int) -> int:
-    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
-
-
 class _Runner:
     """One model, its optimiser state and its RNG streams (sampling, noise)."""
 
@@ -268,7 +265,9 @@ class _Runner:
         self.privacy, self.nonprivate, self.device = privacy, nonprivate, device
         self.n = len(train)
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(_seed(seed, index, 0))
+            # the initialisation need not be secret (DP-SGD holds for any data-independent
+            # start), so torch's 64-bit (in effect 32-bit) global seed is fine here
+            torch.manual_seed(derive_seed(seed, index, 0) % 2**64)
             self.model = build_model(
                 config.get("model", "mlp"),
                 train.feature_shape,
@@ -278,7 +277,8 @@ class _Runner:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.x = torch.as_tensor(np.array(train.features), device=device)
         self.y = torch.as_tensor(np.array(train.labels), device=device)
-        self.sampler = torch.Generator(device=device).manual_seed(_seed(seed, index, 1))
+        # secret streams seeded with all of ``seed``, not the 32 bits manual_seed keeps
+        self.sampler = secret_generator(device, seed, index, 1)
         self.max_grad_norm = float(config.get("max_grad_norm", 1.0))
         if not self.max_grad_norm > 0:
             raise InvalidParameterError(f"max_grad_norm must be > 0, got {self.max_grad_norm}")
@@ -292,7 +292,7 @@ class _Runner:
             privacy.noise_multiplier,
             self.max_grad_norm,
             normaliser,
-            torch.Generator(device=device).manual_seed(_seed(seed, index, 2)),
+            secret_generator(device, seed, index, 2),
         )
         lr = float(config.get("lr", 0.1))
         if not lr > 0:
@@ -521,13 +521,13 @@ def train_dp(
     if secret_seed is None:
         # No seed: fresh OS entropy. A seed known to anyone lets them regenerate the DP noise
         # (and the Poisson batches), which voids the guarantee.
-        seed = secrets.randbits(63)
+        seed = secrets.randbits(128)
         score_rng = np.random.default_rng(secrets.randbits(128))
     else:
         if isinstance(secret_seed, bool) or not isinstance(secret_seed, (int, np.integer)):
             raise InvalidParameterError(f"secret_seed must be an int or None, got {secret_seed!r}")
-        seed = _seed(int(secret_seed) % 2**63, settings.trial_index or 0)
-        score_rng = np.random.default_rng(_seed(seed, 3))
+        seed = derive_seed(int(secret_seed) % 2**128, settings.trial_index or 0)
+        score_rng = np.random.default_rng(np.random.SeedSequence([seed, 3]))
     checkpoint = load_checkpoint(resume_from) if resume_from is not None else None
     if checkpoint is not None and checkpoint["mechanism"] != (
         None if settings.nonprivate else mechanism_to_dict(mechanism)

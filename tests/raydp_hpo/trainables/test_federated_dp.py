@@ -210,3 +210,22 @@ def test_secret_noise_seed_reproduces_and_os_entropy_differs(
     assert all(torch.equal(a[k], b[k]) for k in a)
     c, d = run("c", None), run("d", None)
     assert any(not torch.equal(c[k], d[k]) for k in c)
+
+
+def test_every_bit_of_the_noise_seed_matters(
+    digits: DataSplits, small_shards: list[Dataset]
+) -> None:
+    """Noise seeds that agree in their low 32 bits give different noise: torch's CPU
+    ``manual_seed`` keeps only those 32 bits, so a noise generator seeded with it has 2³²
+    possible streams, few enough to search from a released model."""
+    settings = FedSettings(rounds=1, batch_size=20, model_kwargs=SMALL,
+                           client_dp=ClientDP(clip_norm=1.0, noise_multiplier=1.0,
+                                              num_clients=3))
+
+    def run(charge: str, noise_seed: int) -> dict[str, torch.Tensor]:
+        ledger = PrivacyLedger(PrivacyBudget(50.0, 1e-5))
+        return run_federated(small_shards, digits.test, settings, seed=0, ledger=ledger,
+                             charge_id=charge, noise_seed=noise_seed).state
+
+    a, b = run("a", 5), run("b", 5 + 2**40)
+    assert any(not torch.equal(a[k], b[k]) for k in a)
