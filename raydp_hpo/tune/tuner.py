@@ -170,7 +170,9 @@ class PrivacyCertificate:
 class DPResult:
     """The result of :meth:`DPTuner.fit`.
 
-    Public (covered by the certificate): ``hyperparameters``, ``model``, ``checkpoint_path``,
+    Public (covered by the certificate): ``hyperparameters``, ``model``, ``model_path`` (the
+    released model's weights and architecture alone, ``released_model.pt`` in the experiment
+    directory; read it with :func:`~raydp_hpo.trainables.release.load_released_model`),
     ``certificate``. ``hyperparameters`` is ``None`` when nothing is released: the selection
     chose nothing, or the model that would be released was not trained (a failed final run;
     ``extras["final_failed"]``) — a release always describes a model that was trained.
@@ -179,8 +181,10 @@ class DPResult:
     ``dp_test_accuracy`` (with ``DPTuner(test_accuracy_epsilon=ε_t)``) is the released model's
     test accuracy released with the Laplace mechanism — its own ``Laplace(ε_t)`` charge, in the
     certificate — so it *is* covered and may be published.
-    Private (NOT covered; never publish): ``private_trials``, ``experiment_path`` and
-    ``private_result_grid`` — Tune's own ``ResultGrid`` of the run, for a Tune user's usual
+    Private (NOT covered; never publish): ``private_checkpoint_path`` (the released trial's
+    checkpoint: it holds the state of the run's secret noise and batch generators, from which
+    the noise can be regenerated and subtracted, and its unnoised per-epoch metrics),
+    ``private_trials``, ``experiment_path`` and ``private_result_grid`` — Tune's own ``ResultGrid`` of the run, for a Tune user's usual
     analysis (``get_dataframe()``, per-trial ``metrics``, checkpoints, errors). Its per-trial
     metrics (unnoised per-epoch scores, losses, test accuracies) and its number of trials are
     **not released** by any charged mechanism: they are for the operator and must not be
@@ -189,7 +193,7 @@ class DPResult:
 
     hyperparameters: dict[str, Any] | None
     model: Any | None
-    checkpoint_path: str | None
+    model_path: str | None
     certificate: PrivacyCertificate
     test_accuracy: float | None
     budget_exhausted: bool
@@ -199,6 +203,7 @@ class DPResult:
     dp_test_accuracy: float | None = None
     dp_test_accuracy_epsilon: float | None = None
     private_result_grid: Any | None = field(default=None, repr=False)
+    private_checkpoint_path: str | None = field(default=None, repr=False)
 
     def public(self) -> dict[str, Any]:
         """The releasable part as a JSON-able dict (no per-trial metrics, no trial count).
@@ -209,7 +214,7 @@ class DPResult:
         """
         return {
             "hyperparameters": self.hyperparameters,
-            "checkpoint_path": self.checkpoint_path,
+            "model_path": self.model_path,
             "budget_exhausted": self.budget_exhausted,
             "certificate": self.certificate.to_dict(),
             "evaluation": {
@@ -1009,12 +1014,14 @@ class DPTuner:
                     "error": None if err is None else repr(err)[:300],
                 }
             )
-        model, ckpt_path, test_acc = None, None, None
+        model, ckpt_path, model_path, test_acc = None, None, None, None
         if release.trial_id is not None:
             result = self._find_result(by_id, release.trial_id)
             if result is not None and result.checkpoint is not None:
                 ckpt_path = result.checkpoint.path
                 model = self._load_model(ckpt_path, result.config or {})
+                model_path = self._write_released_model(Path(exp_dir), model,
+                                                        result.config or {})
                 test_acc = (result.metrics or {}).get("test_accuracy")
         extras = dict(release.extras)
         dp_test = None
@@ -1062,7 +1069,7 @@ class DPTuner:
         out = DPResult(
             hyperparameters=hyperparameters,
             model=model,
-            checkpoint_path=ckpt_path,
+            model_path=model_path,
             certificate=certificate,
             test_accuracy=test_acc,
             budget_exhausted=exhausted,
@@ -1072,6 +1079,7 @@ class DPTuner:
             dp_test_accuracy=dp_test,
             dp_test_accuracy_epsilon=None if dp_test is None else self._test_epsilon,
             private_result_grid=grid,
+            private_checkpoint_path=ckpt_path,
         )
         Path(exp_dir).mkdir(parents=True, exist_ok=True)
         atomic_write_json(Path(exp_dir) / "release.json", out.public())
@@ -1148,6 +1156,23 @@ class DPTuner:
             if key and (key.endswith(trial_id) or trial_id in key):
                 return result
         return None
+
+    def _write_released_model(self, exp_dir: Path, model: Any, config: Mapping[str, Any]
+                              ) -> str:
+        """Write the released model alone (:mod:`raydp_hpo.trainables.release`): never the
+        trial's checkpoint, which holds the secret generators' states."""
+        from raydp_hpo.trainables.release import RELEASED_MODEL_FILE, save_released_model
+
+        train = self._data.train
+        exp_dir.mkdir(parents=True, exist_ok=True)
+        return str(save_released_model(
+            exp_dir / RELEASED_MODEL_FILE,
+            model,
+            model_name=config.get("model", "mlp"),
+            model_kwargs=dict(config.get("model_kwargs", {})),
+            feature_shape=train.feature_shape,
+            num_classes=train.num_classes,
+        ))
 
     def _load_model(self, checkpoint_path: str, config: Mapping[str, Any]) -> Any:
         """The released model: built from the released trial's config, weights from its

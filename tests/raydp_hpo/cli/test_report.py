@@ -33,7 +33,7 @@ def _run_dir(tmp_path: Path) -> Path:
         epsilon_rdp=epsilon(plan, 1e-5, Accountant.RDP),
         epsilon_pld=epsilon(plan, 1e-5, Accountant.PLD),
         ledger_name="l", ledger_spent_epsilon=spent, ledger_halting_rule="adaptive/rdp")
-    release = {"hyperparameters": {"lr": 0.5, "epochs": 1}, "checkpoint_path": None,
+    release = {"hyperparameters": {"lr": 0.5, "epochs": 1}, "model_path": None,
                "test_accuracy": 0.5, "budget_exhausted": False,
                "certificate": cert.to_dict()}
     (run / "release.json").write_text(json.dumps(release))

@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import torch
 from ray import tune
 
 from raydp_hpo.accounting.accountants import Accountant, epsilon
@@ -16,6 +17,8 @@ from raydp_hpo.ledger.actor import get_ledger
 from raydp_hpo.ledger.filter import PrivacyLedger
 from raydp_hpo.searchers import OneShotRandomSearch
 from raydp_hpo.trainables.data import load_mnist1d, split
+from raydp_hpo.trainables.release import load_released_model
+from raydp_hpo.trainables.training import load_checkpoint
 from raydp_hpo.tune.tuner import DPTuner
 
 pytestmark = [pytest.mark.ray]
@@ -71,8 +74,22 @@ def test_random_stopping_end_to_end(ray_session, data, tmp_path: Path) -> None:
         assert result.model is not None
     public = json.loads((Path(result.experiment_path) / "release.json").read_text())
     # the release holds no per-trial metrics and no trial count
-    assert set(public) == {"hyperparameters", "checkpoint_path", "budget_exhausted",
+    assert set(public) == {"hyperparameters", "model_path", "budget_exhausted",
                            "certificate", "evaluation", "dp_test_accuracy"}
+    if result.hyperparameters is not None:
+        # the released file is the model alone, never the trial's checkpoint (which holds the
+        # secret noise generator's state and unnoised metrics)
+        assert public["model_path"] == result.model_path
+        assert Path(result.model_path).parent == Path(result.experiment_path)
+        payload = torch.load(result.model_path, map_location="cpu", weights_only=True)
+        assert set(payload) == {"format", "model", "model_kwargs", "feature_shape",
+                                "num_classes", "state_dict"}
+        reloaded = load_released_model(result.model_path)
+        for (name, a), (_, b) in zip(reloaded.state_dict().items(),
+                                     result.model.state_dict().items(), strict=True):
+            assert torch.equal(a, b), name
+        assert result.private_checkpoint_path is not None
+        assert "noise_rng" in load_checkpoint(result.private_checkpoint_path)["runners"][0]
     assert public["dp_test_accuracy"] is None  # not asked for: no DP test accuracy
     assert public["evaluation"]["covered_by_certificate"] is False
     # the certificate states the privacy unit and everything it treats as public
