@@ -789,7 +789,20 @@ class DPSearcher(Searcher, abc.ABC):
 
     @abc.abstractmethod
     def release(self) -> Release:
-        """The public output (call after the run)."""
+        """The public output (call after the run; only for a :meth:`search_completed`)."""
+
+    def search_completed(self) -> bool:
+        """Whether the search ran to its end: it answered ``FINISHED`` and no trial it
+        suggested is still running.
+
+        Only a completed search has a release. The analyses cover the whole plan's output:
+        the best of the first J < K trials of random stopping is not what Papernot & Steinke
+        (2022) bound (J is chosen by whoever stopped the run, possibly after watching
+        progress), and releasing it and later, after a resume, the best of all K would be two
+        selections on one charge. An interrupted search releases nothing; resuming it and
+        letting it finish releases once.
+        """
+        return bool(self._finished) and not self._live
 
     # ---------------------------------------------------------------- save / restore
 

@@ -74,6 +74,7 @@ from raydp_hpo.ledger.actor import (
 )
 from raydp_hpo.ledger.filter import Adaptivity
 from raydp_hpo.ledger.plan_receipt import PlanReceipt
+from raydp_hpo.searchers.base import Release
 
 __all__ = ["DPTuner", "DPResult", "PrivacyCertificate"]
 
@@ -227,6 +228,23 @@ class DPResult:
                 "covered_by_certificate": True,
             },
         }
+
+
+def completed_release(searcher: Any) -> Release:
+    """``searcher.release()`` if the search ran to its end, else an empty release.
+
+    Tune returns normally when a run is interrupted (SIGINT, SIGUSR1), with the search cut
+    short; a release then would be a selection the charge does not cover
+    (:meth:`~raydp_hpo.searchers.base.DPSearcher.search_completed`). The budget spent stays
+    spent; resuming the experiment (``DPTuner.restore(path).fit()``) finishes it and releases.
+    """
+    if searcher.search_completed():
+        return searcher.release()  # type: ignore[no-any-return]
+    return Release(None, None, searcher.algorithm, {
+        "interrupted": True,
+        "reason": "the search did not run to its end (interrupted): nothing is released and "
+                  "the budget it spent stays spent; resume it with DPTuner.restore(path).fit()",
+    })
 
 
 #: The file in an experiment directory that :meth:`DPTuner.restore` reads its settings from.
@@ -993,7 +1011,7 @@ class DPTuner:
 
     def _release(self, searcher: Any, ledger: LedgerHandle, grid: Any, plan: Any,
                  exp_dir: str) -> DPResult:
-        release = searcher.release()
+        release = completed_release(searcher)
         trials: list[dict[str, Any]] = []
         by_id: dict[str, Any] = {}
         exhausted = False

@@ -23,7 +23,7 @@ from raydp_hpo.ledger.filter import Adaptivity
 from raydp_hpo.searchers import OneShotRandomSearch, RandomStoppingSearch
 from raydp_hpo.trainables.data import Dataset, split
 from raydp_hpo.tune.config import DEFAULT_MAX_CONCURRENT_TRIALS
-from raydp_hpo.tune.tuner import DPResult, DPTuner
+from raydp_hpo.tune.tuner import DPResult, DPTuner, completed_release
 
 SPACE = {"lr": tune.loguniform(0.05, 1.0), "epochs": 1, "sample_rate": 0.1,
          "max_grad_norm": 1.0, "model": "mlp", "optimizer": "sgd"}
@@ -263,3 +263,33 @@ def test_the_certificate_says_whether_the_number_of_classes_was_declared(data, t
     read_off = DataSplits(undeclared(data.train), undeclared(data.val), undeclared(data.test))
     public = dict(make(read_off, storage_path=tmp_path)._public_quantities())
     assert "treated as public" in public["number of classes"]
+
+
+def test_a_search_cut_short_releases_nothing() -> None:
+    """Tune returns normally when a run is interrupted (SIGINT): random stopping's best of the
+    first J < K trials is not the charged mechanism's output, and a later resume would select
+    a second time. Nothing is released until the search has finished with no trial running."""
+    space = {"lr": tune.loguniform(1e-3, 1.0), "epochs": 1, "sample_rate": 0.01,
+             "noise_multiplier": 2.0}
+    searcher = next(
+        s for seed in range(200)
+        if (s := RandomStoppingSearch(space, metric="val_accuracy", dataset_size=1000,
+                                      budget=PrivacyBudget(50.0, 1e-5), seed=seed, mean=5))._k >= 3
+    )
+    for i in range(3):
+        assert isinstance(searcher.suggest(f"t{i}"), dict)
+    searcher.on_trial_complete("t0", {"val_accuracy": 0.9})
+    cut = completed_release(searcher)
+    assert cut.hyperparameters is None and cut.trial_id is None and cut.extras["interrupted"]
+    assert not searcher.search_completed()
+    # the rest of the K trials run and finish (a resumed run): one release, of all K
+    searcher.on_trial_complete("t1", {"val_accuracy": 0.5})
+    searcher.on_trial_complete("t2", {"val_accuracy": 0.5})
+    i = 3
+    while isinstance(searcher.suggest(f"t{i}"), dict):
+        assert not completed_release(searcher).hyperparameters  # t{i} still running
+        searcher.on_trial_complete(f"t{i}", {"val_accuracy": 0.1})
+        i += 1
+    assert i == searcher._k and searcher.search_completed()
+    done = completed_release(searcher)
+    assert done.trial_id == "t0" and done.hyperparameters is not None
