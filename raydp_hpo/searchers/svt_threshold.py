@@ -7,7 +7,11 @@ Algorithm 1 (lines cited):
   u_s = (1/k)·Σᵢ u_s^(i). Here each candidate is ONE trial with data view ``partitions``; the
   trial reports the mean accuracy as the metric. Lemma 2: the ℓ₁ sensitivity of u_s is 1/k
   (adding/removing one training record changes one partition's model, whose accuracy lies in
-  [0, 1]); the searcher clips reported utilities to [0, 1] so the lemma applies.
+  [0, 1]). For that every partition's accuracy must lie in [0, 1] on its own: ``train_dp``
+  clips each model's correct count to the declared validation size before averaging
+  (:func:`~raydp_hpo.trainables.training.validation_count`; clipping only the average is not
+  enough when the realised validation split is larger than declared), and the searcher clips
+  the reported utility to [0, 1] (a user trainable must report a utility of that form).
 * 12–34: AboveThreshold rounds with the elastic step: û = u + step·g + Lap(2/(kϵ));
   for s in order, γ_s ~ Lap(4/(kϵ)); the first s with u_s + γ_s ≥ û is recorded,
   u ← u + g·step, step ← 2·step; if none passes, step ← ⌊step/2⌋; stop when step = 0.

@@ -64,6 +64,7 @@ __all__ = [
     "declared_privacy",
     "load_checkpoint",
     "training_sets",
+    "validation_count",
     "count_correct",
     "public_sizes",
     "public_view_size",
@@ -580,10 +581,10 @@ def train_dp(
                 ls, c = r.step()
                 loss_sum, count = loss_sum + ls, count + c
         steps = runners[0].steps_done
-        # Mean over the trial's models of the count of correct validation predictions; its
-        # sensitivity to one validation record is 1. Scores are this count over the declared
-        # public validation size (clipped to [0, 1]), never over the realised size.
-        mean_correct = float(np.mean([r.correct(data.val) for r in runners]))
+        # Mean over the trial's models of the count of correct validation predictions, each
+        # clipped to the declared validation size (validation_count); scores are this count
+        # over the declared public size, never over the realised size.
+        mean_correct = validation_count([r.correct(data.val) for r in runners], n_val_public)
         metrics: dict[str, Any] = {
             "epoch": epoch + 1,
             "steps": steps,
@@ -649,6 +650,21 @@ def train_dp(
         models=[r.state()["model"] for r in runners],
         learning_rates=[list(r.lr_history) for r in runners],
     )
+
+
+def validation_count(counts: list[int], n_val_public: int) -> float:
+    """(1/k) Σ_i min(c_i, n_val): the mean over a trial's k models of their counts of correct
+    validation predictions, each clipped to the declared validation size ``n_val_public``.
+
+    Sensitivities (add/remove one record): a validation record moves every c_i by at most 1
+    and clipping is 1-Lipschitz, so the mean moves by at most 1; a training record of one of
+    k disjoint partitions changes that partition's model only, so one clipped term moves by at
+    most n_val and the mean by at most n_val/k — the 1/k of Ding et al.'s Lemma 2 once divided
+    by n_val. Without the per-model clip, a realised validation split larger than the declared
+    size (the declared size is a public estimate) let one partition's term exceed n_val, and
+    one training record moved the SVT utility by n_val_realised/(k·n_val) > 1/k.
+    """
+    return float(np.mean([min(int(c), int(n_val_public)) for c in counts]))
 
 
 def training_sets(train: Dataset, settings: RaydpSettings) -> list[Dataset]:

@@ -380,3 +380,23 @@ def test_training_sets_one_added_record_changes_one_partition(digits):
         changed = [i for i in range(30) if len(a[i]) != len(b[i])
                    or not np.array_equal(a[i].features, b[i].features)]
         assert len(changed) == 1
+
+
+def test_validation_count_has_sensitivity_n_val_over_k_and_1() -> None:
+    """Ding et al.'s Lemma 2 needs each partition model's term in [0, n_val]: one training
+    record changes one model, which may then get every realised validation record right —
+    more than the declared n_val when the realised split is larger."""
+    from raydp_hpo.trainables.training import validation_count
+
+    rng = np.random.default_rng(0)
+    n_val, realised, k = 180, 192, 5
+    for _ in range(2000):
+        counts = [int(c) for c in rng.integers(0, realised + 1, size=k)]
+        other = list(counts)
+        other[int(rng.integers(k))] = int(rng.integers(0, realised + 1))  # a training record
+        assert abs(validation_count(counts, n_val) - validation_count(other, n_val)) <= (
+            n_val / k + 1e-9)
+        moved = [min(c + 1, realised) for c in counts]  # a validation record added
+        assert abs(validation_count(moved, n_val) - validation_count(counts, n_val)) <= 1 + 1e-9
+    # the case the clip is for: one model all right on a realised split larger than declared
+    assert validation_count([realised] + [0] * (k - 1), n_val) == n_val / k
