@@ -54,7 +54,10 @@ declared ``clients.count``, never by the number of clients present):
 any round runs (refused: nothing runs), the DP noise comes from OS entropy, and
 ``result.json`` holds only what the guarantee covers (the per-round test accuracy of the
 released global models, on the server's held-out split) plus the privacy figures — not the
-clients' learning rates, step counts or shard sizes.
+clients' learning rates, step counts or shard sizes. The final global model is written alone
+to ``<run dir>/released_model.pt`` (``model_path`` in ``result.json``); publish that, never
+``checkpoints/``, which holds the secret noise generator's state (whoever has it can
+regenerate the noise of every round and subtract it).
 """
 
 from __future__ import annotations
@@ -374,12 +377,29 @@ def run_federated_experiment(
                            accepted=result.accepted, rejected=result.rejected)
         else:
             payload["privacy"] = _privacy_figures(spec, settings, ledger)
+        payload["model_path"] = str(_save_global_model(spec, result.state, data.train))
     finally:
         if ledger is not None:
             ledger.close()
     atomic_write_json(run_dir / RESULT_FILE, payload)
     out(f"final test accuracy {result.accuracy[-1]:.4f}; wrote {run_dir / RESULT_FILE}")
     return payload
+
+
+def _save_global_model(spec: FederatedSpec, state: Mapping[str, Any], train: Any) -> Path:
+    """The final global model alone (:mod:`raydp_hpo.trainables.release`), the file to
+    publish: the round checkpoint under ``checkpoints/`` also holds the DP noise generator's
+    state, from which every round's noise can be regenerated and subtracted."""
+    from raydp_hpo.trainables.models import build_model
+    from raydp_hpo.trainables.release import RELEASED_MODEL_FILE, save_released_model
+
+    model = build_model(spec.model_name, train.feature_shape, train.num_classes,
+                        **dict(spec.model_kwargs))
+    model.load_state_dict(dict(state))
+    return save_released_model(spec.run_dir / RELEASED_MODEL_FILE, model,
+                               model_name=spec.model_name, model_kwargs=dict(spec.model_kwargs),
+                               feature_shape=train.feature_shape,
+                               num_classes=train.num_classes)
 
 
 def _run(spec: FederatedSpec, shards: list[Any], test: Any, settings: Any,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 import yaml
 
 from raydp_hpo.cli.federated_experiment import (
@@ -19,6 +20,8 @@ from raydp_hpo.cli.federated_experiment import (
 from raydp_hpo.cli.main import EXIT_BAD_INPUT, EXIT_OK, main
 from raydp_hpo.errors import ConfigError
 from raydp_hpo.trainables.data import load_digits, split
+from raydp_hpo.trainables.federated import CHECKPOINT_NAME
+from raydp_hpo.trainables.release import load_released_model
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "cluster/examples/federated_digits.yaml"
@@ -186,6 +189,14 @@ def test_private_run_charges_the_client_ledger_and_releases_only_covered_values(
     assert fig["mechanism"] == {"type": "gaussian", "noise_multiplier": 2.0, "count": 2}
     assert fig["epsilon_pld"] <= fig["epsilon_rdp"] <= 20.0
     assert "one client" in fig["unit"]
+    # the model to publish is written alone: weights and architecture, no generator state
+    released = torch.load(payload["model_path"], map_location="cpu", weights_only=True)
+    assert set(released) == {"format", "model", "model_kwargs", "feature_shape",
+                             "num_classes", "state_dict"}
+    checkpoint = torch.load(spec.run_dir / "checkpoints" / CHECKPOINT_NAME, map_location="cpu",
+                            weights_only=False)
+    model = load_released_model(payload["model_path"])
+    assert all(torch.equal(v, checkpoint["state"][k]) for k, v in model.state_dict().items())
     ledger = PrivacyLedger.read_only(spec.journal)
     (charge,) = ledger.charges()
     assert charge.mechanism == Gaussian(2.0, 2) and charge.charge_id == "fed-digits/federated"
