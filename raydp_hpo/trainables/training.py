@@ -515,7 +515,10 @@ def train_dp(
     # Laplace- or Gaussian-noised count of correct validation predictions
     # (raydp_hpo.trial.privacy.ScoreRelease).
     mechanism = trial_mechanism(training_mechanism, score)
-    if score is not None and len(data.val) == 0:
+    # Only when the validation size is not declared is the realised one public (and an empty
+    # split a public fact). With a declared size an empty realised split is private: refusing
+    # would tell the searcher so outside any mechanism, so the noisy count of 0 is released.
+    if score is not None and settings.validation_size is None and len(data.val) == 0:
         raise InvalidParameterError(
             "a private selection score needs a validation split; the validation split is empty"
         )

@@ -326,6 +326,22 @@ def test_score_is_normalised_by_the_declared_validation_size(digits, ledger):
     assert result.metrics["val_accuracy"] <= len(digits.val) / 10_000 + 1e-12
 
 
+def test_an_empty_validation_split_is_refused_only_when_its_size_is_public(digits, ledger):
+    """Undeclared, the realised validation size is treated as public: an empty split is a
+    public fact and a score is refused before any charge. Declared, the realised split is
+    private, so an empty one must not change what happens: the noisy count of 0 is released
+    (a refusal would tell the searcher, outside any mechanism, that the split is empty)."""
+    empty = dataclasses.replace(digits, val=digits.val.subset(np.arange(0)))
+    with pytest.raises(InvalidParameterError, match="validation split is empty"):
+        train_dp(_config(raydp={"charge": True, "charge_id": "exp/e0", "score_epsilon": 1.0}),
+                 empty, ledger=ledger)
+    assert ledger.charges() == ()
+    raydp = {"charge": True, "charge_id": "exp/e1", "score_epsilon": 1.0,
+             "validation_size": 100}
+    result = train_dp(_config(raydp=raydp), empty, ledger=ledger)
+    assert 0.0 <= result.metrics["val_accuracy"] <= 1.0 and len(ledger.charges()) == 1
+
+
 def test_default_seed_is_fresh_entropy(digits, ledger):
     """Without a secret seed the noise is not reproducible by anyone (a known seed would let
     an observer regenerate the DP noise)."""
