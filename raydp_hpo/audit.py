@@ -102,7 +102,7 @@ from raydp_hpo.accounting.mechanisms import (
     mechanism_from_dict,
 )
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
-from raydp_hpo.trial.privacy import Optimizer, ScoreNoise, trial_mechanism
+from raydp_hpo.trial.privacy import NOISY_SCORE_KEY, Optimizer, ScoreNoise, trial_mechanism
 from raydp_hpo.trial.settings import RAYDP_KEY, RaydpSettings
 
 __all__ = [
@@ -272,7 +272,8 @@ def run_cheap_trial(
                 raise AuditError(f"trial ran {part} but declared {declared_training}")
         ran = ran_parts[0]
         declared = trial_mechanism(declared_training, settings.score_release)
-    correct = [float(np.count_nonzero(lr * m >= v)) for m in models]
+    # each model's count clipped to the declared validation size, as train_dp does
+    correct = [float(min(np.count_nonzero(lr * m >= v), n_val)) for m in models]
     release = settings.score_release
     if release is not None:
         # count of correct predictions (sensitivity 1) + Laplace(1/ε_s) or N(0, σ_s²), over the
@@ -403,7 +404,10 @@ def run_search(
         for trial_id, config in pending:
             out = run_cheap_trial(config, data, rng=rng)
             models[trial_id] = out.model
-            s.on_trial_complete(trial_id, {METRIC: out.score})
+            # as train_dp reports it: a released score says the ε_s it was released at
+            score_epsilon = RaydpSettings.from_config(config).score_epsilon
+            s.on_trial_complete(trial_id, {METRIC: out.score} if score_epsilon is None
+                                else {METRIC: out.score, NOISY_SCORE_KEY: score_epsilon})
         pending = []
     release = s.release()
     model = models.get(release.trial_id, math.nan) if release.trial_id is not None else math.nan

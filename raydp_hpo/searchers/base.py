@@ -50,6 +50,7 @@ from raydp_hpo.errors import BudgetTooSmallError, InvalidParameterError, SearchS
 from raydp_hpo.ledger.plan_receipt import PlanReceipt
 from raydp_hpo.trial.privacy import (
     DEFAULT_SCORE_EPSILON,
+    NOISY_SCORE_KEY,
     DPSGDPrivacy,
     Optimizer,
     ScoreNoise,
@@ -740,6 +741,13 @@ class DPSearcher(Searcher, abc.ABC):
             return
         self._live.discard(trial_id)
         value: float | None = None
+        declared = getattr(self._configs[trial_id].get(RESERVED_KEY), "score_epsilon", None)
+        if declared is not None and (result is None or result.get(NOISY_SCORE_KEY) != declared):
+            # The trial was to release its score with noise at ε_s = declared; a result that
+            # does not say so (a user trainable reporting its raw validation accuracy) is not
+            # read: the selection would be on private data the plan does not cover. The trial
+            # counts as failed (which depends on the trainable's code, not on the data).
+            result = None
         if not error and result is not None and self._metric in result:
             try:
                 value = float(result[self._metric])

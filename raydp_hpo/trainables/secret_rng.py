@@ -87,7 +87,8 @@ def _check_layout() -> None:
     generator written from ``init_genrand(5)``'s state (numpy's legacy seeding) must draw
     exactly what ``manual_seed(5)`` draws. A silent mismatch could leave the noise on a
     weaker seed, so it is an error, not a fallback."""
-    words = np.asarray(np.random.RandomState(5).get_state()[1], dtype=np.uint32)
+    legacy = np.random.RandomState(5).get_state(legacy=False)  # MT19937 seeded by init_genrand
+    words = np.asarray(legacy["state"]["key"], dtype=np.uint32)
     written = torch.randn(64, generator=_cpu_generator(words))
     reference = torch.randn(64, generator=torch.Generator().manual_seed(5))
     if not torch.equal(written, reference):

@@ -50,6 +50,7 @@ from raydp_hpo.trainables.models import build_model
 from raydp_hpo.trainables.privacy_gate import RaydpSettings, admit, ledger_delta, resolve_ledger
 from raydp_hpo.trainables.secret_rng import derive_seed, secret_generator
 from raydp_hpo.trial.privacy import (
+    NOISY_SCORE_KEY,
     DPSGDPrivacy,
     Optimizer,
     dpsgd_steps,
@@ -609,7 +610,7 @@ def train_dp(
                 # result.
                 noisy = mean_correct + score.draw(score_rng)
                 metrics["val_accuracy"] = min(1.0, max(0.0, noisy / n_val_public))
-                metrics["score_epsilon"] = score.epsilon
+                metrics[NOISY_SCORE_KEY] = score.epsilon
                 metrics["score_noise"] = score.noise.value
                 metrics["epsilon"] = epsilon(
                     trial_mechanism(privacy.mechanism_of_evaluations(steps * evals_per_step), score),

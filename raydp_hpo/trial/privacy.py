@@ -67,7 +67,14 @@ from raydp_hpo.accounting.mechanisms import (
 )
 from raydp_hpo.errors import InvalidParameterError
 
+#: Result key present exactly in a result whose score is the trial's noisy (released) score,
+#: with the ε_s it was released at: the built-in trainable sets it on its final result
+#: (``raydp_hpo.trainables.training.train_dp``); a user trainable that releases a score must
+#: set it too, or the searcher does not read the score (:meth:`DPSearcher.on_trial_complete`).
+NOISY_SCORE_KEY = "score_epsilon"
+
 __all__ = [
+    "NOISY_SCORE_KEY",
     "Optimizer",
     "DPSGDPrivacy",
     "dpsgd_steps",

@@ -34,6 +34,7 @@ from ray.tune.logger import LoggerCallback, TBXLoggerCallback
 from raydp_hpo.accounting.mechanisms import Mechanism
 from raydp_hpo.errors import InvalidParameterError
 from raydp_hpo.ledger.ledger_like import LedgerLike
+from raydp_hpo.trial.privacy import NOISY_SCORE_KEY
 
 __all__ = [
     "LedgerStopper",
@@ -46,9 +47,6 @@ __all__ = [
 
 #: Result key a trial sets to True when the ledger refused its charge.
 BUDGET_EXHAUSTED_KEY = "raydp_budget_exhausted"
-#: Result key present exactly in a result whose score is the trial's noisy (released) score:
-#: the built-in trainable sets it on its final result (``raydp_hpo.trainables.training.train_dp``).
-NOISY_SCORE_KEY = "score_epsilon"
 
 
 class LedgerStopper(Stopper):

@@ -38,6 +38,7 @@ from raydp_hpo.searchers import (
 )
 from raydp_hpo.searchers.random_stopping import sample_stopping_k, stopping_pmf
 from raydp_hpo.trial.privacy import DEFAULT_SCORE_EPSILON, trial_mechanism
+from tests.raydp_hpo.searchers._results import complete
 
 N = 10_000
 BUDGET = PrivacyBudget(epsilon=3.0, delta=1e-5)
@@ -118,7 +119,7 @@ def test_secret_k_not_in_configs_and_k_trials_run() -> None:
         assert isinstance(cfg, dict)
         text = json.dumps(cfg, default=str)
         assert "\"k\"" not in text.lower() and "num_trials" not in text
-        s.on_trial_complete(f"t{n}", {"acc": 0.1 * n})
+        complete(s, f"t{n}", {"acc": 0.1 * n})
         n += 1
     assert n == k
     rel = s.release()
@@ -208,7 +209,7 @@ def _run_transfer(optimizer: str) -> tuple[list[dict], dict]:
         cfg = s.suggest(f"t{i}")
         if cfg is None:  # waiting for live trials: complete them
             for j, c in enumerate(tuning):
-                s.on_trial_complete(f"t{j}", {"acc": c["lr"]})
+                complete(s, f"t{j}", {"acc": c["lr"]})
             continue
         assert isinstance(cfg, dict)
         if cfg["raydp"].phase == "final":
@@ -241,3 +242,21 @@ def test_subsampled_transfer_refuses_batch_size() -> None:
         SubsampledTransferSearch({"lr": 0.1, "epochs": 1, "batch_size": 100}, **KW)
     with pytest.raises(InvalidParameterError, match="subsample_rate"):
         SubsampledTransferSearch(FIXED, subsample_rate=1.0, **KW)
+
+
+def test_a_score_not_released_with_its_declared_noise_is_not_read() -> None:
+    """A trial that is to release its score at ε_s must say so in its result (the built-in
+    trainable does); a raw score (a user trainable reporting its validation accuracy) or one
+    released at another ε_s is not selected on: the trial counts as failed."""
+    from raydp_hpo.trial.privacy import NOISY_SCORE_KEY
+
+    s = next(x for seed in range(200)
+             if (x := RandomStoppingSearch(FIXED, mean=4, **{**KW, "seed": seed}))._k >= 3)
+    eps_s = s.suggest("t0")["raydp"].score_epsilon
+    assert eps_s is not None
+    s.suggest("t1")
+    s.suggest("t2")
+    s.on_trial_complete("t0", {"acc": 0.99})  # raw
+    s.on_trial_complete("t1", {"acc": 0.98, NOISY_SCORE_KEY: eps_s * 10})  # other ε_s
+    s.on_trial_complete("t2", {"acc": 0.10, NOISY_SCORE_KEY: eps_s})
+    assert s._results == {"t0": None, "t1": None, "t2": 0.10}

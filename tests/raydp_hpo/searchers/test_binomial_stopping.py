@@ -14,6 +14,7 @@ from raydp_hpo.accounting.mechanisms import RandomStopping, StoppingDistribution
 from raydp_hpo.errors import InvalidParameterError
 from raydp_hpo.searchers import RandomStoppingSearch
 from raydp_hpo.searchers.random_stopping import sample_stopping_k, stopping_pmf
+from tests.raydp_hpo.searchers._results import complete
 
 SPACE = {"lr": tune.loguniform(0.01, 1.0), "epochs": 2, "sample_rate": 0.05,
          "noise_multiplier": 1.5}
@@ -52,7 +53,7 @@ def test_searcher_with_binomial_k_plans_it_and_never_exceeds_m_trials() -> None:
     assert plan.distribution is StoppingDistribution.BINOMIAL and plan.trials == 6
     suggested = 0
     while isinstance(searcher.suggest(f"t{suggested}"), dict):
-        searcher.on_trial_complete(f"t{suggested}", {"val_accuracy": 0.5})
+        complete(searcher, f"t{suggested}", {"val_accuracy": 0.5})
         suggested += 1
         assert suggested <= 6
     assert math.isfinite(searcher.plan_epsilon())

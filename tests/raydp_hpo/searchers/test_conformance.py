@@ -29,6 +29,7 @@ from raydp_hpo.searchers import (
 )
 from raydp_hpo.searchers.base import plan_epsilon
 from raydp_hpo.trial.privacy import DEFAULT_SCORE_EPSILON, privacy_from_config, trial_mechanism
+from tests.raydp_hpo.searchers._results import complete
 
 N = 10_000
 BUDGET = PrivacyBudget(epsilon=3.0, delta=1e-5)
@@ -74,7 +75,7 @@ def drive(searcher: DPSearcher, max_trials: int = 200) -> tuple[list[str], list[
         assert cfg is not None, "None while nothing runs would hang Ray Tune"
         ids.append(tid)
         configs.append(cfg)
-        searcher.on_trial_complete(tid, {"acc": metric_of(cfg)})
+        complete(searcher, tid, {"acc": metric_of(cfg)})
         i += 1
     raise AssertionError("searcher never finished")
 
@@ -287,7 +288,7 @@ def test_save_restore_mid_search(make: Callable[..., DPSearcher], tmp_path: Any)
     s = make()
     first = s.suggest("t0")
     assert isinstance(first, dict)
-    s.on_trial_complete("t0", {"acc": metric_of(first)})
+    complete(s, "t0", {"acc": metric_of(first)})
     path = os.path.join(tmp_path, "s.pkl")
     s.save(path)
     restored = make()

@@ -31,6 +31,7 @@ from raydp_hpo.searchers import (
 )
 from raydp_hpo.searchers.svt_threshold import above_threshold_rounds
 from raydp_hpo.trial.privacy import DEFAULT_SCORE_EPSILON, privacy_from_config, trial_mechanism
+from tests.raydp_hpo.searchers._results import complete
 
 N = 10_000
 BUDGET = PrivacyBudget(epsilon=3.0, delta=1e-5)
@@ -77,7 +78,7 @@ def test_linear_scaling_plan_composes_noisy_sweep_scores() -> None:
         assert base == trial_mechanism(Gaussian(1 / s._mus[i // 3], 1), DEFAULT_SCORE_EPSILON)  # noqa: SLF001
         declared = trial_mechanism(privacy_from_config(c, N).mechanism(), DEFAULT_SCORE_EPSILON)
         assert is_covered(declared, base)
-        s.on_trial_complete(f"t{i}", {"acc": 0.1 * i})
+        complete(s, f"t{i}", {"acc": 0.1 * i})
     final = s.suggest("t6")
     assert isinstance(final, dict) and final["raydp"].score_epsilon is None
     assert mechanism_from_dict(final["raydp"].base) == Gaussian(1 / muf, 1)
@@ -98,7 +99,7 @@ def test_linear_scaling_fit_and_final_run() -> None:
     for i, c in enumerate(cfgs):
         assert isinstance(c, dict) and c["optimizer"] == "gd" and "mu" in c
         assert c["lr"] <= 1.0 and 10 <= c["epochs"] <= 100
-        s.on_trial_complete(f"t{i}", {"acc": [0.1, 0.2, 0.3, 0.1][i]})
+        complete(s, f"t{i}", {"acc": [0.1, 0.2, 0.3, 0.1][i]})
     final = s.suggest("t4")
     assert isinstance(final, dict) and final["raydp"].phase == "final"
     fit = s._fit_result  # noqa: SLF001
@@ -112,7 +113,7 @@ def test_linear_scaling_fit_and_final_run() -> None:
     expected = min(max(line, min(r1, r2) / 2, 0.1), 2 * max(r1, r2), 100.0)
     assert fit["r_star"] == pytest.approx(expected, rel=1e-9)
     assert final["lr"] * final["epochs"] == pytest.approx(expected, rel=1e-9)
-    s.on_trial_complete("t4", {"acc": 0.5})
+    complete(s, "t4", {"acc": 0.5})
     assert s.suggest("t5") == Searcher.FINISHED
     assert s.release().trial_id == "t4"
 
@@ -127,7 +128,7 @@ def _run_sweeps(s: LinearScalingSearch, n: int, pick: str) -> tuple[float, float
     first, second = (min, max) if pick == "up" else (max, min)
     r1, r2 = first(sweeps[0]), second(sweeps[1])
     for i, r in enumerate(rs):
-        s.on_trial_complete(f"t{i}", {"acc": 0.9 if r in (r1, r2) else 0.1})
+        complete(s, f"t{i}", {"acc": 0.9 if r in (r1, r2) else 0.1})
     final = s.suggest(f"t{2 * n}")
     assert isinstance(final, dict) and final["raydp"].phase == "final"
     return r1, r2, final
@@ -215,12 +216,12 @@ def test_svt_selects_the_clearly_best_candidate() -> None:
         assert isinstance(c, dict) and c["raydp"].data_view["kind"] == "partitions"
         assert c["raydp"].nonprivate is True
         assert c["raydp"].score_epsilon is None  # the AboveThreshold noise covers u_s
-        s.on_trial_complete(f"t{i}", {"acc": util[c["lr"]]})
+        complete(s, f"t{i}", {"acc": util[c["lr"]]})
     final = s.suggest("t3")
     assert isinstance(final, dict) and final["raydp"].data_view == {"kind": "full"}
     assert final["lr"] == 0.1  # kϵ = 100: noise scales 0.02/0.04, utility gap 0.6
     assert final["raydp"].score_epsilon is None
-    s.on_trial_complete("t3", {"acc": 0.9})
+    complete(s, "t3", {"acc": 0.9})
     assert s.suggest("t4") == Searcher.FINISHED and s.release().trial_id == "t3"
 
 
@@ -266,9 +267,9 @@ def test_svt_utilities_only_reach_the_noisy_comparisons() -> None:
                                **{**KW, "budget": PrivacyBudget(50.0, 1e-5)})
         cfgs = [s.suggest(f"t{i}") for i in range(3)]
         for i in range(3):
-            s.on_trial_complete(f"t{i}", {"acc": utils[i]})
+            complete(s, f"t{i}", {"acc": utils[i]})
         final = s.suggest("t3")
-        s.on_trial_complete("t3", {"acc": 0.5})
+        complete(s, "t3", {"acc": 0.5})
         rel = s.release()
         outs.append((cfgs, final, rel.hyperparameters, rel.trial_id, rel.extras))
     assert outs[0] == outs[1]
@@ -297,7 +298,7 @@ def test_grid_composed_calibrates_whole_grid_and_stops_on_refusal() -> None:
     assert epsilon(comp, BUDGET.delta, Accountant.RDP) <= BUDGET.epsilon
     c0 = s.suggest("t0")
     assert isinstance(c0, dict) and c0["raydp"].charge is True
-    s.on_trial_complete("t0", {"acc": 0.4})
+    complete(s, "t0", {"acc": 0.4})
     s.suggest("t1")
     s.on_trial_complete("t1", None, error=True)  # the ledger refused it
     assert s.suggest("t2") == Searcher.FINISHED

@@ -24,6 +24,7 @@ from raydp_hpo.searchers import OneShotRandomSearch, RandomStoppingSearch
 from raydp_hpo.trainables.data import Dataset, split
 from raydp_hpo.tune.config import DEFAULT_MAX_CONCURRENT_TRIALS
 from raydp_hpo.tune.tuner import DPResult, DPTuner, completed_release
+from tests.raydp_hpo.searchers._results import complete
 
 SPACE = {"lr": tune.loguniform(0.05, 1.0), "epochs": 1, "sample_rate": 0.1,
          "max_grad_norm": 1.0, "model": "mlp", "optimizer": "sgd"}
@@ -278,17 +279,17 @@ def test_a_search_cut_short_releases_nothing() -> None:
     )
     for i in range(3):
         assert isinstance(searcher.suggest(f"t{i}"), dict)
-    searcher.on_trial_complete("t0", {"val_accuracy": 0.9})
+    complete(searcher, "t0", {"val_accuracy": 0.9})
     cut = completed_release(searcher)
     assert cut.hyperparameters is None and cut.trial_id is None and cut.extras["interrupted"]
     assert not searcher.search_completed()
     # the rest of the K trials run and finish (a resumed run): one release, of all K
-    searcher.on_trial_complete("t1", {"val_accuracy": 0.5})
-    searcher.on_trial_complete("t2", {"val_accuracy": 0.5})
+    complete(searcher, "t1", {"val_accuracy": 0.5})
+    complete(searcher, "t2", {"val_accuracy": 0.5})
     i = 3
     while isinstance(searcher.suggest(f"t{i}"), dict):
         assert not completed_release(searcher).hyperparameters  # t{i} still running
-        searcher.on_trial_complete(f"t{i}", {"val_accuracy": 0.1})
+        complete(searcher, f"t{i}", {"val_accuracy": 0.1})
         i += 1
     assert i == searcher._k and searcher.search_completed()
     done = completed_release(searcher)
