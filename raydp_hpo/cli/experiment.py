@@ -899,7 +899,8 @@ def format_summary(outcome: RunOutcome) -> str:
         lines.append("Evaluation (NOT covered by the certificate: computed without noise on the "
                      "private test split; publish it only if that split is public)")
         lines.append(f"  test accuracy      {acc}")
-    lines.append(f"Run dir: {outcome.run_dir} (release.json, certificate.json)")
+    lines.append(f"Run dir: {outcome.run_dir} (release.json, released_model.pt, "
+                 "certificate.json)")
     lines.append("Private (never publish): the Tune experiment dir tune/, audit.jsonl, "
                  "the progress lines above.")
     return "\n".join(lines)

@@ -24,6 +24,8 @@ _EXPORTS: dict[str, str] = {
     "build_model": "raydp_hpo.trainables.models",
     "validate_model": "raydp_hpo.trainables.models",
     "RaydpSettings": "raydp_hpo.trainables.privacy_gate",
+    "load_released_model": "raydp_hpo.trainables.release",
+    "save_released_model": "raydp_hpo.trainables.release",
     "admit": "raydp_hpo.trainables.privacy_gate",
     "TrainResult": "raydp_hpo.trainables.training",
     "ReleaseLog": "raydp_hpo.trainables.training",
@@ -67,6 +69,7 @@ if TYPE_CHECKING:
     )
     from raydp_hpo.trainables.models import MODEL_NAMES, build_model, validate_model
     from raydp_hpo.trainables.privacy_gate import RaydpSettings, admit
+    from raydp_hpo.trainables.release import load_released_model, save_released_model
     from raydp_hpo.trainables.training import (
         ReleaseLog,
         TrainResult,
