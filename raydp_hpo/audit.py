@@ -273,7 +273,7 @@ def run_cheap_trial(
         ran = ran_parts[0]
         declared = trial_mechanism(declared_training, settings.score_release)
     # each model's count clipped to the declared validation size, as train_dp does
-    correct = [float(min(np.count_nonzero(lr * m >= v), n_val)) for m in models]
+    correct = [float(min(int(np.count_nonzero(lr * m >= v)), n_val)) for m in models]
     release = settings.score_release
     if release is not None:
         # count of correct predictions (sensitivity 1) + Laplace(1/ε_s) or N(0, σ_s²), over the
