@@ -185,11 +185,12 @@ class DPResult:
     Private (NOT covered; never publish): ``private_checkpoint_path`` (the released trial's
     checkpoint: it holds the state of the run's secret noise and batch generators, from which
     the noise can be regenerated and subtracted, and its unnoised per-epoch metrics),
-    ``private_trials``, ``experiment_path`` and ``private_result_grid`` — Tune's own ``ResultGrid`` of the run, for a Tune user's usual
-    analysis (``get_dataframe()``, per-trial ``metrics``, checkpoints, errors). Its per-trial
-    metrics (unnoised per-epoch scores, losses, test accuracies) and its number of trials are
-    **not released** by any charged mechanism: they are for the operator and must not be
-    published (nor selected on: a selection from them is not covered by the certificate).
+    ``private_trials``, ``experiment_path`` and ``private_result_grid`` — Tune's own
+    ``ResultGrid`` of the run, for a Tune user's usual analysis (``get_dataframe()``, per-trial
+    ``metrics``, checkpoints, errors). Its per-trial metrics (unnoised per-epoch scores,
+    losses, test accuracies) and its number of trials are **not released** by any charged
+    mechanism: they are for the operator and must not be published (nor selected on: a
+    selection from them is not covered by the certificate).
     """
 
     hyperparameters: dict[str, Any] | None
