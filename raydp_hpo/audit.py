@@ -235,7 +235,12 @@ def run_cheap_trial(
     are not covered by the block's ``base``.
     """
     from raydp_hpo.ledger.coverage import is_covered
-    from raydp_hpo.trainables.training import declared_privacy, public_sizes, training_sets
+    from raydp_hpo.trainables.training import (
+        declared_privacy,
+        public_sizes,
+        training_sets,
+        validation_count,
+    )
 
     settings = RaydpSettings.from_config(config)
     lr = float(config.get("lr", 1.0))
@@ -272,27 +277,27 @@ def run_cheap_trial(
                 raise AuditError(f"trial ran {part} but declared {declared_training}")
         ran = ran_parts[0]
         declared = trial_mechanism(declared_training, settings.score_release)
-    # each model's count clipped to the declared validation size, as train_dp does
-    correct = [float(min(int(np.count_nonzero(lr * m >= v)), n_val)) for m in models]
+    # the mean of the models' counts, each clipped to the declared validation size (train_dp's)
+    correct = validation_count([int(np.count_nonzero(lr * m >= v)) for m in models], n_val)
     release = settings.score_release
     if release is not None:
         # count of correct predictions (sensitivity 1) + Laplace(1/ε_s) or N(0, σ_s²), over the
         # public size, clipped to [0, 1] (post-processing); what ran is built from the noise
         # actually drawn, independently of the declaration
         if release.noise is ScoreNoise.LAPLACE:
-            noisy_count = float(np.mean(correct)) + rng.laplace(0.0, 1.0 / release.epsilon)
+            noisy_count = correct + rng.laplace(0.0, 1.0 / release.epsilon)
             score_ran: Mechanism = Laplace(release.epsilon, count=1)
         else:
             delta_s = math.nan if release.delta is None else release.delta
             sigma_s = calibrate_analytic_gaussian(release.epsilon, delta_s)
-            noisy_count = float(np.mean(correct)) + rng.normal(0.0, sigma_s)
+            noisy_count = correct + rng.normal(0.0, sigma_s)
             score_ran = Gaussian(sigma_s, count=1)
         score = min(1.0, max(0.0, noisy_count / n_val))
         if ran is None:
             raise AuditError(f"a non-private trial reports a noisy score: {settings}")
         ran = Composition((ran, score_ran))
     else:
-        score = float(np.mean(correct)) / n_val
+        score = correct / n_val
     if declared is not None and ran != declared:
         raise AuditError(f"trial ran {ran} but declared {declared}")
     if ran is not None and settings.base is not None:
