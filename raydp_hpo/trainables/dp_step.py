@@ -50,7 +50,7 @@ import math
 import numbers
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import cast
@@ -536,6 +536,53 @@ def _layer_grad(
     raise RayDPHPOError(f"book-keeping clipping does not cover {type(module).__name__}")
 
 
+_MISSING = object()
+
+
+def _record_layers(
+    model: nn.Module, layers: Sequence[nn.Module], x: torch.Tensor
+) -> dict[nn.Module | None, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Run ``model(x)`` once, recording every call of each of ``layers``: layer → [(its input,
+    detached; its output)], one entry per call, and None → [(x, the model's output)].
+
+    Each layer's ``forward`` is shadowed for the duration of the call by an instance
+    attribute that calls the original and records; ``nn.Module.__call__`` looks ``forward``
+    up on the instance, so pre-hooks, hooks and everything else run as usual, and the
+    originals are restored even if the forward pass raises. This records what a forward hook
+    on each layer would see (the arguments after any pre-hooks, the output before any
+    hook), at a fraction of the cost: a module with a forward hook takes ``__call__``'s slow
+    path on every call (``benchmarks/dpsgd_throughput.py``, issue 15).
+    """
+    records: dict[nn.Module | None, list[tuple[torch.Tensor, torch.Tensor]]] = {
+        m: [] for m in layers
+    }
+    saved = []
+    try:
+        for m in layers:
+            own = m.__dict__.get("forward", _MISSING)
+            saved.append((m, own))
+            original = m.forward
+
+            def recording(
+                inp: torch.Tensor, *args: object, _m: nn.Module = m,
+                _original: Callable[..., torch.Tensor] = original, **kwargs: object,
+            ) -> torch.Tensor:
+                out = _original(inp, *args, **kwargs)
+                records[_m].append((inp.detach(), out))
+                return out
+
+            m.__dict__["forward"] = recording
+        logits = model(x)
+    finally:
+        for m, own in saved:
+            if own is _MISSING:
+                del m.__dict__["forward"]
+            else:
+                m.__dict__["forward"] = own
+    records[None] = [(x, logits)]
+    return records
+
+
 _TUNING_WARMUP, _TUNING_ROUNDS = 2, 5
 
 
@@ -627,6 +674,11 @@ class BookKeepingClipper(_Clipper):
             m for m in model.modules()
             if isinstance(m, _BK_TYPES) and any(p.requires_grad for p in m.parameters(False))
         ]
+        # every parameter of the covered layers, and the parameter lists already found to be
+        # exactly the trainable ones among them (privatised_gradient's fusion test, per step
+        # otherwise; the key holds the requires_grad flags, so freezing a layer re-tests)
+        self._layer_params = [p for m in self.layers for p in m.parameters(recurse=False)]
+        self._fusable: dict[tuple[tuple[int, ...], tuple[bool, ...]], bool] = {}
 
     def clipped_sum(
         self, x: torch.Tensor, y: torch.Tensor, max_grad_norm: float
@@ -666,13 +718,7 @@ class BookKeepingClipper(_Clipper):
         pair when ``params`` are not exactly the parameters this clipper writes or have mixed
         dtypes.
         """
-        written = [p for m in self.layers for p in m.parameters(recurse=False) if p.requires_grad]
-        fusable = (
-            len(params) == len(written)
-            and {id(p) for p in params} == {id(p) for p in written}
-            and len({p.dtype for p in params}) == 1
-        )
-        if not fusable:
+        if not self._fuses(params):
             return super().privatised_gradient(x, y, max_grad_norm, noise, params)
         loss, n, shares, coef = self._shares(x, y, max_grad_norm)
 
@@ -683,6 +729,24 @@ class BookKeepingClipper(_Clipper):
 
         noise.privatise_with(params, write)
         return loss, n
+
+    def _fuses(self, params: list[nn.Parameter]) -> bool:
+        """Whether ``params`` are exactly the trainable parameters of the covered layers (in
+        any order) with one dtype: the condition for the fused path. The set comparison is
+        cached per list of parameter ids and requires_grad flags of the covered layers'
+        parameters; the dtypes are compared every step."""
+        key = (
+            tuple(map(id, params)),
+            tuple(p.requires_grad for p in self._layer_params),
+        )
+        fuses = self._fusable.get(key)
+        if fuses is None:
+            written = [p for p in self._layer_params if p.requires_grad]
+            fuses = len(params) == len(written) and {id(p) for p in params} == {
+                id(p) for p in written
+            }
+            self._fusable[key] = fuses
+        return fuses and all(p.dtype == params[0].dtype for p in params)
 
     def _shares(
         self, x: torch.Tensor, y: torch.Tensor, max_grad_norm: float
@@ -695,19 +759,8 @@ class BookKeepingClipper(_Clipper):
         n = int(x.shape[0])
         if n == 0:
             return 0.0, 0, [], torch.zeros(0, device=x.device)
-        records: dict[nn.Module, list[tuple[torch.Tensor, torch.Tensor]]] = {
-            m: [] for m in self.layers
-        }
-
-        def hook(module: nn.Module, inp: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
-            records[module].append((inp[0].detach(), out))
-
-        handles = [m.register_forward_hook(hook) for m in self.layers]
-        try:
-            logits = self.model(x)
-        finally:
-            for h in handles:
-                h.remove()
+        records = _record_layers(self.model, self.layers, x)
+        logits = records.pop(None)[0][1]
         bad = [type(m).__name__ for m, r in records.items() if len(r) != 1]
         if bad:
             raise RayDPHPOError(
@@ -732,8 +785,10 @@ class BookKeepingClipper(_Clipper):
             for share in shares:
                 share.drop_examples(finite)
             sq = _zero_rows(sq, finite)
-        coef = sq.sqrt_().add_(_EPS).reciprocal_().mul_(max_grad_norm).clamp_(max=1.0)
-        return float(loss.detach()), n, shares, coef
+        coef = sq.sqrt_().add_(_EPS).reciprocal_()
+        if max_grad_norm != 1.0:
+            coef.mul_(max_grad_norm)
+        return float(loss.detach()), n, shares, coef.clamp_(max=1.0)
 
     def _strategy_for(self, module: nn.Module, x: torch.Tensor, g: torch.Tensor) -> NormStrategy:
         """The strategy for ``module``: the clipper's own unless AUTO or TUNED; AUTO applies
@@ -988,6 +1043,8 @@ class GaussianNoise:
 
     def _check_devices(self, params: list[nn.Parameter]) -> None:
         gen_device = torch.device(self.generator.device)
+        if gen_device.type == "cpu" and all(p.device.type == "cpu" for p in params):
+            return  # the common case, without a device comparison per parameter
         for p in params:
             if not _same_device(p.device, gen_device):
                 raise RayDPHPOError(

@@ -436,6 +436,62 @@ def test_a_layer_run_twice_is_refused_without_touching_gradients():
     assert all(bool((p.grad == 7.0).all()) for p in model.parameters())
 
 
+class _Raises(nn.Module):
+    """A Linear layer followed by a failure: the forward pass raises after the layer ran."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(5, 5)
+
+    def forward(self, x):
+        self.lin(x)
+        raise ValueError("boom")
+
+
+def test_layer_recording_sees_what_a_forward_hook_sees_and_restores_every_forward():
+    """The recording shadows each layer's forward for one pass only: afterwards the class's
+    forward (or an instance's own) is back, also after a forward pass that raised; user
+    hooks run as usual; the records are each layer's input and output, as a hook sees them."""
+    torch.manual_seed(0)
+    model = build_model("mlp", (6,), 3)
+    layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    own = layers[1].forward  # an instance-level forward (bound method of the class)
+    layers[1].forward = own
+    seen = []
+    layers[0].register_forward_hook(lambda m, inp, out: seen.append((inp[0], out)))
+    x = torch.randn(4, 6)
+    records = dp_step._record_layers(model, layers, x)
+    assert [len(records[m]) for m in layers] == [1, 1, 1]
+    assert records[None][0][0] is x
+    torch.testing.assert_close(records[None][0][1], model(x), rtol=0, atol=0)
+    torch.testing.assert_close(records[layers[0]][0][0], seen[0][0], rtol=0, atol=0)
+    assert records[layers[0]][0][1] is seen[0][1]
+    assert not records[layers[0]][0][0].requires_grad and records[layers[2]][0][1].requires_grad
+    assert "forward" not in layers[0].__dict__ and "forward" not in layers[2].__dict__
+    assert layers[1].__dict__["forward"] is own
+
+    failing = _Raises()
+    with pytest.raises(ValueError, match="boom"):
+        dp_step._record_layers(failing, [failing.lin], torch.randn(2, 5))
+    assert "forward" not in failing.lin.__dict__
+
+
+def test_fused_path_notices_a_layer_frozen_after_a_fused_step():
+    """The fusion test is cached per parameter list; freezing a layer afterwards must make
+    the same list fall back (it is no longer the clipper's trainable set), not reuse the
+    cached answer."""
+    torch.manual_seed(0)
+    model = build_model("mlp", (12,), 5)
+    clipper = BookKeepingClipper(model)
+    params = list(model.parameters())
+    x, y = _batch((12,))
+    noise = _CountingNoise(1.0, 1.0, 6.0, torch.Generator().manual_seed(3))
+    clipper.privatised_gradient(x, y, 1.0, noise, params)
+    params[0].requires_grad_(False)
+    clipper.privatised_gradient(x, y, 1.0, noise, params)
+    assert noise.calls == ["privatise_with", "privatise"]
+
+
 class _CountingNoise(GaussianNoise):
     """GaussianNoise that counts which of its two entry points ran."""
 
