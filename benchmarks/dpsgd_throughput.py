@@ -63,7 +63,13 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from raydp_hpo.trainables.dp_step import GaussianNoise, OpacusClipper, make_clipper, poisson_batch
+from raydp_hpo.trainables.dp_step import (
+    GaussianNoise,
+    OpacusClipper,
+    PoissonBatches,
+    make_clipper,
+    poisson_batch,
+)
 from raydp_hpo.trainables.models import build_model
 
 SHAPES = {"mlp": (40,), "cnn1d": (40,), "cnn2d": (1, 28, 28), "linear": (40,)}
@@ -113,10 +119,10 @@ def _variants(
             assert isinstance(clipper, OpacusClipper)
         params = [p for p in model.parameters() if p.requires_grad]
         noise = GaussianNoise(1.0, 1.0, q * n, torch.Generator(device=device).manual_seed(1))
-        sampler = torch.Generator(device=device).manual_seed(2)
+        sampler = PoissonBatches(n, q, torch.Generator(device=device).manual_seed(2))
 
         def dp_step(clipper=clipper, params=params, noise=noise, opt=opt, sampler=sampler) -> None:
-            idx = poisson_batch(n, q, sampler)
+            idx = sampler.next()
             clipper.privatised_gradient(x_all[idx], y_all[idx], 1.0, noise, params)
             opt.step()
 
@@ -166,7 +172,9 @@ def _sampling_table(n: int, batches: list[int], rounds: int) -> None:
     gen = torch.Generator().manual_seed(0)
     for batch in batches:
         q = batch / n
+        blocks = PoissonBatches(n, q, gen)
         variants = {
+            "PoissonBatches": blocks.next,
             "poisson_batch": lambda q=q: poisson_batch(n, q, gen),
             "rand(n) < q": lambda q=q: torch.nonzero(torch.rand(n, generator=gen) < q).flatten(),
         }

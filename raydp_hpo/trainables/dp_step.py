@@ -41,7 +41,9 @@ clipped sum with and without such a record).
 
 :class:`GaussianNoise` adds the noise and counts every release so that tests can compare what
 actually ran with the declared mechanism. :func:`poisson_batch` draws the Poisson batch in
-O(batch) rather than O(n), from geometric gaps between the selected records.
+O(batch) rather than O(n), from geometric gaps between the selected records;
+:class:`PoissonBatches` (what training uses) draws the same independent batches a block of
+steps at a time, so the few small tensor operations a batch needs run once per block.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ import math
 import numbers
 import time
 import warnings
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -68,6 +71,7 @@ __all__ = [
     "make_clipper",
     "NormStrategy",
     "poisson_batch",
+    "PoissonBatches",
     "supports_bk",
     "bk_unsupported_reason",
 ]
@@ -75,6 +79,7 @@ __all__ = [
 _EPS = 1e-6  # as Opacus: clip factor C / (‖v‖ + 1e-6)
 _DENSE_POISSON_MAX_N = 4096  # poisson_batch: below this, one uniform per record is cheaper
 _MAX_POISSON_N = 2**53  # poisson_batch: its float64 positions are exact integers below this
+_POISSON_BLOCK = 32  # PoissonBatches: batches drawn per block
 
 
 _CONV_TYPES = (nn.Conv1d, nn.Conv2d)
@@ -212,7 +217,8 @@ class _GradSink:
         if target is None:
             param.grad = torch.mm(a, b).view(param.shape)
         else:
-            target.view(a.shape[0], b.shape[1]).addmm_(a, b, alpha=self.alpha)
+            matrix = target if target.dim() == 2 else target.view(a.shape[0], b.shape[1])
+            matrix.addmm_(a, b, alpha=self.alpha)
             param.grad = target
 
     def mv(self, param: torch.Tensor, m: torch.Tensor, v: torch.Tensor) -> None:
@@ -221,7 +227,7 @@ class _GradSink:
         if target is None:
             param.grad = torch.mv(m, v).view(param.shape)
         else:
-            target.view(-1).addmv_(m, v, alpha=self.alpha)
+            (target if target.dim() == 1 else target.view(-1)).addmv_(m, v, alpha=self.alpha)
             param.grad = target
 
     def add(self, param: torch.Tensor, t: torch.Tensor) -> None:
@@ -903,19 +909,26 @@ def poisson_batch(n: int, q: float, generator: torch.Generator) -> torch.Tensor:
     return _bernoulli_by_gaps(n, q, generator)
 
 
+def _gap_chunk(n: int, q: float) -> int:
+    """Gaps drawn per call: ⌈nq + 6√(nq(1−q))⌉ + 16, more than the batch size except with
+    probability below 1e-9."""
+    mean = n * q
+    return math.ceil(mean + 6.0 * math.sqrt(mean * (1.0 - q))) + 16
+
+
 def _bernoulli_by_gaps(
-    n: int, q: float, generator: torch.Generator, chunk: int | None = None
+    n: int, q: float, generator: torch.Generator, chunk: int | None = None, start: float = 0.0
 ) -> torch.Tensor:
     """{P_j − 1 : P_j ≤ n} for P_j the partial sums of i.i.d. Geometric(q) gaps on {1, 2, …}:
     a Poisson sample of {0, …, n−1} with rate q, sorted (proof in :func:`poisson_batch`).
-    ``chunk``: gaps drawn per call (default ⌈nq + 6√(nq(1−q))⌉ + 16; tests pass a small one to
-    exercise the continuation)."""
+    ``chunk``: gaps drawn per call (default :func:`_gap_chunk`; tests pass a small one to
+    exercise the continuation). ``start``: positions continue from this one (the records
+    0, …, start − 1 were decided elsewhere; :func:`_bernoulli_by_gaps_block`'s continuation)."""
     device = torch.device(generator.device)
     if chunk is None:
-        mean = n * q
-        chunk = math.ceil(mean + 6.0 * math.sqrt(mean * (1.0 - q))) + 16
+        chunk = _gap_chunk(n, q)
     parts: list[torch.Tensor] = []
-    last = 0.0  # position of the last selected record so far (0: none yet)
+    last = float(start)  # position of the last selected record so far (0: none yet)
     while True:
         gaps = torch.empty(chunk, dtype=torch.float64, device=device)
         # ≥ 1: a gap of 0 would repeat a record (sensitivity 2C); inf (U = 0) ends the batch
@@ -929,6 +942,100 @@ def _bernoulli_by_gaps(
         last = float(positions[-1])
     selected = parts[0] if len(parts) == 1 else torch.cat(parts)
     return selected.to(torch.int64).sub_(1)
+
+
+def _bernoulli_by_gaps_block(
+    n: int, q: float, generator: torch.Generator, steps: int, chunk: int | None = None
+) -> list[torch.Tensor]:
+    """``steps`` independent Poisson samples of {0, …, n−1} with rate q, each sorted: row s of
+    one (steps × chunk) draw of i.i.d. Geometric(q) gaps gives batch s exactly as
+    :func:`_bernoulli_by_gaps` would from its own first chunk (cumulative sums along the row,
+    the positions ≤ n kept). A row whose chunk ends at or before n (more than ``chunk``
+    records selected; probability below 1e-9 with the default chunk) is continued by
+    :func:`_bernoulli_by_gaps` from its last position, with fresh gaps drawn after the block.
+
+    The law is the one :func:`poisson_batch` proves for a single batch, for every row: each
+    row's gaps are i.i.d. Geometric(q) (the rows of one i.i.d. draw, then fresh draws for a
+    continuation), and no row's gaps are used by another, so the batches are independent.
+    Only the order in which the generator's values are consumed changes. The point is cost:
+    the handful of small tensor operations a batch needs (draw, clamp, cumulative sum,
+    search, conversion) run once per block, not once per step (in a DP-SGD step each small
+    operation costs several µs: issue 15). Returns views into one int64 block.
+    """
+    if chunk is None:
+        chunk = _gap_chunk(n, q)
+    device = torch.device(generator.device)
+    gaps = torch.empty(steps, chunk, dtype=torch.float64, device=device)
+    # ≥ 1: a gap of 0 would repeat a record (sensitivity 2C); inf (U = 0) ends the batch
+    positions = gaps.geometric_(q, generator=generator).clamp_(min=1.0).cumsum_(1)
+    bound = torch.full((steps, 1), float(n), dtype=torch.float64, device=device)
+    inside = torch.searchsorted(positions, bound, right=True).view(-1).tolist()  # #{P_j ≤ n}
+    last = positions[:, -1].tolist()
+    # inf and every position past n are never read; bounded so the integer conversion is defined
+    selected = positions.clamp_(max=float(n) + 1.0).to(torch.int64).sub_(1)
+    batches = []
+    for row, (count, end) in enumerate(zip(inside, last)):
+        batch = selected[row, :count]
+        if count == chunk:  # every gap of the row fell inside: continue after its last record
+            batch = torch.cat([batch, _bernoulli_by_gaps(n, q, generator, chunk, start=end)])
+        batches.append(batch)
+    return batches
+
+
+class PoissonBatches:
+    """Poisson batches of {0, …, n−1} with rate q for DP-SGD, one per :meth:`next` call, drawn
+    ``block`` steps ahead (:func:`_bernoulli_by_gaps_block`): the law of
+    :func:`poisson_batch` for every batch, independent batches, at a fraction of the
+    per-step cost. Where :func:`poisson_batch` uses one uniform per record (n ≤ 4096 or
+    q > 1/4) each batch is drawn when asked for.
+
+    The batches drawn but not yet used are part of the sampler's state (:meth:`state`,
+    :meth:`load`): a trial restored from a checkpoint uses them, so a resumed run takes
+    exactly the batches an uninterrupted one would. :meth:`reset` drops them (after the
+    generator was reseeded). ``generator`` is secret: the batches are the subsampling of the
+    subsampled Gaussian mechanism.
+    """
+
+    def __init__(
+        self, n: int, q: float, generator: torch.Generator, block: int = _POISSON_BLOCK
+    ) -> None:
+        poisson_batch(0, q, generator)  # the same checks of q (and of n below), no draw
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+            raise InvalidParameterError(f"n must be an int >= 0, got {n!r}")
+        if n >= _MAX_POISSON_N:
+            raise InvalidParameterError(f"n must be below 2**53 for exact positions, got {n}")
+        if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+            raise InvalidParameterError(f"block must be an int >= 1, got {block!r}")
+        self.n: int = int(n)
+        self.q: float = float(q)
+        self.generator: torch.Generator = generator
+        self.block: int = block
+        self._ahead: bool = not (q == 1.0 or n <= _DENSE_POISSON_MAX_N or q > 0.25)
+        self._pending: deque[torch.Tensor] = deque()
+
+    def next(self) -> torch.Tensor:
+        """The next batch: sorted int64 indices on the generator's device."""
+        if not self._ahead:
+            return poisson_batch(self.n, self.q, self.generator)
+        if not self._pending:
+            self._pending.extend(
+                _bernoulli_by_gaps_block(self.n, self.q, self.generator, self.block)
+            )
+        return self._pending.popleft()
+
+    def reset(self) -> None:
+        """Drop the batches drawn ahead (the next call draws a new block)."""
+        self._pending.clear()
+
+    def state(self) -> list[torch.Tensor]:
+        """The batches drawn ahead and not yet used, as compact copies (the generator's own
+        state is saved by its owner)."""
+        return [b.clone() for b in self._pending]
+
+    def load(self, pending: list[torch.Tensor]) -> None:
+        """Restore :meth:`state`'s batches (moved to the generator's device)."""
+        device = torch.device(self.generator.device)
+        self._pending = deque(torch.as_tensor(b, dtype=torch.int64).to(device) for b in pending)
 
 
 def make_clipper(model: nn.Module, mode: str = "auto") -> BookKeepingClipper | OpacusClipper:

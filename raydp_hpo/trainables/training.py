@@ -45,7 +45,7 @@ from raydp_hpo.accounting.mechanisms import (
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 from raydp_hpo.ledger.ledger_like import LedgerLike
 from raydp_hpo.trainables.data import Dataset, DataSplits, select_view, view_kind
-from raydp_hpo.trainables.dp_step import GaussianNoise, make_clipper, poisson_batch
+from raydp_hpo.trainables.dp_step import GaussianNoise, PoissonBatches, make_clipper
 from raydp_hpo.trainables.models import build_model
 from raydp_hpo.trainables.privacy_gate import RaydpSettings, admit, ledger_delta, resolve_ledger
 from raydp_hpo.trainables.secret_rng import derive_seed, secret_generator
@@ -281,6 +281,11 @@ class _Runner:
         self.y = torch.as_tensor(np.array(train.labels), device=device)
         # secret streams seeded with all of ``seed``, not the 32 bits manual_seed keeps
         self.sampler = secret_generator(device, seed, index, 1)
+        # Poisson batches drawn a block of steps ahead (same law, fewer small ops per step)
+        self.batches = (
+            None if privacy.optimizer is Optimizer.GD
+            else PoissonBatches(len(train), privacy.sample_rate, self.sampler)
+        )
         self.max_grad_norm = float(config.get("max_grad_norm", 1.0))
         if not self.max_grad_norm > 0:
             raise InvalidParameterError(f"max_grad_norm must be > 0, got {self.max_grad_norm}")
@@ -327,7 +332,8 @@ class _Runner:
         if self.privacy.optimizer is Optimizer.GD:
             return torch.arange(self.n)
         # Poisson sampling in O(batch), from geometric gaps between the selected records
-        return poisson_batch(self.n, self.privacy.sample_rate, self.sampler)
+        assert self.batches is not None
+        return self.batches.next()
 
     def _gradient(self) -> tuple[float, int]:
         """Draw a fresh Poisson batch and set ``p.grad`` to the (privatised) gradient."""
@@ -402,6 +408,7 @@ class _Runner:
             "steps_done": self.steps_done,
             "releases": self.noise.releases,
             "sampler_rng": self.sampler.get_state(),
+            "sampler_pending": [] if self.batches is None else self.batches.state(),
             "noise_rng": self.noise.generator.get_state(),
         }
 
@@ -414,6 +421,8 @@ class _Runner:
         self.steps_done = int(state["steps_done"])
         self.noise.releases = int(state["releases"])
         self.sampler.set_state(state["sampler_rng"])
+        if self.batches is not None:
+            self.batches.load(state.get("sampler_pending", []))
         self.noise.generator.set_state(state["noise_rng"])
 
 

@@ -228,6 +228,97 @@ def test_poisson_batch_is_reproducible_from_the_generator_state():
     assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("chunk", [None, 2])
+def test_block_sampler_batches_have_the_joint_law_and_are_independent(chunk):
+    """Batches drawn a block ahead: n = 3, q = 0.3, pairs of consecutive batches (blocks of
+    5, so pairs also straddle two blocks) must come out with the product law
+    P(S)·P(S') over all 8 × 8 pairs of subsets (χ², 40 000 pairs; smallest expected count
+    ≈ 17), i.e. each batch has the Poisson law and consecutive batches are independent.
+    ``chunk=2`` sends most rows through the continuation."""
+    n, q, pairs, block = 3, 0.3, 40_000, 5
+    gen = torch.Generator().manual_seed(4)
+    batches = []
+    while len(batches) < 2 * pairs:
+        batches += dp_step._bernoulli_by_gaps_block(n, q, gen, block, chunk=chunk)
+    tally: Counter[tuple[tuple[int, ...], tuple[int, ...]]] = Counter(
+        (tuple(a.tolist()), tuple(b.tolist())) for a, b in zip(batches[0::2], batches[1::2])
+    )
+    subsets = [s for k in range(n + 1) for s in itertools.combinations(range(n), k)]
+    cells = list(itertools.product(subsets, subsets))
+    assert set(tally) <= set(cells)  # sorted, distinct, inside {0, …, n − 1}
+
+    def law(s):
+        return q ** len(s) * (1 - q) ** (n - len(s))
+
+    expected = [pairs * law(a) * law(b) for a, b in cells]
+    assert stats.chisquare([tally[c] for c in cells], expected).pvalue > P_MIN
+
+
+def test_block_sampler_batch_sizes_are_binomial_at_a_realistic_size():
+    """n = 60 000, q = 128/n through PoissonBatches (the gap path, blocks of 32): the sizes of
+    3 200 batches are Binomial(n, q) (χ² on 8 equiprobable-ish bins) and every index stays
+    inside {0, …, n − 1}, sorted and distinct."""
+    n, q = 60_000, 128 / 60_000
+    sampler = dp_step.PoissonBatches(n, q, torch.Generator().manual_seed(6))
+    sizes = []
+    for _ in range(3_200):
+        idx = sampler.next()
+        assert idx.dtype == torch.int64
+        if idx.numel():
+            assert int(idx[0]) >= 0 and int(idx[-1]) < n and bool((idx.diff() > 0).all())
+        sizes.append(idx.numel())
+    edges = [-0.5, *stats.binom.ppf([i / 8 for i in range(1, 8)], n, q), n + 0.5]
+    observed = np.histogram(sizes, bins=edges)[0]
+    expected = len(sizes) * np.diff(stats.binom.cdf(np.floor(edges), n, q))
+    assert stats.chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > P_MIN
+
+
+def test_block_sampler_resumed_from_its_state_draws_what_an_uninterrupted_one_draws():
+    """State = the generator's state + the batches drawn ahead: restored into a fresh sampler
+    mid-block, the next batches are exactly the uninterrupted sampler's."""
+    n, q = 50_000, 0.002
+    straight = dp_step.PoissonBatches(n, q, torch.Generator().manual_seed(1), block=4)
+    first = dp_step.PoissonBatches(n, q, torch.Generator().manual_seed(1), block=4)
+    expected = [straight.next() for _ in range(11)]
+    got = [first.next() for _ in range(6)]
+    saved_rng, pending = first.generator.get_state(), first.state()
+    assert len(pending) == 2  # 6 of the 8 drawn in two blocks are used
+    resumed = dp_step.PoissonBatches(n, q, torch.Generator().manual_seed(99), block=4)
+    resumed.generator.set_state(saved_rng)
+    resumed.load(pending)
+    got += [resumed.next() for _ in range(5)]
+    assert all(torch.equal(a, b) for a, b in zip(expected, got))
+    resumed.reset()
+    assert not resumed.state()
+
+
+def test_block_sampler_raises_zero_gaps_and_stops_at_an_infinite_one(monkeypatch):
+    """The block path clamps a zero gap to 1 (no record twice) and an infinite gap ends its
+    row, as the single-batch sampler does; the integer conversion never sees inf."""
+
+    def fake_geometric(self, p, *, generator=None):
+        pattern = torch.tensor([0.0, 2.0, 0.0, 3.0, math.inf], dtype=self.dtype)
+        flat = pattern.repeat(self.numel() // 5 + 1)[: self.numel()]
+        return self.copy_(flat.view(self.shape))
+
+    monkeypatch.setattr(torch.Tensor, "geometric_", fake_geometric)
+    rows = dp_step._bernoulli_by_gaps_block(20, 0.3, torch.Generator().manual_seed(0), 2, chunk=5)
+    assert [r.tolist() for r in rows] == [[0, 2, 3, 6], [0, 2, 3, 6]]
+
+
+def test_block_sampler_small_sets_draw_each_batch_and_bad_settings_are_refused():
+    gen = torch.Generator().manual_seed(0)
+    dense = dp_step.PoissonBatches(100, 0.3, gen)
+    state = gen.get_state()
+    dense.next()
+    assert not dense.state() and not torch.equal(gen.get_state(), state)  # drawn when asked
+    assert dp_step.PoissonBatches(7, 1.0, gen).next().tolist() == list(range(7))
+    for n, q, block in [(-1, 0.1, 4), (10, 0.0, 4), (10, 1.5, 4), (2.5, 0.1, 4),
+                        (2**53, 0.01, 4), (10_000, 0.01, 0), (10_000, 0.01, True)]:
+        with pytest.raises(InvalidParameterError):
+            dp_step.PoissonBatches(n, q, gen, block=block)
+
+
 # -- C. Book-keeping clipping for Linear, Conv1d/2d, GroupNorm, LayerNorm ---------------------
 # Every path is checked against the slow reference: one forward/backward per example, clip,
 # sum. Tolerance: ‖ours − reference‖ / ‖reference‖ ≤ 1e-5 per parameter (float32; measured
