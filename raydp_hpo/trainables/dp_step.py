@@ -56,7 +56,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import cast
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -794,7 +794,7 @@ class BookKeepingClipper(_Clipper):
         coef = sq.sqrt_().add_(_EPS).reciprocal_()
         if max_grad_norm != 1.0:
             coef.mul_(max_grad_norm)
-        return float(loss.detach()), n, shares, coef.clamp_(max=1.0)
+        return loss.item(), n, shares, coef.clamp_(max=1.0)
 
     def _strategy_for(self, module: nn.Module, x: torch.Tensor, g: torch.Tensor) -> NormStrategy:
         """The strategy for ``module``: the clipper's own unless AUTO or TUNED; AUTO applies
@@ -1070,6 +1070,13 @@ class GaussianNoise:
     :meth:`BookKeepingClipper.privatised_gradient`; same noise values). The generator must
     live on the parameters' device (``torch.Generator(device=...)``), where the noise is
     drawn. Parameters of different dtypes get one draw each, in order.
+
+    The flat buffer and its per-parameter views are kept and drawn into again at the next
+    release for the same parameters: as with PyTorch's own ``.grad`` tensors (accumulated in
+    place unless set to None), each ``p.grad`` it sets is overwritten by the next release, so
+    copy a gradient that must outlive the step. This saves an allocation, a split and a view
+    per parameter every step (issue 15: 55-85 µs of a 1.5 ms MLP step); the values drawn are
+    the same.
     """
 
     noise_multiplier: float
@@ -1077,6 +1084,11 @@ class GaussianNoise:
     normaliser: float
     generator: torch.Generator
     releases: int = field(default=0)
+    #: (parameter ids and shapes, dtype, device) → the flat noise buffer and its per-parameter
+    #: views, reused from release to release (see the class docstring)
+    _buffer: tuple[Any, torch.Tensor, list[torch.Tensor]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.noise_multiplier) and self.noise_multiplier >= 0):
@@ -1110,6 +1122,9 @@ class GaussianNoise:
                     f"a parameter of shape {tuple(p.shape)} has none"
                 )
         grads = [cast(torch.Tensor, p.grad) for p in params]  # all present: checked above
+        # a gradient that is still the last release's view of the noise buffer would be
+        # overwritten by this release's draw: copy it first
+        grads = [g.clone() if self._aliases_buffer(g) else g for g in grads]
 
         def add_grads(views: list[torch.Tensor], alpha: float) -> None:
             if views:  # noise + scale·g in one fused pass (foreach)
@@ -1174,10 +1189,20 @@ class GaussianNoise:
                              device=p.device, dtype=p.dtype)
                 for p in params
             ]
-        sizes = [p.numel() for p in params]
-        flat = torch.empty(sum(sizes), device=params[0].device, dtype=dtype)
+        key = (tuple((id(p), p.shape) for p in params), dtype, params[0].device)
+        if self._buffer is None or self._buffer[0] != key:
+            sizes = [p.numel() for p in params]
+            flat = torch.empty(sum(sizes), device=params[0].device, dtype=dtype)
+            self._buffer = (key, flat, [v.view(p.shape) for v, p in zip(flat.split(sizes), params)])
+        _, flat, views = self._buffer
         flat.normal_(0.0, std, generator=self.generator)
-        return [v.view(p.shape) for v, p in zip(flat.split(sizes), params)]
+        return views
+
+    def _aliases_buffer(self, t: torch.Tensor) -> bool:
+        """Whether ``t`` lives in the reused noise buffer (a ``p.grad`` from the last release)."""
+        return self._buffer is not None and (
+            t.untyped_storage().data_ptr() == self._buffer[1].untyped_storage().data_ptr()
+        )
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:

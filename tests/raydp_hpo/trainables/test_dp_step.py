@@ -69,6 +69,33 @@ def test_noise_divides_by_the_public_normaliser_and_counts_releases():
         torch.testing.assert_close(p.grad, g / 37.5**2, rtol=1e-6, atol=0)
 
 
+def test_noise_buffer_is_reused_and_a_gradient_still_in_it_is_copied_first():
+    """Release after release for the same parameters the noise goes into the same buffer
+    (each p.grad is the same tensor again, as PyTorch's own .grad buffers are), with the
+    values of consecutive flat draws; privatising a gradient that is still the last
+    release's (it lives in the buffer) adds the new noise to its old values, not to the
+    new draw."""
+    params = _params_with_grads()
+    grads = [p.grad.clone() for p in params]
+    sigma, clip, normaliser = 0.9, 1.1, 64.0
+    noise = GaussianNoise(sigma, clip, normaliser, torch.Generator().manual_seed(5))
+    ref = torch.Generator().manual_seed(5)
+    sizes = [g.numel() for g in grads]
+    std = sigma * clip / normaliser
+    noise.privatise(params)
+    first = [p.grad for p in params]
+    flat1 = torch.normal(0.0, std, size=(sum(sizes),), generator=ref)
+    expected1 = [n.view_as(g) + g / normaliser for n, g in zip(flat1.split(sizes), grads)]
+    for p, e in zip(params, expected1):
+        torch.testing.assert_close(p.grad, e, rtol=1e-6, atol=1e-9)
+    noise.privatise(params)  # p.grad is the buffer itself here
+    flat2 = torch.normal(0.0, std, size=(sum(sizes),), generator=ref)
+    for p, e, n, f in zip(params, expected1, flat2.split(sizes), first):
+        torch.testing.assert_close(p.grad, n.view_as(e) + e / normaliser, rtol=1e-6, atol=1e-9)
+        assert p.grad is f  # the same buffer view again
+    assert noise.releases == 2
+
+
 def test_noise_has_the_declared_standard_deviation():
     p = nn.Parameter(torch.zeros(200_000))
     p.grad = torch.zeros_like(p)
