@@ -124,7 +124,11 @@ BOOTSTRAP = 4000
 
 def sizing(mode: str) -> dict[str, Any]:
     """All knobs of a run. ``default`` takes ~8 min on 2 CPUs (limit ~45); ``quick`` ~2 min; ``full`` a
-    cluster-sized run (bigger data and models, more trials, more partitions)."""
+    cluster-sized run (bigger data and models, more trials, more partitions). ``MODE@k=X``
+    is MODE with E[K] = X for random stopping and subsampled transfer (``--mean-k``)."""
+    if "@k=" in mode:
+        base, _, mean_k = mode.partition("@k=")
+        return {**sizing(base), "mean_k": float(mean_k)}
     if mode == "quick":
         return {
             "mnist1d_samples": 1500, "epochs": 3, "sample_rate": 0.2,
@@ -611,6 +615,9 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--mnist1d-10k", action="store_true",
                    help="the default setting with 10000 MNIST-1D samples instead of 4000 (the "
                    "size before the loaded machine forced the compromise; ~2.5x the compute)")
+    ap.add_argument("--mean-k", type=float, default=None,
+                    help="E[K] of random stopping and subsampled transfer instead of the "
+                    "setting's (default 10); the run's mode is then MODE@k=X")
     ap.add_argument("--seeds", type=int, default=None,
                     help="number of seeds (default 10; quick 1)")
     ap.add_argument("--seed-offset", type=int, default=0,
@@ -636,6 +643,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     mode = ("quick" if args.quick else "full" if args.full
             else "mnist1d_10k" if args.mnist1d_10k else "default")
+    if args.mean_k is not None:
+        if not (math.isfinite(args.mean_k) and args.mean_k > 1.0):
+            ap.error(f"--mean-k must be a finite number > 1, got {args.mean_k}")
+        mode = f"{mode}@k={args.mean_k:g}"
     nseeds = args.seeds if args.seeds is not None else (1 if args.quick else 10)
     seeds = list(range(args.seed_offset, args.seed_offset + nseeds))
     epsilons = args.epsilons or ([3.0] if args.quick else [1.0, 3.0, 8.0])
