@@ -5,7 +5,7 @@ Variants, per (torch threads, batch size B, model):
 * ``non-private`` — a batch of exactly B records (next B of a shuffled order), forward,
   backward, SGD update;
 * ``DP book-keeping`` — ``make_clipper(model, "auto")`` (book-keeping for every built-in
-  model): Poisson batch of expected size B from ``poisson_batch`` (q = B/n), per-example
+  model): Poisson batch of expected size B from ``PoissonBatches`` (q = B/n), per-example
   clipping, Gaussian noise, SGD update;
 * ``DP Opacus hooks`` — the same with ``OpacusClipper`` (per-example gradients from
   ``opacus.GradSampleModule``), for reference.
@@ -20,28 +20,36 @@ median ratio with their ranges (min–max) over rounds. Data are random tensors 
 shape (speed does not depend on the values): MNIST-1D-shaped (40,) for ``mlp``/``cnn1d``,
 MNIST-shaped (1, 28, 28) for ``cnn2d``; n = 60 000 records.
 
-A second table times Poisson sampling alone, interleaved: ``poisson_batch`` (O(B)) against one
+A second table times Poisson sampling alone, interleaved: ``PoissonBatches`` (what training
+uses: 32 batches drawn at once, O(B) per batch), ``poisson_batch`` (one batch, O(B)) and one
 uniform per record (``torch.rand(n) < q``, O(n)).
 
-Results (CPU, torch 2.13, 2 cores, quiet machine, 2026-11-26, after Poisson batches from
-geometric gaps and the noise drawn first with each layer's clipped sum accumulated into it;
-two runs of 200 warm-up + 7 rounds × 5 steps; DP book-keeping / non-private, median ratio run
-1 / run 2; targets CNN ≤ 2.0, MLP ≤ 1.5):
+Results (CPU, torch 2.13, 2 cores, quiet machine, 2026-11-26, second session: layers recorded
+by shadowing their forward instead of forward hooks, Poisson batches drawn 32 steps ahead
+(``PoissonBatches``), the noise buffer reused; two runs of 200 warm-up + 7 rounds × 5 steps;
+DP book-keeping / non-private, median ratio run 1 / run 2; targets CNN ≤ 2.0, MLP ≤ 1.5):
 
     threads  B    mlp          cnn1d        cnn2d
-    1        128  1.71 / 1.68  1.59 / 1.64  1.70 / 1.70
-    1        256  1.48 / 1.56  1.89 / 1.79  1.71 / 1.64
-    2        128  1.81 / 1.78  1.58 / 1.59  1.61 / 1.59
-    2        256  1.67 / 1.65  1.97 / 1.90  1.77 / 1.61
+    1        128  1.48 / 1.45  1.57 / 1.63  1.88 / 1.66
+    1        256  1.42 / 1.37  1.80 / 1.84  1.72 / 1.66
+    2        128  1.45 / 1.58  1.58 / 1.56  1.58 / 1.62
+    2        256  1.47 / 1.49  1.72 / 1.70  1.66 / 1.53
 
-Two runs with ``--models mlp`` alone gave 1.61 / 1.69, 1.48 / 1.50, 1.77 / 1.83 and
-1.67 / 1.70 (same cell order). So the CNN target holds in every cell's median (single rounds
-reach 2.19); the MLP target holds only at one thread and B = 256, in three of four runs. The
-MLP's DP step pays ~0.19 ms of Gaussian noise (79k parameters; torch's CPU generator, ~2.3 ns
-per value, as fast as a uniform draw), ~22 % of its 0.83 ms non-private step, and ~0.4 ms for
-~47 more small ATen ops than the non-private step (4-7 µs each inside a step). The previous
-figures (2026-11-25: MLP 1.60-1.90) and the breakdown are in
-``benchmarks/results/issue15_cpu.md``.
+Earlier the same day (hooks, one ``poisson_batch`` per step, a fresh noise buffer) the MLP
+measured 1.71 / 1.68, 1.48 / 1.56, 1.81 / 1.78 and 1.67 / 1.65. ``benchmarks/dpsgd_ab.py``
+(both versions of the step in one process, interleaved; two runs) gave for the MLP
+1.70-1.71 → 1.49 (1 thread, B = 128), 1.51-1.53 → 1.37-1.41 (1, 256), 1.85 → 1.58-1.59
+(2, 128) and 1.71-1.76 → 1.52-1.55 (2, 256). So the MLP target holds at one thread (at the
+edge for B = 128) and not at two (1.52-1.59 in the A/B runs): there the non-private step
+gains from the second core (0.97 → 0.77 ms) while the Gaussian noise (~0.19 ms for 79k
+parameters, one MT19937 stream) and the clipper's ~40 small operations (5-10 µs each inside
+a step, against ~1.5 µs in a tight loop) do not. What a DP step adds, measured in place at
+one thread and B = 128 (non-private 0.96 ms): noise 0.21 ms, per-example norms 0.08 ms,
+clip factors 0.06 ms, backward to the layer outputs plus the clipped-sum products 0.04 ms
+more than the non-private backward; forward, loss, sampling and the SGD update cost the
+same. (Doing the per-example vectors' arithmetic in numpy, or drawing the noise on a
+second thread during the backward pass, measured no better and was not kept.) The
+breakdown before this session is in ``benchmarks/results/issue15_cpu.md``.
 
 Warm-up matters for the CNNs: the first few hundred steps of a run are dearer, apparently
 because every new Poisson batch size is a new shape for oneDNN's convolution kernels. With 2
