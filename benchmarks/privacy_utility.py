@@ -6,6 +6,7 @@
     .venv/bin/python benchmarks/privacy_utility.py --mnist1d-10k --epsilons 3 --datasets mnist1d \
         --tag runE_mnist1d10k                                  # 10000 MNIST-1D samples
     .venv/bin/python benchmarks/privacy_utility.py --quick    # ~2 min smoke run
+    .venv/bin/python benchmarks/privacy_utility.py --mean-k 5 --datasets mnist1d --epsilons 3  # E[K] = 5
     .venv/bin/python benchmarks/privacy_utility.py --full     # larger run, for a cluster
 
 For each dataset, total budget ε (default {1, 3, 8}) at δ = 1e-5 and method (one_shot_random,

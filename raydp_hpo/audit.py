@@ -1056,7 +1056,8 @@ def audit_dpsgd_step(
             for param in runner.params:
                 param.zero_()
         runner.sampler.manual_seed(int(rng.integers(2**63)))
-        runner.batches.reset()  # no batch drawn ahead with the previous seed
+        if runner.batches is not None:
+            runner.batches.reset()  # no batch drawn ahead with the previous seed
         runner.noise.generator.manual_seed(int(rng.integers(2**63)))
         runner.noise.releases, runner.steps_done = 0, 0
         for _ in range(privacy.steps):
