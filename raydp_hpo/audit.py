@@ -995,9 +995,10 @@ def audit_dpsgd_step(
 ) -> AuditResult:
     """Black-box audit of the DP-SGD training code itself (the cheap trials above stand in for
     it in the search audits): the trainable's own per-model runner
-    (``raydp_hpo.trainables.training._Runner``: :func:`~raydp_hpo.trainables.dp_step.poisson_batch`
-    over the realised records, book-keeping clipping fused with :class:`GaussianNoise`, the
-    public normaliser q·n_public, the SGD update) trains a zero-initialised linear classifier
+    (``raydp_hpo.trainables.training._Runner``: Poisson batches from
+    :class:`~raydp_hpo.trainables.dp_step.PoissonBatches` over the realised records,
+    book-keeping clipping fused with :class:`GaussianNoise`, the public normaliser
+    q·n_public, the SGD update) trains a zero-initialised linear classifier
     (``"linear"``, 1 feature, 2 classes) for ``epochs`` on X and on X', T = steps releases.
 
     **Neighbouring datasets**: X = ``n`` records with feature 0 and label 0; X' = X plus one

@@ -53,7 +53,7 @@ import numbers
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, cast
@@ -80,6 +80,7 @@ _EPS = 1e-6  # as Opacus: clip factor C / (‖v‖ + 1e-6)
 _DENSE_POISSON_MAX_N = 4096  # poisson_batch: below this, one uniform per record is cheaper
 _MAX_POISSON_N = 2**53  # poisson_batch: its float64 positions are exact integers below this
 _POISSON_BLOCK = 32  # PoissonBatches: batches drawn per block
+_POISSON_BLOCK_VALUES = 2**20  # PoissonBatches: at most this many gap positions per block
 
 
 _CONV_TYPES = (nn.Conv1d, nn.Conv2d)
@@ -554,35 +555,46 @@ def _record_layers(
     Each layer's ``forward`` is shadowed for the duration of the call by an instance
     attribute that calls the original and records; ``nn.Module.__call__`` looks ``forward``
     up on the instance, so pre-hooks, hooks and everything else run as usual, and the
-    originals are restored even if the forward pass raises. This records what a forward hook
-    on each layer would see (the arguments after any pre-hooks, the output before any
-    hook), at a fraction of the cost: a module with a forward hook takes ``__call__``'s slow
-    path on every call (``benchmarks/dpsgd_throughput.py``, issue 15).
+    originals are restored (in reverse order) even if the forward pass raises. This records
+    what a forward hook on each layer would see (the input after any pre-hooks, the output
+    before any hook), and also a direct ``layer.forward(...)`` call, which a hook misses, at
+    a fraction of the cost: a module with a forward hook takes ``__call__``'s slow path on
+    every call (``benchmarks/dpsgd_throughput.py``, issue 15). A layer whose input is
+    neither its first positional argument nor ``input=`` is refused with
+    :class:`RayDPHPOError`.
     """
+    unique = list(dict.fromkeys(layers))  # a layer listed twice is shadowed once
     records: dict[nn.Module | None, list[tuple[torch.Tensor, torch.Tensor]]] = {
-        m: [] for m in layers
+        m: [] for m in unique
     }
     saved = []
     try:
-        for m in layers:
+        for m in unique:
             own = m.__dict__.get("forward", _MISSING)
             saved.append((m, own))
             original = m.forward
 
             def recording(
-                inp: torch.Tensor, *args: object, _m: nn.Module = m,
-                _original: Callable[..., torch.Tensor] = original, **kwargs: object,
+                *args: Any, _m: nn.Module = m,
+                _original: Callable[..., torch.Tensor] = original, **kwargs: Any,
             ) -> torch.Tensor:
-                out = _original(inp, *args, **kwargs)
+                inp = args[0] if args else kwargs.get("input")
+                if not isinstance(inp, torch.Tensor):
+                    raise RayDPHPOError(
+                        f"book-keeping clipping needs each {type(_m).__name__} layer's input "
+                        "as its first positional argument (or input=...): use "
+                        "grad_sample_mode='opacus'"
+                    )
+                out = _original(*args, **kwargs)
                 records[_m].append((inp.detach(), out))
                 return out
 
             m.__dict__["forward"] = recording
         logits = model(x)
     finally:
-        for m, own in saved:
+        for m, own in reversed(saved):
             if own is _MISSING:
-                del m.__dict__["forward"]
+                m.__dict__.pop("forward", None)
             else:
                 m.__dict__["forward"] = own
     records[None] = [(x, logits)]
@@ -950,7 +962,7 @@ def _bernoulli_by_gaps_block(
     """``steps`` independent Poisson samples of {0, …, n−1} with rate q, each sorted: row s of
     one (steps × chunk) draw of i.i.d. Geometric(q) gaps gives batch s exactly as
     :func:`_bernoulli_by_gaps` would from its own first chunk (cumulative sums along the row,
-    the positions ≤ n kept). A row whose chunk ends at or before n (more than ``chunk``
+    the positions ≤ n kept). A row whose chunk ends at or before n (at least ``chunk``
     records selected; probability below 1e-9 with the default chunk) is continued by
     :func:`_bernoulli_by_gaps` from its last position, with fresh gaps drawn after the block.
 
@@ -960,7 +972,8 @@ def _bernoulli_by_gaps_block(
     Only the order in which the generator's values are consumed changes. The point is cost:
     the handful of small tensor operations a batch needs (draw, clamp, cumulative sum,
     search, conversion) run once per block, not once per step (in a DP-SGD step each small
-    operation costs several µs: issue 15). Returns views into one int64 block.
+    operation costs several µs: issue 15). Returns views into one int64 block (a continued
+    row is a separate tensor).
     """
     if chunk is None:
         chunk = _gap_chunk(n, q)
@@ -1018,24 +1031,31 @@ class PoissonBatches:
         if not self._ahead:
             return poisson_batch(self.n, self.q, self.generator)
         if not self._pending:
-            self._pending.extend(
-                _bernoulli_by_gaps_block(self.n, self.q, self.generator, self.block)
-            )
+            # at most ~2^20 positions per block (8 MiB of float64), whatever n·q
+            steps = max(1, min(self.block, _POISSON_BLOCK_VALUES // _gap_chunk(self.n, self.q)))
+            self._pending.extend(_bernoulli_by_gaps_block(self.n, self.q, self.generator, steps))
         return self._pending.popleft()
 
     def reset(self) -> None:
         """Drop the batches drawn ahead (the next call draws a new block)."""
         self._pending.clear()
 
-    def state(self) -> list[torch.Tensor]:
-        """The batches drawn ahead and not yet used, as compact copies (the generator's own
-        state is saved by its owner)."""
-        return [b.clone() for b in self._pending]
+    def state(self) -> dict[str, Any]:
+        """The batches drawn ahead and not yet used, as compact copies, with the (n, q) they
+        were drawn for (the generator's own state is saved by its owner)."""
+        return {"n": self.n, "q": self.q, "pending": [b.clone() for b in self._pending]}
 
-    def load(self, pending: list[torch.Tensor]) -> None:
-        """Restore :meth:`state`'s batches (moved to the generator's device)."""
+    def load(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state`'s batches (moved to the generator's device). Batches drawn for
+        another n or q are dropped (the next call draws a new block): they would index
+        records that do not exist or leave new ones out."""
+        self._pending.clear()
+        if int(state.get("n", -1)) != self.n or float(state.get("q", -1.0)) != self.q:
+            return
         device = torch.device(self.generator.device)
-        self._pending = deque(torch.as_tensor(b, dtype=torch.int64).to(device) for b in pending)
+        self._pending.extend(
+            torch.as_tensor(b, dtype=torch.int64).to(device) for b in state.get("pending", [])
+        )
 
 
 def make_clipper(model: nn.Module, mode: str = "auto") -> BookKeepingClipper | OpacusClipper:
@@ -1158,7 +1178,15 @@ class GaussianNoise:
         views in parameter order, make each view its parameter's ``grad``, count the release."""
         self._check_devices(params)
         views = self._noise(params)
-        add(views, 1.0 / self.normaliser)
+        try:
+            add(views, 1.0 / self.normaliser)
+        except BaseException:
+            # the buffer (each p.grad of the last release) now holds fresh noise and part of
+            # a sum: no gradient is left that looks like a release, and the buffer is dropped
+            for p in params:
+                p.grad = None
+            self._buffer = None
+            raise
         for p, v in zip(params, views):
             p.grad = v
         self.releases += 1

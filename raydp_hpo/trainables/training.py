@@ -408,7 +408,7 @@ class _Runner:
             "steps_done": self.steps_done,
             "releases": self.noise.releases,
             "sampler_rng": self.sampler.get_state(),
-            "sampler_pending": [] if self.batches is None else self.batches.state(),
+            "sampler_pending": None if self.batches is None else self.batches.state(),
             "noise_rng": self.noise.generator.get_state(),
         }
 
@@ -422,7 +422,11 @@ class _Runner:
         self.noise.releases = int(state["releases"])
         self.sampler.set_state(state["sampler_rng"])
         if self.batches is not None:
-            self.batches.load(state.get("sampler_pending", []))
+            pending = state.get("sampler_pending")
+            if pending is None:
+                self.batches.reset()  # a checkpoint without batches drawn ahead
+            else:
+                self.batches.load(pending)
         self.noise.generator.set_state(state["noise_rng"])
 
 

@@ -309,14 +309,28 @@ def test_block_sampler_resumed_from_its_state_draws_what_an_uninterrupted_one_dr
     expected = [straight.next() for _ in range(11)]
     got = [first.next() for _ in range(6)]
     saved_rng, pending = first.generator.get_state(), first.state()
-    assert len(pending) == 2  # 6 of the 8 drawn in two blocks are used
+    assert len(pending["pending"]) == 2  # 6 of the 8 drawn in two blocks are used
     resumed = dp_step.PoissonBatches(n, q, torch.Generator().manual_seed(99), block=4)
     resumed.generator.set_state(saved_rng)
     resumed.load(pending)
     got += [resumed.next() for _ in range(5)]
     assert all(torch.equal(a, b) for a, b in zip(expected, got))
     resumed.reset()
-    assert not resumed.state()
+    assert not resumed.state()["pending"]
+    # batches drawn for another n (or q) are dropped, not reused
+    other = dp_step.PoissonBatches(n - 1, q, torch.Generator().manual_seed(1), block=4)
+    other.load(pending)
+    assert not other.state()["pending"]
+
+
+def test_block_sampler_caps_the_positions_of_one_block():
+    """A large expected batch draws fewer steps per block (at most ~2^20 gap positions), not
+    32 blocks of the full size."""
+    n, q = 10_000_000, 0.25
+    sampler = dp_step.PoissonBatches(n, q, torch.Generator().manual_seed(0))
+    sampler.next()
+    chunk = dp_step._gap_chunk(n, q)
+    assert len(sampler.state()["pending"]) == max(1, 2**20 // chunk) - 1
 
 
 def test_block_sampler_raises_zero_gaps_and_stops_at_an_infinite_one(monkeypatch):
@@ -338,7 +352,7 @@ def test_block_sampler_small_sets_draw_each_batch_and_bad_settings_are_refused()
     dense = dp_step.PoissonBatches(100, 0.3, gen)
     state = gen.get_state()
     dense.next()
-    assert not dense.state() and not torch.equal(gen.get_state(), state)  # drawn when asked
+    assert not dense.state()["pending"] and not torch.equal(gen.get_state(), state)  # when asked
     assert dp_step.PoissonBatches(7, 1.0, gen).next().tolist() == list(range(7))
     for n, q, block in [(-1, 0.1, 4), (10, 0.0, 4), (10, 1.5, 4), (2.5, 0.1, 4),
                         (2**53, 0.01, 4), (10_000, 0.01, 0), (10_000, 0.01, True)]:
@@ -592,6 +606,62 @@ def test_layer_recording_sees_what_a_forward_hook_sees_and_restores_every_forwar
     with pytest.raises(ValueError, match="boom"):
         dp_step._record_layers(failing, [failing.lin], torch.randn(2, 5))
     assert "forward" not in failing.lin.__dict__
+
+
+class _KeywordInput(nn.Module):
+    """A Linear layer called with its input as a keyword, then one called positionally through
+    its forward directly (no __call__, so no hook would see it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(5, 5), nn.Linear(5, 3)
+
+    def forward(self, x):
+        return self.b.forward(torch.tanh(self.a(input=x)))
+
+
+def test_layer_recording_takes_keyword_input_refuses_none_and_restores_duplicates():
+    model = _KeywordInput()
+    x = torch.randn(4, 5)
+    records = dp_step._record_layers(model, [model.a, model.b, model.a], x)
+    assert [len(records[m]) for m in (model.a, model.b)] == [1, 1]
+    torch.testing.assert_close(records[model.a][0][0], x, rtol=0, atol=0)
+    assert "forward" not in model.a.__dict__ and "forward" not in model.b.__dict__
+
+    class _NoInput(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(5, 5)
+
+        def forward(self, x):
+            return self.lin.forward(**{"wrong": x})
+
+    bad = _NoInput()
+    with pytest.raises(RayDPHPOError, match="first positional argument"):
+        dp_step._record_layers(bad, [bad.lin], x)
+    assert "forward" not in bad.lin.__dict__
+
+
+def test_a_release_that_fails_midway_leaves_no_gradient_behind():
+    """After a first release every p.grad lives in the reused noise buffer; a second release
+    that fails after its draw must not leave fresh noise plus part of a sum looking like a
+    gradient: every p.grad is None, no release is counted, and the next release works."""
+    torch.manual_seed(0)
+    model = build_model("mlp", (12,), 5)
+    clipper = BookKeepingClipper(model)
+    params = list(model.parameters())
+    x, y = _batch((12,))
+    noise = GaussianNoise(1.0, 1.0, 6.0, torch.Generator().manual_seed(3))
+    clipper.privatised_gradient(x, y, 1.0, noise, params)
+
+    def failing(into, alpha):
+        raise RuntimeError("write failed")
+
+    with pytest.raises(RuntimeError, match="write failed"):
+        noise.privatise_with(params, failing)
+    assert noise.releases == 1 and all(p.grad is None for p in params)
+    clipper.privatised_gradient(x, y, 1.0, noise, params)
+    assert noise.releases == 2 and all(p.grad is not None for p in params)
 
 
 def test_fused_path_notices_a_layer_frozen_after_a_fused_step():
