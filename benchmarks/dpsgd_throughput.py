@@ -37,10 +37,11 @@ DP book-keeping / non-private, median ratio run 1 / run 2; targets CNN ≤ 2.0, 
 
 Earlier the same day (hooks, one ``poisson_batch`` per step, a fresh noise buffer) the MLP
 measured 1.71 / 1.68, 1.48 / 1.56, 1.81 / 1.78 and 1.67 / 1.65. ``benchmarks/dpsgd_ab.py``
-(both versions of the step in one process, interleaved; two runs) gave for the MLP
-1.70-1.71 → 1.49 (1 thread, B = 128), 1.51-1.53 → 1.37-1.41 (1, 256), 1.85 → 1.58-1.59
-(2, 128) and 1.71-1.76 → 1.52-1.55 (2, 256). So the MLP target holds at one thread (at the
-edge for B = 128) and not at two (1.52-1.59 in the A/B runs): there the non-private step
+(both versions of the step in one process, interleaved; three runs) gave for the MLP
+1.70-1.76 → 1.49-1.54 (1 thread, B = 128), 1.51-1.54 → 1.37-1.41 (1, 256), 1.84-1.85 →
+1.58-1.60 (2, 128) and 1.71-1.76 → 1.52-1.56 (2, 256). So the MLP target holds at one thread
+and B = 256, is at the edge at B = 128 (1.45-1.54 over all runs) and is missed at two
+threads (1.45-1.60): there the non-private step
 gains from the second core (0.97 → 0.77 ms) while the Gaussian noise (~0.19 ms for 79k
 parameters, one MT19937 stream) and the clipper's ~40 small operations (5-10 µs each inside
 a step, against ~1.5 µs in a tight loop) do not. What a DP step adds, measured in place at
