@@ -642,17 +642,23 @@ def test_layer_recording_takes_keyword_input_refuses_none_and_restores_duplicate
     assert "forward" not in bad.lin.__dict__
 
 
-def test_a_release_that_fails_midway_leaves_no_gradient_behind():
-    """After a first release every p.grad lives in the reused noise buffer; a second release
-    that fails after its draw must not leave fresh noise plus part of a sum looking like a
-    gradient: every p.grad is None, no release is counted, and the next release works."""
+def _mlp_after_one_fused_step(noise_type: type[GaussianNoise] = GaussianNoise):
+    """(clipper, params, x, y, noise) of a small MLP after one privatised_gradient."""
     torch.manual_seed(0)
     model = build_model("mlp", (12,), 5)
     clipper = BookKeepingClipper(model)
     params = list(model.parameters())
     x, y = _batch((12,))
-    noise = GaussianNoise(1.0, 1.0, 6.0, torch.Generator().manual_seed(3))
+    noise = noise_type(1.0, 1.0, 6.0, torch.Generator().manual_seed(3))
     clipper.privatised_gradient(x, y, 1.0, noise, params)
+    return clipper, params, x, y, noise
+
+
+def test_a_release_that_fails_midway_leaves_no_gradient_behind():
+    """After a first release every p.grad lives in the reused noise buffer; a second release
+    that fails after its draw must not leave fresh noise plus part of a sum looking like a
+    gradient: every p.grad is None, no release is counted, and the next release works."""
+    clipper, params, x, y, noise = _mlp_after_one_fused_step()
 
     def failing(into, alpha):
         raise RuntimeError("write failed")
@@ -668,13 +674,7 @@ def test_fused_path_notices_a_layer_frozen_after_a_fused_step():
     """The fusion test is cached per parameter list; freezing a layer afterwards must make
     the same list fall back (it is no longer the clipper's trainable set), not reuse the
     cached answer."""
-    torch.manual_seed(0)
-    model = build_model("mlp", (12,), 5)
-    clipper = BookKeepingClipper(model)
-    params = list(model.parameters())
-    x, y = _batch((12,))
-    noise = _CountingNoise(1.0, 1.0, 6.0, torch.Generator().manual_seed(3))
-    clipper.privatised_gradient(x, y, 1.0, noise, params)
+    clipper, params, x, y, noise = _mlp_after_one_fused_step(_CountingNoise)
     params[0].requires_grad_(False)
     clipper.privatised_gradient(x, y, 1.0, noise, params)
     assert noise.calls == ["privatise_with", "privatise"]
