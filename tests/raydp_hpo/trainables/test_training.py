@@ -158,6 +158,39 @@ def test_resume_mid_run_equals_uninterrupted_run(digits, ledger, tmp_path):
     assert rerun == dataclasses.replace(full.mechanism, steps=full.mechanism.steps - done)
 
 
+def test_resume_mid_block_of_drawn_ahead_batches_equals_uninterrupted_run(ledger, tmp_path):
+    """Above 4096 training records batches are drawn 32 steps ahead (PoissonBatches). With
+    ~94 steps per epoch a checkpoint after epoch 1 falls inside a block, so it must carry
+    the batches drawn but not yet used: the resumed run ends with exactly the uninterrupted
+    run's weights."""
+    from raydp_hpo.trainables.data import Dataset
+
+    gen = np.random.default_rng(0)
+    data = split(
+        Dataset(gen.normal(size=(7500, 6)).astype(np.float32), gen.integers(0, 10, 7500), 10),
+        val_fraction=0.1, test_fraction=0.1, seed=0,
+    )
+    assert len(data.train) > 4096
+    cfg = _config(epochs=3, batch_size=64, model_kwargs={"hidden": [8]})
+    full = _train(cfg, data, ledger=ledger)
+    ckpt = tmp_path / "ckpt"
+
+    class Stop(Exception):
+        pass
+
+    def crash(metrics, path):
+        if metrics["epoch"] == 1:
+            raise Stop
+
+    with pytest.raises(Stop):
+        _train(cfg, data, ledger=ledger, checkpoint_dir=ckpt, report=crash)
+    runner_state = load_checkpoint(ckpt)["runners"][0]
+    assert runner_state["steps_done"] % 32 != 0 and runner_state["sampler_pending"]["pending"]
+    resumed = _train(cfg, data, ledger=ledger, resume_from=ckpt)
+    for a, b in zip(full.models[0].values(), resumed.models[0].values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def test_a_resume_the_budget_cannot_cover_trains_nothing(digits, tmp_path):
     ckpt = tmp_path / "ckpt"
 
