@@ -905,20 +905,31 @@ def poisson_batch(n: int, q: float, generator: torch.Generator) -> torch.Tensor:
     small set, and both edge events (forced). All draws use ``generator`` and happen on its
     device, where the indices are returned.
     """
+    n, q = _poisson_args(n, q)
+    device = torch.device(generator.device)
+    if q == 1.0 or n == 0:
+        return torch.arange(n, dtype=torch.int64, device=device)
+    if _dense_poisson(n, q):
+        mask = torch.rand(n, generator=generator, device=device) < q
+        return torch.nonzero(mask).flatten()
+    return _bernoulli_by_gaps(n, q, generator)
+
+
+def _poisson_args(n: int, q: float) -> tuple[int, float]:
+    """``(n, q)`` as (int, float) after the checks every Poisson sampler makes: n an int in
+    [0, 2⁵³) (float64 positions are exact below 2⁵³), q in (0, 1]."""
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
         raise InvalidParameterError(f"n must be an int >= 0, got {n!r}")
     if isinstance(q, bool) or not (isinstance(q, numbers.Real) and 0.0 < q <= 1.0):
         raise InvalidParameterError(f"sample rate q must be in (0, 1], got {q!r}")
-    n, q = int(n), float(q)
     if n >= _MAX_POISSON_N:
         raise InvalidParameterError(f"n must be below 2**53 for exact positions, got {n}")
-    device = torch.device(generator.device)
-    if q == 1.0 or n == 0:
-        return torch.arange(n, dtype=torch.int64, device=device)
-    if n <= _DENSE_POISSON_MAX_N or q > 0.25:  # one uniform per record is cheaper here
-        mask = torch.rand(n, generator=generator, device=device) < q
-        return torch.nonzero(mask).flatten()
-    return _bernoulli_by_gaps(n, q, generator)
+    return int(n), float(q)
+
+
+def _dense_poisson(n: int, q: float) -> bool:
+    """Whether one uniform per record is cheaper than geometric gaps (small n or large q)."""
+    return n <= _DENSE_POISSON_MAX_N or q > 0.25
 
 
 def _gap_chunk(n: int, q: float) -> int:
@@ -1012,18 +1023,14 @@ class PoissonBatches:
     def __init__(
         self, n: int, q: float, generator: torch.Generator, block: int = _POISSON_BLOCK
     ) -> None:
-        poisson_batch(0, q, generator)  # the same checks of q (and of n below), no draw
-        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
-            raise InvalidParameterError(f"n must be an int >= 0, got {n!r}")
-        if n >= _MAX_POISSON_N:
-            raise InvalidParameterError(f"n must be below 2**53 for exact positions, got {n}")
+        n, q = _poisson_args(n, q)
         if isinstance(block, bool) or not isinstance(block, int) or block < 1:
             raise InvalidParameterError(f"block must be an int >= 1, got {block!r}")
-        self.n: int = int(n)
-        self.q: float = float(q)
+        self.n, self.q = n, q
         self.generator: torch.Generator = generator
         self.block: int = block
-        self._ahead: bool = not (q == 1.0 or n <= _DENSE_POISSON_MAX_N or q > 0.25)
+        # where poisson_batch draws without gaps (every record, or one uniform per record)
+        self._ahead: bool = not (q == 1.0 or _dense_poisson(n, q))
         self._pending: deque[torch.Tensor] = deque()
 
     def next(self) -> torch.Tensor:
@@ -1047,8 +1054,8 @@ class PoissonBatches:
 
     def load(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state`'s batches (moved to the generator's device). Batches drawn for
-        another n or q are dropped (the next call draws a new block): they would index
-        records that do not exist or leave new ones out."""
+        another n or q, or none at all (``{}``), leave nothing pending (the next call draws a
+        new block): stale ones would index records that do not exist or leave new ones out."""
         self._pending.clear()
         if int(state.get("n", -1)) != self.n or float(state.get("q", -1.0)) != self.q:
             return

@@ -421,12 +421,8 @@ class _Runner:
         self.steps_done = int(state["steps_done"])
         self.noise.releases = int(state["releases"])
         self.sampler.set_state(state["sampler_rng"])
-        if self.batches is not None:
-            pending = state.get("sampler_pending")
-            if pending is None:
-                self.batches.reset()  # a checkpoint without batches drawn ahead
-            else:
-                self.batches.load(pending)
+        if self.batches is not None:  # no batches drawn ahead in the checkpoint: none kept
+            self.batches.load(state.get("sampler_pending") or {})
         self.noise.generator.set_state(state["noise_rng"])
 
 

@@ -131,9 +131,8 @@ def test_resume_does_not_pay_twice_but_a_fresh_start_does(digits, ledger, tmp_pa
     assert fresh.charge_id == "exp/t1/attempt-1" and len(ledger.charges()) == 2
 
 
-def test_resume_mid_run_equals_uninterrupted_run(digits, ledger, tmp_path):
-    full = _train(_config(epochs=3), digits, ledger=ledger)
-    ckpt = tmp_path / "ckpt"
+def _interrupted_after_epoch_1(cfg, data, ledger, ckpt) -> None:
+    """Train with checkpoints into ``ckpt`` and crash right after epoch 1 is reported."""
 
     class Stop(Exception):
         pass
@@ -143,7 +142,13 @@ def test_resume_mid_run_equals_uninterrupted_run(digits, ledger, tmp_path):
             raise Stop
 
     with pytest.raises(Stop):
-        _train(_config(epochs=3), digits, ledger=ledger, checkpoint_dir=ckpt, report=crash)
+        _train(cfg, data, ledger=ledger, checkpoint_dir=ckpt, report=crash)
+
+
+def test_resume_mid_run_equals_uninterrupted_run(digits, ledger, tmp_path):
+    full = _train(_config(epochs=3), digits, ledger=ledger)
+    ckpt = tmp_path / "ckpt"
+    _interrupted_after_epoch_1(_config(epochs=3), digits, ledger, ckpt)
     assert load_checkpoint(ckpt)["epoch"] == 1
     resumed = _train(_config(epochs=3), digits, ledger=ledger, resume_from=ckpt)
     for a, b in zip(full.models[0].values(), resumed.models[0].values()):
@@ -174,16 +179,7 @@ def test_resume_mid_block_of_drawn_ahead_batches_equals_uninterrupted_run(ledger
     cfg = _config(epochs=3, batch_size=64, model_kwargs={"hidden": [8]})
     full = _train(cfg, data, ledger=ledger)
     ckpt = tmp_path / "ckpt"
-
-    class Stop(Exception):
-        pass
-
-    def crash(metrics, path):
-        if metrics["epoch"] == 1:
-            raise Stop
-
-    with pytest.raises(Stop):
-        _train(cfg, data, ledger=ledger, checkpoint_dir=ckpt, report=crash)
+    _interrupted_after_epoch_1(cfg, data, ledger, ckpt)
     runner_state = load_checkpoint(ckpt)["runners"][0]
     assert runner_state["steps_done"] % 32 != 0 and runner_state["sampler_pending"]["pending"]
     resumed = _train(cfg, data, ledger=ledger, resume_from=ckpt)
@@ -193,21 +189,12 @@ def test_resume_mid_block_of_drawn_ahead_batches_equals_uninterrupted_run(ledger
 
 def test_a_resume_the_budget_cannot_cover_trains_nothing(digits, tmp_path):
     ckpt = tmp_path / "ckpt"
-
-    class Stop(Exception):
-        pass
-
-    def crash(metrics, path):
-        if metrics["epoch"] == 1:
-            raise Stop
-
     mechanism = _train(_config(epochs=3), digits, ledger=PrivacyLedger(PrivacyBudget(50.0, 1e-5))).mechanism
     fresh = PrivacyLedger(PrivacyBudget(50.0, 1e-5), adaptivity=Adaptivity.ADAPTIVE)
     one_run = fresh.epsilon_if_charged(mechanism)
     # room for one run, not for the rerun of its last two epochs on top
     ledger = PrivacyLedger(PrivacyBudget(one_run * 1.01, 1e-5), adaptivity=Adaptivity.ADAPTIVE)
-    with pytest.raises(Stop):
-        _train(_config(epochs=3), digits, ledger=ledger, checkpoint_dir=ckpt, report=crash)
+    _interrupted_after_epoch_1(_config(epochs=3), digits, ledger, ckpt)
     reports = []
     with pytest.raises(BudgetExhaustedError):
         _train(_config(epochs=3), digits, ledger=ledger, resume_from=ckpt,
