@@ -628,6 +628,12 @@ class DPSearcher(Searcher, abc.ABC):
             return out.item() if isinstance(out, np.generic) else out
         return value
 
+    def _secret_view_seed(self) -> int:
+        """A 128-bit seed for a data view (subsample, partitions) from the searcher's secret
+        stream: the view's draws then depend on 128 secret bits, as the DP noise's do
+        (:mod:`raydp_hpo.trainables.secret_rng`), not on 31 that could be enumerated."""
+        return int.from_bytes(self._rng.bytes(16), "little")
+
     def _sample_config(self, skip: tuple[str, ...] = ()) -> dict[str, Any]:
         return {k: self._sample_value(k, v) for k, v in self._space.items() if k not in skip}
 

@@ -174,7 +174,7 @@ class SubsampledTransferSearch(DPSearcher):
         )
         # secrets, drawn once
         self._k = sample_stopping_k(self._rng, self._distribution, mean, shape)
-        self._subsample_seed = int(self._rng.integers(2**31 - 1))
+        self._subsample_seed = self._secret_view_seed()
         self._tuning: list[str] = []
         self._final: str | None = None
         self._selected: str | None = None

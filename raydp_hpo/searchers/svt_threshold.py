@@ -193,7 +193,7 @@ class SVTThresholdSearch(DPSearcher):
             # every candidate trains k models on n/k records each (≈ one pass per candidate)
             expected_gradient_evaluations=(len(self._candidates) + 1) * final_evals,
         )
-        self._partition_seed = int(self._rng.integers(2**31 - 1))
+        self._partition_seed = self._secret_view_seed()
         self._candidate_trials: list[str] = []
         self._final: str | None = None
         self._selected: int | None = None

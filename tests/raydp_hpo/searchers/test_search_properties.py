@@ -65,3 +65,27 @@ def test_constructor_arguments_win_over_the_tuners_defaults() -> None:
     assert searcher.set_search_properties("acc", "max", RANDOM_SPACE, dataset_size=5,
                                           budget=PrivacyBudget(100.0, 1e-5))
     assert searcher.dataset_size == N and searcher.budget == BUDGET
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "attribute"),
+    [(SearchAlgorithm.SUBSAMPLED_TRANSFER, "_subsample_seed"),
+     (SearchAlgorithm.SVT_THRESHOLD, "_partition_seed")],
+    ids=lambda a: getattr(a, "value", a),
+)
+def test_data_view_seeds_carry_128_secret_bits(algorithm, attribute) -> None:
+    """The subsample's and partitions' seeds are drawn with 128 bits from the secret stream
+    (a 31-bit seed could be enumerated); the same secret seed gives the same view seed, and
+    the trials get it in their data view."""
+    space, kwargs = CASES[algorithm]
+
+    def build(seed: int | None) -> Any:
+        return make_searcher(algorithm, param_space=space, metric="acc", mode="max",
+                             dataset_size=N, budget=BUDGET, seed=seed, **kwargs)
+
+    fresh = [getattr(build(None), attribute) for _ in range(4)]
+    assert len(set(fresh)) == 4
+    assert max(s.bit_length() for s in fresh) > 120  # P[all four ≤ 120 bits] = 2^-32
+    a, b = build(7), build(7)
+    assert getattr(a, attribute) == getattr(b, attribute)
+    assert a.suggest("t1")["raydp"].data_view["seed"] == getattr(a, attribute)
