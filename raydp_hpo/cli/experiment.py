@@ -902,5 +902,5 @@ def format_summary(outcome: RunOutcome) -> str:
     lines.append(f"Run dir: {outcome.run_dir} (release.json, released_model.pt, "
                  "certificate.json)")
     lines.append("Private (never publish): the Tune experiment dir tune/, audit.jsonl, "
-                 "the progress lines above.")
+                 "evaluation_private.json, the progress lines above.")
     return "\n".join(lines)

@@ -3,6 +3,9 @@
 Inputs (all in the run dir ``<storage_path>/<experiment>`` written by ``raydp-hpo run``):
 
 * ``release.json`` — the public release with its certificate (public);
+* ``evaluation_private.json`` — the released model's unnoised test accuracy (private: not
+  covered by the certificate; shown in its own section of the report, so the report is a
+  private artefact as a whole; older run dirs kept it in ``release.json``);
 * the ledger journal (path in ``run.json``; default ``ledger.journal``) — replayed in order,
   recomputing ε after each charge under RDP (fixed sequence), the adaptive RDP filter and
   PLD: ``budget_over_time.png``. For a shared ledger the journal holds every experiment on the
@@ -164,6 +167,9 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repo
     if not release_path.is_file():
         raise RayDPHPOError(f"{run} is not a finished run dir (no release.json)")
     release = json.loads(release_path.read_text(encoding="utf-8"))
+    evaluation_path = run / "evaluation_private.json"
+    evaluation = (json.loads(evaluation_path.read_text(encoding="utf-8"))
+                  if evaluation_path.is_file() else release.get("evaluation") or {})
     meta: dict[str, Any] = {}
     if (run / "run.json").is_file():
         meta = json.loads((run / "run.json").read_text(encoding="utf-8"))
@@ -206,10 +212,10 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repo
                       f"{dp_test['epsilon']:g}, in the certificate): {dp_test['value']:.4f}"]
     lines += [
         "",
-        "## Evaluation (NOT covered by the certificate)",
+        "## Evaluation (NOT covered by the certificate; from evaluation_private.json)",
         "",
         "- test accuracy of the released model: "
-        f"{_fmt((release.get('evaluation') or {}).get('test_accuracy'))} — computed without "
+        f"{_fmt(evaluation.get('test_accuracy'))} — computed without "
         "noise on the private test split; publish it only if that split is public.",
         "",
         "## Privacy certificate",

@@ -178,7 +178,9 @@ class DPResult:
     chose nothing, or the model that would be released was not trained (a failed final run;
     ``extras["final_failed"]``) — a release always describes a model that was trained.
     ``test_accuracy`` is computed on the held-out test split **without noise**: an evaluation
-    for the operator, NOT covered by the certificate.
+    for the operator, NOT covered by the certificate. It is not in ``release.json`` (the file
+    to publish, :meth:`public`) but in ``evaluation_private.json`` beside it
+    (:meth:`private_evaluation`).
     ``dp_test_accuracy`` (with ``DPTuner(test_accuracy_epsilon=ε_t)``) is the released model's
     test accuracy released with the Laplace mechanism — its own ``Laplace(ε_t)`` charge, in the
     certificate — so it *is* covered and may be published.
@@ -208,26 +210,30 @@ class DPResult:
     private_checkpoint_path: str | None = field(default=None, repr=False)
 
     def public(self) -> dict[str, Any]:
-        """The releasable part as a JSON-able dict (no per-trial metrics, no trial count).
-
-        ``evaluation.test_accuracy`` is computed on the held-out test split without noise: it
-        is an evaluation for the operator and is *not* covered by the certificate; publish it
-        only if the test split is public (or evaluate on public data).
-        """
+        """The releasable part as a JSON-able dict, what ``release.json`` holds: only what the
+        certificate covers (no per-trial metrics, no trial count, no unnoised test accuracy —
+        that is :meth:`private_evaluation`)."""
         return {
             "hyperparameters": self.hyperparameters,
             "model_path": self.model_path,
             "budget_exhausted": self.budget_exhausted,
             "certificate": self.certificate.to_dict(),
-            "evaluation": {
-                "test_accuracy": self.test_accuracy,
-                "covered_by_certificate": False,
-            },
             "dp_test_accuracy": None if self.dp_test_accuracy is None else {
                 "value": self.dp_test_accuracy,
                 "epsilon": self.dp_test_accuracy_epsilon,
                 "covered_by_certificate": True,
             },
+        }
+
+    def private_evaluation(self) -> dict[str, Any]:
+        """The unnoised test accuracy of the released model, what ``evaluation_private.json``
+        holds: a statistic of the (private) test split released by no charged mechanism, so
+        NOT covered by the certificate — for the operator; publish it only if the test split
+        is public. ``DPTuner(test_accuracy_epsilon=ε_t)`` gives a covered one."""
+        return {
+            "test_accuracy": self.test_accuracy,
+            "covered_by_certificate": False,
+            "note": PRIVATE_EVALUATION_NOTE,
         }
 
 
@@ -247,6 +253,15 @@ def completed_release(searcher: Any) -> Release:
                   "the budget it spent stays spent; resume it with DPTuner.restore(path).fit()",
     })
 
+
+#: The file in an experiment directory with what may be published (:meth:`DPResult.public`).
+RELEASE_FILE = "release.json"
+#: The file beside it with the unnoised evaluation (:meth:`DPResult.private_evaluation`).
+PRIVATE_EVALUATION_FILE = "evaluation_private.json"
+PRIVATE_EVALUATION_NOTE = (
+    "PRIVATE: computed without noise on the private test split; not covered by the "
+    "certificate. Do not publish unless the test split is public."
+)
 
 #: The file in an experiment directory that :meth:`DPTuner.restore` reads its settings from.
 _RESTORE_FILE = "dptuner.pkl"
@@ -1101,7 +1116,8 @@ class DPTuner:
             private_checkpoint_path=ckpt_path,
         )
         Path(exp_dir).mkdir(parents=True, exist_ok=True)
-        atomic_write_json(Path(exp_dir) / "release.json", out.public())
+        atomic_write_json(Path(exp_dir) / RELEASE_FILE, out.public())
+        atomic_write_json(Path(exp_dir) / PRIVATE_EVALUATION_FILE, out.private_evaluation())
         return out
 
     def _dp_test_accuracy(self, model: Any, ledger: LedgerHandle, extras: dict[str, Any]

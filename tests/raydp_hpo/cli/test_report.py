@@ -34,9 +34,10 @@ def _run_dir(tmp_path: Path) -> Path:
         epsilon_pld=epsilon(plan, 1e-5, Accountant.PLD),
         ledger_name="l", ledger_spent_epsilon=spent, ledger_halting_rule="adaptive/rdp")
     release = {"hyperparameters": {"lr": 0.5, "epochs": 1}, "model_path": None,
-               "test_accuracy": 0.5, "budget_exhausted": False,
-               "certificate": cert.to_dict()}
+               "budget_exhausted": False, "certificate": cert.to_dict()}
     (run / "release.json").write_text(json.dumps(release))
+    (run / "evaluation_private.json").write_text(json.dumps(
+        {"test_accuracy": 0.8125, "covered_by_certificate": False, "note": "PRIVATE"}))
     (run / "run.json").write_text(json.dumps({"experiment": "exp",
                                              "ledger_journal": str(run / "ledger.journal")}))
     for i, accs in enumerate(([0.2, 0.3], [0.25, 0.4])):
@@ -73,7 +74,8 @@ def test_report_writes_markdown_and_pngs(tmp_path: Path, capsys: pytest.CaptureF
     # the noiseless test accuracy is not listed as part of the covered release
     public_part = md.split("## Public release (covered by the certificate)")[1].split("## ")[0]
     assert "test accuracy" not in public_part
-    assert "## Evaluation (NOT covered by the certificate)" in md
+    evaluation = md.split("## Evaluation (NOT covered by the certificate")[1].split("## ")[0]
+    assert "0.8125" in evaluation  # read from evaluation_private.json
     assert main(["report", str(run), "--out", str(tmp_path / "out")]) == EXIT_OK
     assert (tmp_path / "out" / "report.md").exists()
     assert main(["report", str(tmp_path / "nope")]) == EXIT_BAD_INPUT

@@ -75,7 +75,7 @@ def test_random_stopping_end_to_end(ray_session, data, tmp_path: Path) -> None:
     public = json.loads((Path(result.experiment_path) / "release.json").read_text())
     # the release holds no per-trial metrics and no trial count
     assert set(public) == {"hyperparameters", "model_path", "budget_exhausted",
-                           "certificate", "evaluation", "dp_test_accuracy"}
+                           "certificate", "dp_test_accuracy"}
     if result.hyperparameters is not None:
         # the released file is the model alone, never the trial's checkpoint (which holds the
         # secret noise generator's state and unnoised metrics)
@@ -91,7 +91,10 @@ def test_random_stopping_end_to_end(ray_session, data, tmp_path: Path) -> None:
         assert result.private_checkpoint_path is not None
         assert "noise_rng" in load_checkpoint(result.private_checkpoint_path)["runners"][0]
     assert public["dp_test_accuracy"] is None  # not asked for: no DP test accuracy
-    assert public["evaluation"]["covered_by_certificate"] is False
+    # the unnoised test accuracy is not in the file to publish, but in a private one beside it
+    private = json.loads((Path(result.experiment_path) / "evaluation_private.json").read_text())
+    assert private["test_accuracy"] == result.test_accuracy
+    assert private["covered_by_certificate"] is False and "PRIVATE" in private["note"]
     # the certificate states the privacy unit and everything it treats as public
     assert "adding or removing one record" in public["certificate"]["privacy_unit"]
     treated = public["certificate"]["treated_as_public"]
