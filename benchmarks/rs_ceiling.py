@@ -58,24 +58,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-for p in (str(ROOT), str(HERE)):
-    if p not in sys.path:
-        sys.path.insert(0, p)
+# run as a script, this file's folder is on sys.path; privacy_utility adds the repository
+import privacy_utility as pu
 
-import privacy_utility as pu  # noqa: E402 - after the path set-up
-
-RESULTS = HERE / "results"
+RESULTS = pu.RESULTS
 #: E[K] values simulated by default (the benchmark's is 10)
 MEAN_KS = (2.0, 3.0, 5.0, 10.0, 20.0)
 #: points per decade of the lr grid: 6 contains the benchmark's 7-point grid over 4 decades
