@@ -939,6 +939,13 @@ def _gap_chunk(n: int, q: float) -> int:
     return math.ceil(mean + 6.0 * math.sqrt(mean * (1.0 - q))) + 16
 
 
+def _geometric_gaps(shape: tuple[int, ...], q: float, generator: torch.Generator) -> torch.Tensor:
+    """i.i.d. Geometric(q) gaps on {1, 2, …} (float64, on the generator's device). Clamped to
+    ≥ 1: a gap of 0 would repeat a record (sensitivity 2C); inf (U = 0) ends the batch."""
+    gaps = torch.empty(shape, dtype=torch.float64, device=torch.device(generator.device))
+    return gaps.geometric_(q, generator=generator).clamp_(min=1.0)
+
+
 def _bernoulli_by_gaps(
     n: int, q: float, generator: torch.Generator, chunk: int | None = None, start: float = 0.0
 ) -> torch.Tensor:
@@ -947,15 +954,12 @@ def _bernoulli_by_gaps(
     ``chunk``: gaps drawn per call (default :func:`_gap_chunk`; tests pass a small one to
     exercise the continuation). ``start``: positions continue from this one (the records
     0, …, start − 1 were decided elsewhere; :func:`_bernoulli_by_gaps_block`'s continuation)."""
-    device = torch.device(generator.device)
     if chunk is None:
         chunk = _gap_chunk(n, q)
     parts: list[torch.Tensor] = []
     last = float(start)  # position of the last selected record so far (0: none yet)
     while True:
-        gaps = torch.empty(chunk, dtype=torch.float64, device=device)
-        # ≥ 1: a gap of 0 would repeat a record (sensitivity 2C); inf (U = 0) ends the batch
-        positions = gaps.geometric_(q, generator=generator).clamp_(min=1.0).cumsum_(0)
+        positions = _geometric_gaps((chunk,), q, generator).cumsum_(0)
         if last:
             positions.add_(last)
         inside = int(torch.searchsorted(positions, float(n), right=True))  # #{P_j ≤ n}
@@ -989,9 +993,7 @@ def _bernoulli_by_gaps_block(
     if chunk is None:
         chunk = _gap_chunk(n, q)
     device = torch.device(generator.device)
-    gaps = torch.empty(steps, chunk, dtype=torch.float64, device=device)
-    # ≥ 1: a gap of 0 would repeat a record (sensitivity 2C); inf (U = 0) ends the batch
-    positions = gaps.geometric_(q, generator=generator).clamp_(min=1.0).cumsum_(1)
+    positions = _geometric_gaps((steps, chunk), q, generator).cumsum_(1)
     bound = torch.full((steps, 1), float(n), dtype=torch.float64, device=device)
     inside = torch.searchsorted(positions, bound, right=True).view(-1).tolist()  # #{P_j ≤ n}
     last = positions[:, -1].tolist()
