@@ -27,6 +27,15 @@ session's review fixes):
 
 The step is ~0.2 faster relative to the non-private one in every cell; the absolute ratio
 moves by ±0.03 with the non-private step's speed between runs.
+
+The native noise kernel (third session, ``--base cb22c6c``: the step before it, drawing with
+``normal_``; ``--rounds 30``, two runs, median ratio (IQR) of the second run):
+
+    threads  B    run 1         run 2
+    1        128  1.50 → 1.40   1.45 → 1.38 (1.36–1.42)
+    1        256  1.38 → 1.33   1.37 → 1.33 (1.31–1.35)
+    2        128  1.56 → 1.41   1.52 → 1.36 (1.33–1.41)
+    2        256  1.51 → 1.38   1.51 → 1.39 (1.35–1.42)
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from raydp_hpo.trainables import dp_step as current  # noqa: E402
+from raydp_hpo.trainables import gaussian_kernel  # noqa: E402
 from raydp_hpo.trainables.models import build_model  # noqa: E402
 
 DP_STEP = "raydp_hpo/trainables/dp_step.py"
@@ -151,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                     variants[label]()
                 times[label].append((time.perf_counter() - t) / args.block)
     print(f"model={args.model} B={args.batch} threads={args.threads} rounds={args.rounds} "
-          f"block={args.block} torch={torch.__version__}")
+          f"block={args.block} torch={torch.__version__} noise kernel here: "
+          f"{gaussian_kernel.native_status().reason}")
     for label, values in times.items():
         ratios = [a / b for a, b in zip(values, times["non-private"])]
         q1, _, q3 = statistics.quantiles(ratios, n=4)
