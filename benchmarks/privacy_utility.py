@@ -126,7 +126,12 @@ BOOTSTRAP = 4000
 def sizing(mode: str) -> dict[str, Any]:
     """All knobs of a run. ``default`` takes ~8 min on 2 CPUs (limit ~45); ``quick`` ~2 min; ``full`` a
     cluster-sized run (bigger data and models, more trials, more partitions). ``MODE@k=X``
-    is MODE with E[K] = X for random stopping and subsampled transfer (``--mean-k``)."""
+    is MODE with E[K] = X for random stopping and subsampled transfer (``--mean-k``);
+    ``MODE+ema=B`` is MODE with every training (every method, the oracle and the non-DP
+    reference) releasing the moving average of its weights with decay B (``--ema-decay``)."""
+    if "+ema=" in mode:
+        base, _, decay = mode.rpartition("+ema=")
+        return {**sizing(base), "ema_decay": float(decay)}
     if "@k=" in mode:
         base, _, mean_k = mode.partition("@k=")
         return {**sizing(base), "mean_k": float(mean_k)}
@@ -200,13 +205,16 @@ def load(dataset: str, mnist1d_samples: int) -> Any:
 
 def base_space(size: dict[str, Any], dataset: str) -> dict[str, Any]:
     """Constants shared by every method (no noise key: each searcher calibrates σ)."""
-    return {
+    space = {
         "model": size["models"][dataset],
         "optimizer": "sgd",
         "epochs": size["epochs"],
         "sample_rate": size["sample_rate"],
         "max_grad_norm": 1.0,
     }
+    if size.get("ema_decay"):
+        space["ema_decay"] = size["ema_decay"]
+    return space
 
 
 def method_setup(method: str, size: dict[str, Any], dataset: str,
@@ -619,6 +627,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mean-k", type=float, default=None,
                     help="E[K] of random stopping and subsampled transfer instead of the "
                     "setting's (default 10); the run's mode is then MODE@k=X")
+    ap.add_argument("--ema-decay", type=float, default=0.0,
+                    help="release the moving average of the weights (decay B, e.g. 0.95) in "
+                    "every training of every method alike; 0 (default): the last iterate")
     ap.add_argument("--seeds", type=int, default=None,
                     help="number of seeds (default 10; quick 1)")
     ap.add_argument("--seed-offset", type=int, default=0,
@@ -648,6 +659,10 @@ def main(argv: list[str] | None = None) -> int:
         if not (math.isfinite(args.mean_k) and args.mean_k > 1.0):
             ap.error(f"--mean-k must be a finite number > 1, got {args.mean_k}")
         mode = f"{mode}@k={args.mean_k:g}"
+    if args.ema_decay:
+        if not (math.isfinite(args.ema_decay) and 0 < args.ema_decay < 1):
+            ap.error(f"--ema-decay must be in (0, 1), got {args.ema_decay}")
+        mode = f"{mode}+ema={args.ema_decay:g}"
     nseeds = args.seeds if args.seeds is not None else (1 if args.quick else 10)
     seeds = list(range(args.seed_offset, args.seed_offset + nseeds))
     epsilons = args.epsilons or ([3.0] if args.quick else [1.0, 3.0, 8.0])
@@ -724,6 +739,8 @@ def report(rows: list[dict[str, Any]], total: float, mode: str, seeds: list[int]
     stats = aggregate(rows)
     size = sizing(mode)
     svt = size["svt"]
+    ema_text = (f"released weights = the moving average of the iterates (ema_decay "
+                f"{size['ema_decay']:g}), " if size.get("ema_decay") else "")
     header = (
         f"# Privacy-utility benchmark ({mode}{', ' + args.tag if args.tag else ''})\n\n"
         f"δ = {DELTA:g}; seeds {seeds[0]}–{seeds[-1]} ({len(seeds)}); halting/calibration "
@@ -734,7 +751,7 @@ def report(rows: list[dict[str, Any]], total: float, mode: str, seeds: list[int]
         "its overhead).\n\n"
         f"Setup: MNIST-1D ({size['mnist1d_samples']} samples) model {size['models']['mnist1d']}, "
         f"digits (1797) model {size['models']['digits']}; split 70/15/15; DP-SGD (sgd) "
-        f"{size['epochs']} epochs at sample rate {size['sample_rate']}, C = 1, lr ∈ "
+        f"{size['epochs']} epochs at sample rate {size['sample_rate']}, C = 1, {ema_text}lr ∈ "
         f"loguniform{tuple(size['lr_range'])} (grid_composed/SVT/oracle: log-spaced grid "
         f"{size['grid']}); noise calibrated by each searcher; noisy selection scores "
         f"ε_s = 0.1. E[K] = {size['mean_k']} (geometric); subsampled transfer "

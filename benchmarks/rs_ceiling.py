@@ -293,11 +293,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--distribution", default="geometric")
     ap.add_argument("--final-fractions", type=float, nargs="*", default=[0.9, 0.75])
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--ema-decay", type=float, default=0.0,
+                    help="every cell releases the moving average of its weights "
+                    "(privacy_utility.py --ema-decay)")
     ap.add_argument("--tag", default="")
     ap.add_argument("--replot", action="store_true", help="table from the cells file only")
     args = ap.parse_args(argv)
 
     mode = "mnist1d_10k" if args.mnist1d_10k else "default"
+    if args.ema_decay:
+        mode = f"{mode}+ema={args.ema_decay:g}"
     size = pu.sizing(mode)
     suffix = f"_{args.tag}" if args.tag else ""
     cells_path = RESULTS / f"rs_ceiling{suffix}_cells.jsonl"

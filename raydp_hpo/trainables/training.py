@@ -23,10 +23,11 @@ mechanism ``privacy_from_config(config, n).mechanism()``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,8 @@ __all__ = [
     "training_sets",
     "validation_count",
     "count_correct",
+    "ema_decay_at",
+    "released_model_state",
     "public_sizes",
     "public_view_size",
     "validate_trial_space",
@@ -82,6 +85,41 @@ ReportFn = Callable[[dict[str, Any], "str | None"], None]
 #: ADADP defaults from Koskela & Honkela (2020), Sec. "Experiments": α_min = 0.9,
 #: α_max = 1.1, tol = 1.0 with DP and 0.1 without.
 ADADP_ALPHA_MIN, ADADP_ALPHA_MAX, ADADP_TOL_DP, ADADP_TOL_NONPRIVATE = 0.9, 1.1, 1.0, 0.1
+
+
+def ema_decay_at(decay: float, step: int) -> float:
+    """The decay β_t of the moving average of the weights after step t = 1, 2, ...:
+
+        β_t = min(β, (1 + t) / (10 + t)),   w̄_t = β_t·w̄_{t−1} + (1 − β_t)·w_t,   w̄_0 = w_0,
+
+    the warm-up of TensorFlow's ``ExponentialMovingAverage(num_updates=t)`` that De, Berrada,
+    Hayes, Smith & Balle (2022, "Unlocking high-accuracy differentially private image
+    classification through scale", Sec. 3) use for DP-SGD: early iterates, far from any
+    optimum, are forgotten quickly; later ones are averaged over ~1/(1 − β) steps, which
+    averages out part of the Gaussian noise of the last updates.
+
+    Privacy: w̄_t is a function of the iterates w_0, ..., w_t only, and DP-SGD's guarantee (the
+    subsampled Gaussian mechanism composed over its steps) covers the whole sequence of
+    iterates, so releasing, evaluating or selecting on w̄ instead of w_T is post-processing:
+    no record is touched and nothing is charged (Dwork & Roth 2014, Prop. 2.1).
+    """
+    return min(decay, (1.0 + step) / (10.0 + step))
+
+
+def _ema_decay(config: Mapping[str, Any]) -> float:
+    value = config.get("ema_decay", 0.0)
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float, np.integer, np.floating))
+        and math.isfinite(float(value))
+        and 0 <= float(value) < 1
+    )
+    if not ok:
+        raise InvalidParameterError(
+            f"ema_decay must be a number in [0, 1) (0: release the last iterate; e.g. 0.95: "
+            f"average the weights over ~20 steps), got {value!r}"
+        )
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -115,6 +153,7 @@ TRAINABLE_CONFIG_KEYS: dict[str, str] = {
     "max_grad_norm": "a positive number",
     "grad_sample_mode": "one of auto, bk, opacus",
     "momentum": "a non-negative number",
+    "ema_decay": "a number in [0, 1)",
     "adadp_tol": "a positive number",
     "adadp_alpha_min": "a positive number",
     "adadp_alpha_max": "a positive number",
@@ -134,7 +173,7 @@ _ALIASES = {
     "learning_rate": "lr", "learningrate": "lr", "step_size": "lr", "clip": "max_grad_norm",
     "clipping_norm": "max_grad_norm", "sigma": "noise_multiplier", "noise": "noise_multiplier",
     "batch": "batch_size", "epoch": "epochs", "q": "sample_rate", "delta": "target_delta",
-    "epsilon": "target_epsilon",
+    "epsilon": "target_epsilon", "ema": "ema_decay", "polyak": "ema_decay",
 }
 
 
@@ -166,6 +205,8 @@ def _check_value(key: str, kind: str, value: Any) -> None:
         ok = (x := number()) is not None and x >= 0
     elif kind == "a probability in (0, 1]":
         ok = (x := number()) is not None and 0 < x <= 1
+    elif kind == "a number in [0, 1)":
+        ok = (x := number()) is not None and 0 <= x < 1
     elif kind == "a positive integer":
         ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool) and bool(value >= 1)
     elif kind == "a mapping":
@@ -326,6 +367,11 @@ class _Runner:
             )
         self.steps_done = 0
         self.lr_history: list[float] = []
+        self.ema_decay = _ema_decay(config)
+        # the exponential moving average of the iterates (None: off), see ema_decay_at
+        self.ema: list[torch.Tensor] | None = (
+            [p.detach().clone() for p in self.params] if self.ema_decay > 0 else None
+        )
 
     # -- one noisy gradient -------------------------------------------------------------
     def _batch(self) -> torch.Tensor:
@@ -362,6 +408,10 @@ class _Runner:
             out = self._gradient()
             self.optimizer.step()
         self.steps_done += 1
+        if self.ema is not None:
+            weight = 1.0 - ema_decay_at(self.ema_decay, self.steps_done)
+            with torch.no_grad():
+                torch._foreach_lerp_(self.ema, [p.detach() for p in self.params], weight)
         return out
 
     @torch.no_grad()
@@ -390,9 +440,33 @@ class _Runner:
         self.lr_history.append(self.lr)
         return loss1 + loss2, c1 + c2
 
+    @contextlib.contextmanager
+    def released_weights(self) -> Iterator[nn.Module]:
+        """The model with the weights this runner releases and evaluates: the moving average
+        of the iterates when ``ema_decay`` > 0 (swapped in for the block), else the iterate."""
+        if self.ema is None:
+            yield self.model
+            return
+        with torch.no_grad():
+            live = [p.detach().clone() for p in self.params]
+            for p, e in zip(self.params, self.ema):
+                p.copy_(e)
+        try:
+            yield self.model
+        finally:
+            with torch.no_grad():
+                for p, v in zip(self.params, live):
+                    p.copy_(v)
+
     def correct(self, data: Dataset) -> int:
-        """Number of records of ``data`` the model classifies correctly."""
-        return count_correct(self.model, data)
+        """Number of records of ``data`` the released weights classify correctly."""
+        with self.released_weights() as model:
+            return count_correct(model, data)
+
+    def released_state(self) -> dict[str, torch.Tensor]:
+        """The state dict of the released weights (on the CPU)."""
+        with self.released_weights() as model:
+            return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
     def accuracy(self, data: Dataset) -> float:
         """Accuracy on ``data`` with its realised size (an evaluation, never a release)."""
@@ -410,6 +484,9 @@ class _Runner:
             "sampler_rng": self.sampler.get_state(),
             "sampler_pending": None if self.batches is None else self.batches.state(),
             "noise_rng": self.noise.generator.get_state(),
+            "ema": None if self.ema is None else [e.detach().cpu() for e in self.ema],
+            # what a release of this trial publishes (read it with released_model_state)
+            "released": None if self.ema is None else self.released_state(),
         }
 
     def load(self, state: Mapping[str, Any]) -> None:
@@ -424,6 +501,25 @@ class _Runner:
         if self.batches is not None:  # no batches drawn ahead in the checkpoint: none kept
             self.batches.load(state.get("sampler_pending") or {})
         self.noise.generator.set_state(state["noise_rng"])
+        if self.ema is not None:
+            saved = state.get("ema")
+            if saved is None or len(saved) != len(self.ema):
+                raise RayDPHPOError(
+                    "the checkpoint holds no moving average of the weights for this config's "
+                    f"ema_decay={self.ema_decay}; resume with the config it was written with"
+                )
+            with torch.no_grad():
+                for e, v in zip(self.ema, saved):
+                    e.copy_(v)
+
+
+def released_model_state(runner_state: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """The weights a trial releases, from one runner's checkpoint state (``trial_state.pt``'s
+    ``runners[i]``): the moving average of the iterates when the trial ran with
+    ``ema_decay`` > 0, else the last iterate. Releases and evaluations read this, never the
+    live ``"model"`` entry alone."""
+    released = runner_state.get("released")
+    return dict(released if released is not None else runner_state["model"])
 
 
 @torch.no_grad()
@@ -518,6 +614,7 @@ def train_dp(
         )
     settings = RaydpSettings.from_config(config)
     privacy, n_view = declared_privacy(config, data)
+    _ema_decay(config)  # checked before the charge: a refused config costs nothing
     _, n_val_public = public_sizes(settings, data)
     training_mechanism = privacy.mechanism()
     score = None if settings.nonprivate else settings.score_release
@@ -660,7 +757,7 @@ def train_dp(
         charge_id=charge_id,
         mechanism=None if settings.nonprivate else mechanism,
         releases=releases,
-        models=[r.state()["model"] for r in runners],
+        models=[r.released_state() for r in runners],
         learning_rates=[list(r.lr_history) for r in runners],
     )
 

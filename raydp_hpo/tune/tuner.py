@@ -1211,9 +1211,9 @@ class DPTuner:
 
     def _load_model(self, checkpoint_path: str, config: Mapping[str, Any]) -> Any:
         """The released model: built from the released trial's config, weights from its
-        checkpoint (the first model of the trial)."""
+        checkpoint (the first model of the trial; its moving average with ``ema_decay``)."""
         from raydp_hpo.trainables.models import build_model
-        from raydp_hpo.trainables.training import load_checkpoint
+        from raydp_hpo.trainables.training import load_checkpoint, released_model_state
 
         payload = load_checkpoint(checkpoint_path)
         train = self._data.train
@@ -1223,7 +1223,7 @@ class DPTuner:
             train.num_classes,
             **dict(config.get("model_kwargs", {})),
         )
-        model.load_state_dict(payload["runners"][0]["model"])
+        model.load_state_dict(released_model_state(payload["runners"][0]))
         model.eval()
         return model
 
