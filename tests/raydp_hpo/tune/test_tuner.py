@@ -129,6 +129,26 @@ def test_failed_final_model_means_no_release(ray_session, data, tmp_path: Path) 
     assert public["hyperparameters"] is None
 
 
+def test_the_release_is_the_moving_average_with_ema_decay(ray_session, data, tmp_path: Path
+                                                          ) -> None:
+    """With ``ema_decay`` the released model is the trial's moving average of the iterates
+    (what it was scored and evaluated on), not its last iterate, and the private test
+    accuracy is that model's."""
+    from raydp_hpo.trainables.training import count_correct, released_model_state
+
+    result = DPTuner(None, param_space={**SPACE, "ema_decay": 0.9}, search="one_shot_random",
+                     budget=PrivacyBudget(2.0, 1e-5), data=data,
+                     storage_path=tmp_path, experiment=f"ema-{uuid.uuid4().hex[:6]}").fit()
+    assert result.model is not None and result.private_checkpoint_path is not None
+    runner = load_checkpoint(result.private_checkpoint_path)["runners"][0]
+    released = released_model_state(runner)
+    for name, value in result.model.state_dict().items():
+        assert torch.equal(value, released[name]), name
+    assert not all(torch.equal(runner["model"][k], released[k]) for k in released)
+    assert result.test_accuracy == pytest.approx(
+        count_correct(result.model, data.test) / len(data.test), abs=1e-12)
+
+
 def test_tensorboard_is_opt_in(ray_session, data, tmp_path: Path) -> None:
     space = {**SPACE, "lr": tune.grid_search([0.1, 0.3]), "noise_multiplier": 3.0}
     result = DPTuner(None, param_space=space, search="grid_composed",
