@@ -224,7 +224,10 @@ def _build() -> Path:
     compile_flags = ["-O3", "-std=c99", "-mavx2", "-mfma", "-fPIC"]
     if omp:
         compile_flags.append("-fopenmp")
-    link = ["-lmvec", "-lm"] + ([omp, f"-Wl,-rpath,{os.path.dirname(omp)}"] if omp else [])
+    # -z defs: a symbol left unresolved (an OpenMP ABI the runtime does not export, e.g. a
+    # compiler emitting __kmpc_* calls against libgomp) fails the build, not a later call
+    link = ["-Wl,-z,defs", "-lmvec", "-lm"] + (
+        [omp, f"-Wl,-rpath,{os.path.dirname(omp)}"] if omp else [])
     digest = hashlib.sha256(
         SOURCE.read_bytes() + repr((cc, compile_flags, link)).encode()
     ).hexdigest()[:16]
