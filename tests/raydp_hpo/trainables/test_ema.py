@@ -21,23 +21,14 @@ from raydp_hpo.trainables.training import (
     validate_trial_space,
 )
 
+from .test_training import _config as base_config
+
 SEED = 11
 
 
 def _config(**over):
-    cfg = {
-        "model": "mlp",
-        "model_kwargs": {"hidden": [32]},
-        "optimizer": "sgd",
-        "batch_size": 128,
-        "epochs": 2,
-        "noise_multiplier": 1.0,
-        "max_grad_norm": 1.0,
-        "lr": 0.5,
-        "raydp": {"charge": True, "charge_id": "exp/ema"},
-    }
-    cfg.update(over)
-    return cfg
+    return base_config(**{"epochs": 2, "raydp": {"charge": True, "charge_id": "exp/ema"},
+                          **over})
 
 
 def test_decay_warms_up_then_is_the_configured_one():
