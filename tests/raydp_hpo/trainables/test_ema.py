@@ -21,9 +21,9 @@ from raydp_hpo.trainables.training import (
     validate_trial_space,
 )
 
+from .test_training import SEED  # the seed _interrupted_after_epoch_1 trains with
 from .test_training import _config as base_config
-
-SEED = 11
+from .test_training import _interrupted_after_epoch_1 as interrupted_after_epoch_1
 
 
 def _config(**over):
@@ -84,16 +84,7 @@ def test_resume_with_the_average_equals_the_uninterrupted_run(ledger, digits, tm
     cfg = _config(epochs=3, ema_decay=0.9)
     full = train_dp(cfg, digits, ledger=ledger, secret_seed=SEED)
     ckpt = tmp_path / "ckpt"
-
-    class Stop(Exception):
-        pass
-
-    def crash(metrics, path):
-        if metrics["epoch"] == 1:
-            raise Stop
-
-    with pytest.raises(Stop):
-        train_dp(cfg, digits, ledger=ledger, secret_seed=SEED, checkpoint_dir=ckpt, report=crash)
+    interrupted_after_epoch_1(cfg, digits, ledger, ckpt)
     assert load_checkpoint(ckpt)["runners"][0]["ema"] is not None
     resumed = train_dp(cfg, digits, ledger=ledger, secret_seed=SEED, resume_from=ckpt,
                        checkpoint_dir=ckpt)
@@ -108,9 +99,7 @@ def test_resume_with_the_average_equals_the_uninterrupted_run(ledger, digits, tm
     assert not all(torch.equal(final["model"][k], released[k]) for k in released)
     # a checkpoint without an average cannot resume a config that asks for one
     plain_ckpt = tmp_path / "plain"
-    with pytest.raises(Stop):
-        train_dp(_config(epochs=3), digits, ledger=ledger, secret_seed=SEED,
-                 checkpoint_dir=plain_ckpt, report=crash)
+    interrupted_after_epoch_1(_config(epochs=3), digits, ledger, plain_ckpt)
     with pytest.raises(RayDPHPOError, match="moving average"):
         train_dp(cfg, digits, ledger=ledger, secret_seed=SEED, resume_from=plain_ckpt)
 
