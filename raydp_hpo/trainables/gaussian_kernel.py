@@ -9,11 +9,10 @@ pure function of (key, counter), so any thread can compute any part of the draw.
 
 What. :func:`gaussian_` fills a float32 CPU tensor with N(0, std²) values from
 Philox4x32-10 (Salmon, Moraes, Dror & Shaw, "Parallel random numbers: as easy as 1, 2, 3",
-SC 2011; the generator of cuRAND and of torch's CUDA ``normal_``) and the Box–Muller
-transform, in a small C kernel (``_gaussian_kernel.c``: AVX2, glibc's vector ``logf``/
-``cosf``/``sinf``; AVX-512 where torch reports it) that runs on the OpenMP runtime torch
-itself uses, with
-``torch.get_num_threads()`` threads. Measured on the 2-core CI machine for the 78 858-value MLP
+SC 2011; one of cuRAND's generators and the engine of torch's CUDA generator) and the
+Box–Muller transform, in a small C kernel (``_gaussian_kernel.c``: AVX2, glibc's vector
+``logf``/``cosf``/``sinf``; AVX-512 where torch reports it) that runs on the OpenMP runtime
+torch itself uses, with ``torch.get_num_threads()`` threads. Measured on the 2-core CI machine for the 78 858-value MLP
 (``benchmarks/gaussian_kernel.py``): see that script's docstring.
 
 The stream. Each call draws four 32-bit words (k0, k1, n0, n1) from ``generator`` (the
@@ -33,8 +32,8 @@ ATen's CPU kernel and cuRAND, the uniforms have 24 bits and the result is float3
 √(2 ln 2²⁴) = 5.77 and the law is N(0, 1) up to that discretisation — the floating-point
 caveat every DP-SGD implementation outside a "secure mode" shares (Mironov, CCS 2012; Opacus'
 ``secure_mode``), and no weaker than ``normal_``. The uniforms are independent if the Philox
-outputs are: Philox4x32-10 passes TestU01's BigCrush with a large safety margin in rounds
-(Salmon et al., Table 2), a fresh 128-bit key and nonce per release makes a collision of two
+outputs are: Philox4x32 passes TestU01's BigCrush with fewer rounds than the 10 used here
+(Salmon et al. 2011, who recommend 10 as the safety margin), a fresh 128-bit key and nonce per release makes a collision of two
 releases' streams a 2⁻¹²⁸-per-pair event, and within a release every block has a different
 counter. Like MT19937 it is not a cryptographic generator; the position of
 :mod:`raydp_hpo.trainables.secret_rng` (the noise is never observed without the data's
@@ -43,7 +42,7 @@ contribution) is unchanged.
 When it is used. CPU, float32, contiguous tensor, x86-64 Linux whose CPU torch reports as AVX2
 or AVX-512, a C compiler and glibc's libmvec at first use (the library is built once into
 ``$RAYDP_HPO_CACHE``, else ``$XDG_CACHE_HOME/raydp_hpo``, else ``~/.cache/raydp_hpo``, in
-~0.5 s, then loaded), and three known-answer vectors of Random123 plus a comparison with
+~0.4 s here, then loaded), and three known-answer vectors of Random123 plus a comparison with
 :func:`reference_gaussian` pass at load. Anywhere else — GPU, float64, no compiler,
 ``RAYDP_HPO_NATIVE_NOISE=0`` — :func:`gaussian_` is ``out.normal_(0, std, generator)``: the
 same law, a different stream. :func:`native_status` says which, and why.

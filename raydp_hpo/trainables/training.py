@@ -92,11 +92,12 @@ def ema_decay_at(decay: float, step: int) -> float:
 
         β_t = min(β, (1 + t) / (10 + t)),   w̄_t = β_t·w̄_{t−1} + (1 − β_t)·w_t,   w̄_0 = w_0,
 
-    the warm-up of TensorFlow's ``ExponentialMovingAverage(num_updates=t)`` that De, Berrada,
+an exponential moving average of the iterates — the parameter averaging that De, Berrada,
     Hayes, Smith & Balle (2022, "Unlocking high-accuracy differentially private image
-    classification through scale", Sec. 3) use for DP-SGD: early iterates, far from any
-    optimum, are forgotten quickly; later ones are averaged over ~1/(1 − β) steps, which
-    averages out part of the Gaussian noise of the last updates.
+    classification through scale") found to improve DP-SGD — with the warm-up of TensorFlow's
+    ``ExponentialMovingAverage(num_updates=t)``: early iterates, far from any optimum, are
+    forgotten quickly; later ones are averaged over ~1/(1 − β) steps, which averages out part
+    of the Gaussian noise of the last updates.
 
     Privacy: w̄_t is a function of the iterates w_0, ..., w_t only, and DP-SGD's guarantee (the
     subsampled Gaussian mechanism composed over its steps) covers the whole sequence of
