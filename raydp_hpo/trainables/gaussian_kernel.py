@@ -42,7 +42,8 @@ contribution) is unchanged.
 When it is used. CPU, float32, contiguous tensor, x86-64 Linux whose CPU torch reports as AVX2
 or AVX-512, a C compiler and glibc's libmvec at first use (the library is built once into
 ``$RAYDP_HPO_CACHE``, else ``$XDG_CACHE_HOME/raydp_hpo``, else ``~/.cache/raydp_hpo``, in
-~0.4 s here, then loaded), and three known-answer vectors of Random123 plus a comparison with
+~0.4 s here, then loaded; where that directory cannot be written, into a fresh private
+temporary directory of the process), and three known-answer vectors of Random123 plus a comparison with
 :func:`reference_gaussian` pass at load. Anywhere else — GPU, float64, no compiler,
 ``RAYDP_HPO_NATIVE_NOISE=0`` — :func:`gaussian_` is ``out.normal_(0, std, generator)``: the
 same law, a different stream. :func:`native_status` says which, and why.
@@ -230,21 +231,31 @@ def _build() -> Path:
     digest = hashlib.sha256(
         SOURCE.read_bytes() + repr((cc, compile_flags, link)).encode()
     ).hexdigest()[:16]
-    target = _cache_dir() / f"gaussian_kernel_{digest}.so"
+    name = f"gaussian_kernel_{digest}.so"
+    target = _cache_dir() / name
     if target.exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        obj, lib = Path(tmp) / "kernel.o", Path(tmp) / "kernel.so"
-        for cmd in (
-            [cc, *compile_flags, "-c", str(SOURCE), "-o", str(obj)],
-            # linked without -fopenmp: the compiler would add its own libgomp
-            [cc, "-shared", str(obj), "-o", str(lib), *link],
-        ):
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-            if done.returncode != 0:
-                raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr.strip()[-500:]}")
-        os.replace(lib, target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = tempfile.mkdtemp(dir=target.parent)
+    except OSError:
+        # an unwritable cache (read-only home): build into a fresh private directory for this
+        # process (mkdtemp: mode 0700, an unpredictable name), not into a shared guessable path
+        tmp = tempfile.mkdtemp(prefix="raydp_hpo-")
+        target = Path(tmp) / name
+    obj, lib = Path(tmp) / "kernel.o", Path(tmp) / "kernel.so"
+    for cmd in (
+        [cc, *compile_flags, "-c", str(SOURCE), "-o", str(obj)],
+        # linked without -fopenmp: the compiler would add its own libgomp
+        [cc, "-shared", str(obj), "-o", str(lib), *link],
+    ):
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr.strip()[-500:]}")
+    os.replace(lib, target)
+    obj.unlink(missing_ok=True)
+    if target.parent != Path(tmp):
+        Path(tmp).rmdir()
     return target
 
 

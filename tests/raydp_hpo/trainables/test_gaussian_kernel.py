@@ -212,3 +212,31 @@ def test_a_build_failure_is_reported_and_falls_back(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_an_unwritable_cache_builds_into_a_private_directory(tmp_path):
+    """A cache directory that cannot be created (a read-only home on a cluster node; here a
+    path under a regular file, which fails for root too) must not cost the kernel: it is
+    built into a fresh mkdtemp directory of this process (mode 0700) instead."""
+    if not SUPPORTED_HERE:
+        pytest.skip("not an AVX2 Linux machine with a C compiler")
+    code = (
+        "import torch\n"
+        "from raydp_hpo.trainables.gaussian_kernel import gaussian_, native_status\n"
+        "gaussian_(torch.empty(100), 1.0, torch.Generator().manual_seed(1))\n"
+        "s = native_status()\n"
+        "assert s.available, s\n"
+        "print(s.library)\n"
+    )
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    env = {**os.environ, gk.CACHE_ENV: str(blocker / "cache")}
+    env.pop(gk.DISABLE_ENV, None)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    library = Path(done.stdout.strip().splitlines()[-1])
+    assert library.exists() and not str(library).startswith(str(tmp_path))
+    assert library.parent.stat().st_mode & 0o777 == 0o700
+    library.unlink()
+    library.parent.rmdir()
