@@ -318,7 +318,9 @@ class _Runner:
                 train.num_classes,
                 **dict(config.get("model_kwargs", {})),
             ).to(device)
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        named = [(name, p) for name, p in self.model.named_parameters() if p.requires_grad]
+        self.param_names = [name for name, _ in named]
+        self.params = [p for _, p in named]
         self.x = torch.as_tensor(np.array(train.features), device=device)
         self.y = torch.as_tensor(np.array(train.labels), device=device)
         # secret streams seeded with all of ``seed``, not the 32 bits manual_seed keeps
@@ -465,9 +467,9 @@ class _Runner:
             return count_correct(model, data)
 
     def released_state(self) -> dict[str, torch.Tensor]:
-        """The state dict of the released weights (on the CPU)."""
-        with self.released_weights() as model:
-            return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        """The state dict of the released weights (on the CPU): :func:`released_model_state`
+        of this runner's checkpoint state."""
+        return released_model_state(self.state())
 
     def accuracy(self, data: Dataset) -> float:
         """Accuracy on ``data`` with its realised size (an evaluation, never a release)."""
@@ -485,9 +487,11 @@ class _Runner:
             "sampler_rng": self.sampler.get_state(),
             "sampler_pending": None if self.batches is None else self.batches.state(),
             "noise_rng": self.noise.generator.get_state(),
-            "ema": None if self.ema is None else [e.detach().cpu() for e in self.ema],
-            # what a release of this trial publishes (read it with released_model_state)
-            "released": None if self.ema is None else self.released_state(),
+            # parameter name → its moving average (what a release publishes in place of the
+            # iterate: released_model_state)
+            "ema": None if self.ema is None else {
+                name: e.detach().cpu() for name, e in zip(self.param_names, self.ema)
+            },
         }
 
     def load(self, state: Mapping[str, Any]) -> None:
@@ -504,14 +508,14 @@ class _Runner:
         self.noise.generator.set_state(state["noise_rng"])
         if self.ema is not None:
             saved = state.get("ema")
-            if saved is None or len(saved) != len(self.ema):
+            if not isinstance(saved, Mapping) or set(saved) != set(self.param_names):
                 raise RayDPHPOError(
                     "the checkpoint holds no moving average of the weights for this config's "
                     f"ema_decay={self.ema_decay}; resume with the config it was written with"
                 )
             with torch.no_grad():
-                for e, v in zip(self.ema, saved):
-                    e.copy_(v)
+                for name, e in zip(self.param_names, self.ema):
+                    e.copy_(saved[name])
 
 
 def released_model_state(runner_state: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -519,8 +523,7 @@ def released_model_state(runner_state: Mapping[str, Any]) -> dict[str, torch.Ten
     ``runners[i]``): the moving average of the iterates when the trial ran with
     ``ema_decay`` > 0, else the last iterate. Releases and evaluations read this, never the
     live ``"model"`` entry alone."""
-    released = runner_state.get("released")
-    return dict(released if released is not None else runner_state["model"])
+    return {**runner_state["model"], **(runner_state.get("ema") or {})}
 
 
 @torch.no_grad()
