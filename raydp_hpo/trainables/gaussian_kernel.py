@@ -133,16 +133,18 @@ def _native_applies(out: torch.Tensor, generator: torch.Generator) -> bool:
 
 def native_status() -> NativeStatus:
     """Whether the native kernel is in use in this process (building it on first call)."""
-    _kernel()
-    return _STATUS[0]
+    return _loaded()[1]
 
 
-_STATUS: list[NativeStatus] = [NativeStatus(False, "not loaded yet")]
+def _kernel() -> ctypes.CDLL | None:
+    """The loaded, self-tested kernel, or None (the reason in :func:`native_status`)."""
+    return _loaded()[0]
 
 
 @functools.cache
-def _kernel() -> ctypes.CDLL | None:
-    """The loaded, self-tested kernel, or None (the reason in :func:`native_status`)."""
+def _loaded() -> tuple[ctypes.CDLL | None, NativeStatus]:
+    """Build, load and self-test the kernel once per process; warn once if it is not used
+    (unless it was turned off on purpose)."""
     reason = _unsupported_reason()
     library = None
     if reason is None:
@@ -152,22 +154,24 @@ def _kernel() -> ctypes.CDLL | None:
             _self_test(kernel)
         except (OSError, RuntimeError, subprocess.SubprocessError, AssertionError) as exc:
             reason = f"{type(exc).__name__}: {exc}"
-    if reason is not None:
-        _STATUS[0] = NativeStatus(False, reason, str(library) if library else None)
-        if os.environ.get(DISABLE_ENV, "").lower() not in ("0", "false", "off"):
-            warnings.warn(
-                f"raydp_hpo: the native Gaussian kernel is not used ({reason}); DP-SGD noise "
-                "is drawn with torch's normal_ (the same law, slower on the CPU)",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-        return None
-    _STATUS[0] = NativeStatus(True, "native Philox4x32-10 kernel", str(library))
-    return kernel
+    if reason is None:
+        return kernel, NativeStatus(True, "native Philox4x32-10 kernel", str(library))
+    if not _disabled():
+        warnings.warn(
+            f"raydp_hpo: the native Gaussian kernel is not used ({reason}); DP-SGD noise "
+            "is drawn with torch's normal_ (the same law, slower on the CPU)",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+    return None, NativeStatus(False, reason, str(library) if library else None)
+
+
+def _disabled() -> bool:
+    return os.environ.get(DISABLE_ENV, "").lower() in ("0", "false", "off")
 
 
 def _unsupported_reason() -> str | None:
-    if os.environ.get(DISABLE_ENV, "").lower() in ("0", "false", "off"):
+    if _disabled():
         return f"disabled by {DISABLE_ENV}={os.environ[DISABLE_ENV]}"
     if not sys.platform.startswith("linux"):
         return f"platform {sys.platform} (the kernel needs Linux and glibc's libmvec)"
