@@ -183,6 +183,16 @@ def sizing(mode: str) -> dict[str, Any]:
     }
 
 
+def with_ema(mode: str, ema_decay: float) -> str:
+    """``mode`` with every training releasing its moving average of decay ``ema_decay``
+    (``MODE+ema=B``, see :func:`sizing`); 0 leaves ``mode`` as it is."""
+    if not ema_decay:
+        return mode
+    if not (math.isfinite(ema_decay) and 0 < ema_decay < 1):
+        raise ValueError(f"--ema-decay must be in (0, 1), got {ema_decay}")
+    return f"{mode}+ema={ema_decay:g}"
+
+
 def _logspace(lo: float, hi: float, num: int) -> list[float]:
     """``num`` log-spaced points from lo to hi (rounded to 3 significant digits)."""
     return [float(f"{v:.3g}") for v in np.logspace(math.log10(lo), math.log10(hi), num)]
@@ -659,10 +669,10 @@ def main(argv: list[str] | None = None) -> int:
         if not (math.isfinite(args.mean_k) and args.mean_k > 1.0):
             ap.error(f"--mean-k must be a finite number > 1, got {args.mean_k}")
         mode = f"{mode}@k={args.mean_k:g}"
-    if args.ema_decay:
-        if not (math.isfinite(args.ema_decay) and 0 < args.ema_decay < 1):
-            ap.error(f"--ema-decay must be in (0, 1), got {args.ema_decay}")
-        mode = f"{mode}+ema={args.ema_decay:g}"
+    try:
+        mode = with_ema(mode, args.ema_decay)
+    except ValueError as exc:
+        ap.error(str(exc))
     nseeds = args.seeds if args.seeds is not None else (1 if args.quick else 10)
     seeds = list(range(args.seed_offset, args.seed_offset + nseeds))
     epsilons = args.epsilons or ([3.0] if args.quick else [1.0, 3.0, 8.0])

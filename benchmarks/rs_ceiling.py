@@ -300,9 +300,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replot", action="store_true", help="table from the cells file only")
     args = ap.parse_args(argv)
 
-    mode = "mnist1d_10k" if args.mnist1d_10k else "default"
-    if args.ema_decay:
-        mode = f"{mode}+ema={args.ema_decay:g}"
+    try:
+        mode = pu.with_ema("mnist1d_10k" if args.mnist1d_10k else "default", args.ema_decay)
+    except ValueError as exc:
+        ap.error(str(exc))
     size = pu.sizing(mode)
     suffix = f"_{args.tag}" if args.tag else ""
     cells_path = RESULTS / f"rs_ceiling{suffix}_cells.jsonl"
