@@ -1,4 +1,5 @@
-"""Models for DP trials: MLP, small 1-D / 2-D CNNs and a zero-initialised linear head.
+"""Models for DP trials: MLP, small 1-D / 2-D CNNs, a zero-initialised linear head and a
+linear head on fixed random-kernel features for 1-D signals (ROCKET-style).
 
 Every model is checked with Opacus' ``ModuleValidator``: layers that mix examples within a
 batch (BatchNorm) break per-example clipping and therefore DP, and are rejected.
@@ -14,7 +15,16 @@ from torch import nn
 
 from raydp_hpo.errors import InvalidParameterError
 
-__all__ = ["MLP", "CNN1d", "CNN2d", "LinearHead", "build_model", "validate_model", "MODEL_NAMES"]
+__all__ = [
+    "MLP",
+    "CNN1d",
+    "CNN2d",
+    "LinearHead",
+    "RandomKernelFeatures1d",
+    "build_model",
+    "validate_model",
+    "MODEL_NAMES",
+]
 
 
 class MLP(nn.Module):
@@ -113,7 +123,106 @@ class CNN2d(nn.Module):
         return self.head(self.features(x))
 
 
-MODEL_NAMES = ("mlp", "cnn1d", "cnn2d", "linear")
+class RandomKernelFeatures1d(nn.Module):
+    """Linear classifier on fixed random-convolution features of a 1-D signal (input (L,) or
+    (C, L)): ROCKET's features (Dempster, Petitjean & Webb 2020, "ROCKET: exceptionally fast
+    and accurate time series classification using random convolutional kernels"), trained
+    privately as Tramèr & Boneh (2021, "Differentially private learning needs better features
+    (or much more data)") train linear models on fixed ScatterNet features.
+
+    Features. ``num_kernels`` kernels w_j of length ``kernel_length`` with weights drawn
+    N(0, 1) and centred to mean 0, biases b_j ~ U(−1, 1), dilations d_j cycling over
+    1, 2, 4, …, 2^⌊log₂((L − 1)/(kernel_length − 1))⌋ (ROCKET's exponential dilation range;
+    a fixed length as in MiniRocket), zero padding that keeps the length. For
+    y_j = (x ⋆_{d_j} w_j) + b_j each kernel gives two features, ROCKET's: the maximum of y_j
+    and the proportion of positive values (PPV) of y_j. Max and PPV are invariant to where in
+    the signal a pattern sits (up to the padding at the ends), which is what MNIST-1D
+    (shifted templates) needs and what an MLP on raw samples has to learn from the data.
+
+    Model. The 2·num_kernels features of ONE record are standardised by their own mean and
+    standard deviation (``LayerNorm`` without affine parameters), then a linear layer
+    initialised to zero gives the logits: with the features fixed, the loss is convex in the
+    only trainable parameters (the linear-probing setting of Panda et al. 2024), and the
+    trained model is a deterministic function of the noisy gradients.
+
+    Privacy. The kernels are architecture, not a secret and not learnt: they are drawn from
+    a torch generator seeded with the public ``seed`` (the same kernels on every node and in
+    every trial; the global RNG is not touched) and kept as buffers, so they appear in the
+    released state dict. Nothing in the features depends on another record: no statistic is
+    computed across records — MiniRocket's biases taken from quantiles of training outputs
+    and ROCKET's feature standardisation by training means would both depend on the private
+    data and are not used. Only the linear layer is trained, by DP-SGD with per-example
+    clipping like every model here.
+    """
+
+    def __init__(
+        self,
+        input_shape: Sequence[int],
+        num_classes: int,
+        num_kernels: int = 128,
+        kernel_length: int = 9,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        shape = tuple(int(v) for v in input_shape)
+        if len(shape) not in (1, 2):
+            raise InvalidParameterError(
+                f"random_kernels1d needs input_shape (L,) or (C, L), got {input_shape}"
+            )
+        for name, value, low in (("num_kernels", num_kernels, 1), ("kernel_length", kernel_length, 2)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise InvalidParameterError(f"{name} must be an int >= {low}, got {value!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise InvalidParameterError(f"seed must be an int >= 0, got {seed!r}")
+        channels, length = (1, shape[0]) if len(shape) == 1 else shape
+        ratio = (length - 1) / (kernel_length - 1)
+        top = int(math.floor(math.log2(ratio))) if ratio >= 1 else 0
+        self.dilations = tuple(2**e for e in range(top + 1))
+        self.kernel_length = kernel_length
+        generator = torch.Generator().manual_seed(seed)
+        weight = torch.randn(num_kernels, channels, kernel_length, generator=generator)
+        weight -= weight.mean(dim=(1, 2), keepdim=True)
+        bias = torch.rand(num_kernels, generator=generator) * 2 - 1
+        # kernel j has dilation dilations[j % D]: stored grouped by dilation (one conv each)
+        order = sorted(range(num_kernels), key=lambda j: j % len(self.dilations))
+        self.register_buffer("kernel_weight", weight[order].contiguous())
+        self.register_buffer("kernel_bias", bias[order].contiguous())
+        self.counts = tuple(
+            len(range(i, num_kernels, len(self.dilations))) for i in range(len(self.dilations))
+        )
+        # skip_init: no default initialisation (it would consume the global RNG), then zeros
+        self.head = nn.utils.skip_init(nn.Linear, 2 * num_kernels, num_classes)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, 2·num_kernels): the max of every kernel's output, then every PPV."""
+        if x.dim() == 2:
+            x = x.unsqueeze(1)
+        maxima, ppv, start = [], [], 0
+        for dilation, count in zip(self.dilations, self.counts, strict=True):
+            if count == 0:
+                continue
+            y = nn.functional.conv1d(
+                x,
+                self.kernel_weight[start : start + count],
+                self.kernel_bias[start : start + count],
+                padding=(self.kernel_length - 1) * dilation // 2,
+                dilation=dilation,
+            )
+            start += count
+            maxima.append(y.amax(dim=-1))
+            ppv.append((y > 0).to(y.dtype).mean(dim=-1))
+        return torch.cat(maxima + ppv, dim=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            z = self.features(x)
+            z = nn.functional.layer_norm(z, z.shape[-1:])
+        return self.head(z)
+
+
+MODEL_NAMES = ("mlp", "cnn1d", "cnn2d", "linear", "random_kernels1d")
 
 
 def validate_model(model: nn.Module) -> nn.Module:
@@ -141,6 +250,7 @@ def build_model(
         "cnn1d": CNN1d,
         "cnn2d": CNN2d,
         "linear": LinearHead,
+        "random_kernels1d": RandomKernelFeatures1d,
     }
     if name in classes:
         cls = classes[name]

@@ -367,7 +367,8 @@ def test_block_sampler_small_sets_draw_each_batch_and_bad_settings_are_refused()
 
 REL_TOL = 1e-5
 CLIPS = (0.05, 1e6)
-SHAPES = {"mlp": (12,), "linear": (12,), "cnn1d": (40,), "cnn2d": (3, 9, 11)}
+SHAPES = {"mlp": (12,), "linear": (12,), "cnn1d": (40,), "cnn2d": (3, 9, 11),
+          "random_kernels1d": (40,)}
 
 
 def _reference_clipped_sums(model: nn.Module, x, y) -> dict[float, list[torch.Tensor]]:
