@@ -296,12 +296,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ema-decay", type=float, default=0.0,
                     help="every cell releases the moving average of its weights "
                     "(privacy_utility.py --ema-decay)")
+    ap.add_argument("--mnist1d-model", default=None,
+                    help="model of the MNIST-1D cells (privacy_utility.py --mnist1d-model)")
     ap.add_argument("--tag", default="")
     ap.add_argument("--replot", action="store_true", help="table from the cells file only")
     args = ap.parse_args(argv)
 
     try:
-        mode = pu.with_ema("mnist1d_10k" if args.mnist1d_10k else "default", args.ema_decay)
+        mode = pu.with_ema(pu.with_mnist1d_model(
+            "mnist1d_10k" if args.mnist1d_10k else "default", args.mnist1d_model), args.ema_decay)
     except ValueError as exc:
         ap.error(str(exc))
     size = pu.sizing(mode)

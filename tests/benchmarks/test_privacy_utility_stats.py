@@ -69,3 +69,18 @@ def test_empty_ledger_admission_memo_is_exact_and_defers_after_a_charge() -> Non
     ledger.charge("plan", m)
     # a second copy no longer fits: the memo of the empty ledger must not answer
     assert rule(m) is False and rule(m) == ledger.would_admit(m)
+
+
+def test_mode_modifiers_compose_and_bad_models_are_refused() -> None:
+    """``+m1d=`` swaps the MNIST-1D model only (digits and every other knob unchanged), and
+    composes with ``+ema=``; a name that is neither built in nor a class path is refused."""
+    base = pu.sizing("default")
+    mode = pu.with_ema(pu.with_mnist1d_model("default", "_driver:mlp128"), 0.95)
+    size = pu.sizing(mode)
+    assert size["models"] == {**base["models"], "mnist1d": "_driver:mlp128"}
+    assert size["ema_decay"] == 0.95
+    assert {k: v for k, v in size.items() if k not in ("models", "ema_decay")} == {
+        k: v for k, v in base.items() if k != "models"}
+    assert pu.with_mnist1d_model("default", None) == "default"
+    with pytest.raises(ValueError, match="mnist1d-model"):
+        pu.with_mnist1d_model("default", "resnet")
