@@ -155,6 +155,9 @@ class RandomKernelFeatures1d(nn.Module):
     clipping like every model here.
     """
 
+    kernel_weight: torch.Tensor  # (num_kernels, C, kernel_length), grouped by dilation
+    kernel_bias: torch.Tensor  # (num_kernels,)
+
     def __init__(
         self,
         input_shape: Sequence[int],
