@@ -56,7 +56,7 @@ def run_demo(*, quick: bool = False, storage_path: str | None = None) -> int:
         "max_grad_norm": tune.choice([0.5, 1.0, 2.0]),
         "epochs": 3 if quick else 12,
         "sample_rate": 0.05,
-        "model": "cnn1d",
+        "model": "random_kernels1d",
         "optimizer": "momentum",
     }
     mean_trials = 3.0 if quick else 6.0

@@ -29,7 +29,7 @@ experiment files. Schema (``?`` = optional)::
       declared_validation_size?: 200 # default: from the source's public size for built-ins,
                                      # else the realised sizes, listed as treated as public
     model:                           # or just `model: mlp`
-      name: mlp                      # mlp | cnn1d | cnn2d | linear | package.module:Class
+      name: mlp                      # mlp | cnn1d | cnn2d | linear | random_kernels1d | package.module:Class
       kwargs?: {hidden: [32]}
     search:
       algorithm: random_stopping     # a raydp_hpo.searchers.SearchAlgorithm value

@@ -347,7 +347,7 @@ class ModelModel(_Strict):
     """The trained model: a built-in name or a torch module class path."""
 
     name: Annotated[Text, AfterValidator(_model_name)] = Field(
-        description="mlp | cnn1d | cnn2d | linear | package.module:Class",
+        description="mlp | cnn1d | cnn2d | linear | random_kernels1d | package.module:Class",
         json_schema_extra=_lazy_enum(_model_names, or_pattern=r"^[\w.]+:\w+$"))
     kwargs: dict[str, Any] = Field(default_factory=dict,
                                    description="keyword arguments of the model")
