@@ -146,9 +146,10 @@ class RandomKernelFeatures1d(nn.Module):
     trained model is a deterministic function of the noisy gradients.
 
     Privacy. The kernels are architecture, not a secret and not learnt: they are drawn from
-    a torch generator seeded with the public ``seed`` (the same kernels on every node and in
-    every trial; the global RNG is not touched) and kept as buffers, so they appear in the
-    released state dict. Nothing in the features depends on another record: no statistic is
+    a torch generator seeded with the public ``seed`` (the same kernels in every trial and on
+    every node with the same torch version; the global RNG is not touched) and kept as
+    buffers, so they are part of the released state dict and a released model does not
+    depend on redrawing them. Nothing in the features depends on another record: no statistic is
     computed across records — MiniRocket's biases taken from quantiles of training outputs
     and ROCKET's feature standardisation by training means would both depend on the private
     data and are not used. Only the linear layer is trained, by DP-SGD with per-example
@@ -172,7 +173,10 @@ class RandomKernelFeatures1d(nn.Module):
             raise InvalidParameterError(
                 f"random_kernels1d needs input_shape (L,) or (C, L), got {input_shape}"
             )
-        for name, value, low in (("num_kernels", num_kernels, 1), ("kernel_length", kernel_length, 2)):
+        for name, value, low in (
+            ("num_kernels", num_kernels, 1),
+            ("kernel_length", kernel_length, 2),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise InvalidParameterError(f"{name} must be an int >= {low}, got {value!r}")
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
