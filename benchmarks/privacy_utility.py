@@ -137,7 +137,8 @@ BOOTSTRAP = 4000
 def sizing(mode: str) -> dict[str, Any]:
     """All knobs of a run. ``default`` takes ~10 min on 2 CPUs (MNIST-1D alone ~8 min at
     ε = 3, 10 seeds; limit ~45); ``quick`` ~2 min; ``full`` a cluster-sized run (bigger data
-    and models, more trials, more partitions). ``MODE@k=X`` is MODE with E[K] = X for random stopping and subsampled transfer (``--mean-k``);
+    and models, more trials, more partitions). ``MODE@k=X`` is MODE with E[K] = X for random
+    stopping and subsampled transfer (``--mean-k``);
     ``MODE+ema=B`` is MODE with every training (every method, the oracle and the non-DP
     reference) releasing the moving average of its weights with decay B (``--ema-decay``);
     ``MODE+m1d=NAME`` is MODE with model NAME on MNIST-1D (``--mnist1d-model``)."""
