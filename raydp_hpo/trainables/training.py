@@ -107,20 +107,22 @@ an exponential moving average of the iterates — the parameter averaging that D
     return min(decay, (1.0 + step) / (10.0 + step))
 
 
+def _finite_real(value: Any) -> float | None:
+    """``value`` as a float when it is a finite real number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return None
+    return float(value) if math.isfinite(float(value)) else None
+
+
 def _ema_decay(config: Mapping[str, Any]) -> float:
     value = config.get("ema_decay", 0.0)
-    ok = (
-        not isinstance(value, bool)
-        and isinstance(value, (int, float, np.integer, np.floating))
-        and math.isfinite(float(value))
-        and 0 <= float(value) < 1
-    )
-    if not ok:
+    decay = _finite_real(value)
+    if decay is None or not 0 <= decay < 1:
         raise InvalidParameterError(
             f"ema_decay must be a number in [0, 1) (0: release the last iterate; e.g. 0.95: "
             f"average the weights over ~20 steps), got {value!r}"
         )
-    return float(value)
+    return decay
 
 
 @dataclass(frozen=True)
@@ -194,20 +196,16 @@ def _finite_options(value: Any) -> list[Any] | None:
 def _check_value(key: str, kind: str, value: Any) -> None:
     from raydp_hpo.trial.privacy import Optimizer
 
-    def number() -> float | None:
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-            return None
-        return float(value) if math.isfinite(float(value)) else None
-
+    x = _finite_real(value)
     ok: bool
     if kind == "a positive number":
-        ok = (x := number()) is not None and x > 0
+        ok = x is not None and x > 0
     elif kind == "a non-negative number":
-        ok = (x := number()) is not None and x >= 0
+        ok = x is not None and x >= 0
     elif kind == "a probability in (0, 1]":
-        ok = (x := number()) is not None and 0 < x <= 1
+        ok = x is not None and 0 < x <= 1
     elif kind == "a number in [0, 1)":
-        ok = (x := number()) is not None and 0 <= x < 1
+        ok = x is not None and 0 <= x < 1
     elif kind == "a positive integer":
         ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool) and bool(value >= 1)
     elif kind == "a mapping":
