@@ -13,7 +13,12 @@ from typing import Any
 from raydp_hpo._validation import coerce_enum
 from raydp_hpo.searchers.base import DPSearcher, PrivacyPlan, Release
 from raydp_hpo.searchers.baselines import GridSearchComposed, OneShotRandomSearch
-from raydp_hpo.searchers.linear_scaling import FitVariable, LinearScalingSearch
+from raydp_hpo.searchers.linear_scaling import (
+    FitVariable,
+    LinearScalingSearch,
+    LineFit,
+    SweepDraw,
+)
 from raydp_hpo.searchers.random_stopping import RandomStoppingSearch
 from raydp_hpo.searchers.subsampled_transfer import SubsampledTransferSearch
 from raydp_hpo.searchers.svt_threshold import SVTThresholdSearch
@@ -27,6 +32,8 @@ __all__ = [
     "SVTThresholdSearch",
     "LinearScalingSearch",
     "FitVariable",
+    "LineFit",
+    "SweepDraw",
     "OneShotRandomSearch",
     "GridSearchComposed",
     "SearchAlgorithm",

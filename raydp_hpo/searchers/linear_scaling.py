@@ -45,13 +45,32 @@ predicts, but not an unvalidated order of magnitude). ``max_extrapolation=None``
 paper's unclamped rule (clipped to [r_min, r_max] only). When a sweep failed entirely the
 other's best r is used and, when both failed, the data-independent √(r_min·r_max), as before.
 
+Proportional fit (``line_fit="proportional"``, off by default). Even clamped, the two-point
+slope is the difference of two best-of-n draws divided by a small Δx. Panda et al. build their
+rule on Prop. 2.1(a) — at a fixed T, a larger ε means a smaller σ and a proportionally larger
+η, "the optimal learning rate is inversely proportional to the noise scale" (the original
+linear scaling rule, Malladi et al. 2022, their Sec. 2.2). That is the line r = α·x through
+the origin with x = 1/σ (``fit_variable="inverse_noise"``, DP-SGD at a fixed T:
+``full_batch=False``, ``steps_range=(T, T)``). Each sweep estimates α by rᵢ/xᵢ; r* = x_f·α̂
+with α̂ their geometric mean (one of them when the other sweep failed). Measured on MNIST-1D
+with ``random_kernels1d`` (benchmarks/results/lr_noise_landscape.md: DP-SGD, q = 0.1, T = 150,
+3 seeds, 19 log-spaced η): the best η falls from 2.15 at σ = 4 to 1.0 at σ = 8 and 0.46 at
+σ = 16, and on digits (64-unit MLP) from 0.68 to 0.46 and 0.15 — η* ∝ σ^(−1.1) over
+σ ∈ [4, 16] on both, on a grid of 1/6 decade — but flatter below (MNIST-1D: 2.15 at σ = 2
+too; digits: 1.0). Transferred from a sweep at σ ≈ 8 to a final σ ≈ 2.2, the rule overshoots
+the best η by a factor ≈ 1.7 on both, where both curves are within 0.03 of their peak.
+``sweep_draw="log_uniform"`` spreads the few sweep runs over the decades of η instead of
+putting most of them in its top decade (uniform r).
+
 Privacy impact: none. r* is a deterministic function of (r₁, r₂) — the r of the best run of
 each sweep, chosen by the sweep runs' scores, which were already paid for in the plan
 (their training in sweep₁/sweep₂, their noisy scores in ``Laplace(ε_s, 2n)``; with
 ``score_epsilon=None`` the validation split is declared public) — and of public constants
-(x₁, x₂, x_f, c, r_min, r_max). The clamp reads no other result and no data, so it is
-post-processing of the sweeps' output (Dwork & Roth 2014, Prop. 2.1) and the plan, μ_t and
-every ε printed are unchanged.
+(x₁, x₂, x_f, c, r_min, r_max; x = 1/σ is public: the σ's are the plan's). The clamp and the
+proportional fit read no other result and no data, so they are post-processing of the sweeps'
+output (Dwork & Roth 2014, Prop. 2.1) and the plan, μ_t and every ε printed are unchanged. The
+sweep draw law is public and its draws come from the searcher's secret generator, whatever
+the law.
 """
 
 from __future__ import annotations
@@ -64,6 +83,7 @@ from typing import Any
 
 from ray.tune.search import Searcher
 
+from raydp_hpo._validation import coerce_enum
 from raydp_hpo.accounting.accountants import calibrate_noise
 from raydp_hpo.accounting.gdp import compose_mu, gdp_epsilon, gdp_mu
 from raydp_hpo.accounting.mechanisms import Composition, Gaussian, Mechanism, SubsampledGaussian
@@ -80,7 +100,7 @@ from raydp_hpo.searchers.base import (
 )
 from raydp_hpo.trial.privacy import Optimizer
 
-__all__ = ["LinearScalingSearch", "FitVariable"]
+__all__ = ["LinearScalingSearch", "FitVariable", "LineFit", "SweepDraw"]
 
 PAPER = (
     "Panda et al. (2024), A New Linear Scaling Rule for Private Adaptive Hyperparameter "
@@ -94,11 +114,44 @@ class FitVariable(Enum):
 
     ``EPSILON`` (default): x is each run's ε at the budget's δ — the paper's Sec. 4.2 text
     ("fit a line to (ε₁, r(ε₁)), (ε₂, r(ε₂))", ε₁ = 0.1, ε₂ = 0.2). ``MU``: x = μ, as written in
-    Algorithm 2 ("given (μ₁, r₁), (μ₂, r₂)"; "r* = αμ_f + b").
+    Algorithm 2 ("given (μ₁, r₁), (μ₂, r₂)"; "r* = αμ_f + b"); full batch only (a DP-SGD run
+    has no exact μ). ``INVERSE_NOISE``: x = 1/σ, the run's noise multiplier — the "original
+    linear scaling rule" Panda et al. build on (Sec. 2.2: "the optimal learning rate is
+    inversely proportional to the noise scale", Malladi et al. 2022); DP-SGD
+    (``full_batch=False``) only, where σ is fixed per sweep (in full batch σ = √T/μ varies with
+    the T each run draws; at a fixed T, 1/σ ∝ μ: use ``MU``).
     """
 
     EPSILON = "epsilon"
     MU = "mu"
+    INVERSE_NOISE = "inverse_noise"
+
+
+class LineFit(Enum):
+    """How r* is read off the two sweep points (xᵢ, rᵢ).
+
+    ``TWO_POINT`` (default): Panda et al. Alg. 2, the line through both points, r* = α·x_f + b
+    (clamped, see ``max_extrapolation``). ``PROPORTIONAL``: the line through the origin,
+    r = α·x — Panda et al.'s Prop. 2.1(a) ("fix T, reduce σ, increase η") with the original
+    linear scaling rule η* ∝ 1/σ; each sweep gives one estimate of α, rᵢ/xᵢ, and r* is their
+    geometric mean times x_f: r* = x_f·(r₁/x₁ · r₂/x₂)^{1/2}. No slope is estimated from two
+    noisy points, so nothing is divided by the small x₂ − x₁ (the failure the clamp guards
+    against); the extrapolation factor x_f/xᵢ is a public constant.
+    """
+
+    TWO_POINT = "two_point"
+    PROPORTIONAL = "proportional"
+
+
+class SweepDraw(Enum):
+    """The law of r in a sweep run (Alg. 3).
+
+    ``UNIFORM`` (default): the paper's "r uniform in [r_min, r_max]". ``LOG_UNIFORM``:
+    log r uniform over the same range — the usual prior for a learning rate spanning several
+    decades (with lr ∈ [10⁻³, 10] and T fixed, a uniform r puts 90% of the runs at lr > 1)."""
+
+    UNIFORM = "uniform"
+    LOG_UNIFORM = "log_uniform"
 
 
 class LinearScalingSearch(DPSearcher):
@@ -117,7 +170,11 @@ class LinearScalingSearch(DPSearcher):
         fit_variable: abscissa of the line fit (see :class:`FitVariable`).
         max_extrapolation: c ≥ 1, r* is clamped to [min(r₁, r₂)/c, c·max(r₁, r₂)] (see the
             module docstring; post-processing, no privacy cost); ``None``: the paper's
-            unclamped line (clipped to [r_min, r_max] only).
+            unclamped line (clipped to [r_min, r_max] only). Two-point line only: the
+            proportional fit estimates no slope.
+        line_fit: the line through both sweep points (paper) or through the origin (see
+            :class:`LineFit`).
+        sweep_draw: the law of r in a sweep run (see :class:`SweepDraw`).
 
     The space holds only the other (fixed) hyperparameters as constants: Alg. 3 searches r
     alone. Keys it sets itself (``lr_key`` and the privacy keys: noise, batch, epochs,
@@ -146,6 +203,8 @@ class LinearScalingSearch(DPSearcher):
         optimizer: Optimizer | str = Optimizer.MOMENTUM,
         fit_variable: FitVariable | str = FitVariable.EPSILON,
         max_extrapolation: float | None = 2.0,
+        line_fit: LineFit | str = LineFit.TWO_POINT,
+        sweep_draw: SweepDraw | str = SweepDraw.UNIFORM,
         **kwargs: Any,
     ) -> None:
         own = [k for k in (*PRIVACY_KEYS, lr_key)
@@ -211,7 +270,20 @@ class LinearScalingSearch(DPSearcher):
         self._lr_range = (lr_min, lr_max)
         self._steps_range = (t_min, t_max)
         self._r_range = (lr_min * t_min, lr_max * t_max)
-        self._fit = FitVariable(getattr(fit_variable, "value", fit_variable))
+        self._fit = coerce_enum(FitVariable, fit_variable, "fit_variable")
+        self._line_fit = coerce_enum(LineFit, line_fit, "line_fit")
+        self._sweep_draw = coerce_enum(SweepDraw, sweep_draw, "sweep_draw")
+        if self._full_batch and self._fit is FitVariable.INVERSE_NOISE:
+            raise InvalidParameterError(
+                "fit_variable='inverse_noise' needs full_batch=False (DP-SGD at a fixed σ per "
+                "sweep); in full batch σ = √T/μ changes with each run's T — use "
+                "fit_variable='mu' (1/σ ∝ μ at a fixed T)"
+            )
+        if not self._full_batch and self._fit is FitVariable.MU:
+            raise InvalidParameterError(
+                "fit_variable='mu' needs full_batch=True: a DP-SGD run (full_batch=False) has "
+                "no exact μ; use fit_variable='epsilon' or 'inverse_noise'"
+            )
         delta = self._budget.delta
         self._sweep_eps = (eps1, eps2)
         self._mus = (gdp_mu(eps1, delta), gdp_mu(eps2, delta))
@@ -384,7 +456,7 @@ class LinearScalingSearch(DPSearcher):
     def _suggest(self, trial_id: str) -> dict | str | None:
         for level in (0, 1):
             if len(self._sweeps[level]) < self._n:
-                r = float(self._rng.uniform(*self._r_range))  # Alg. 3: r uniform
+                r = self._draw_r()
                 self._sweeps[level].append(trial_id)
                 return self._issue(trial_id, self._config(trial_id, r, level))
         if self._final is not None:
@@ -396,9 +468,20 @@ class LinearScalingSearch(DPSearcher):
         self._final = trial_id
         return self._issue(trial_id, self._config(trial_id, r_star, None))
 
+    def _draw_r(self) -> float:
+        """Alg. 3's r of a sweep run: uniform over [r_min, r_max] (the paper) or log-uniform
+        (:class:`SweepDraw`); a public law, drawn from the searcher's secret generator."""
+        r_min, r_max = self._r_range
+        if self._sweep_draw is SweepDraw.LOG_UNIFORM:
+            return float(math.exp(self._rng.uniform(math.log(r_min), math.log(r_max))))
+        return float(self._rng.uniform(r_min, r_max))
+
     def _x(self, level: int | None) -> float:
         if self._fit is FitVariable.MU:
             return self._mus[level] if level is not None else self._mu_f
+        if self._fit is FitVariable.INVERSE_NOISE:
+            assert self._sigmas is not None and self._sigma_f is not None
+            return 1.0 / (self._sigmas[level] if level is not None else self._sigma_f)
         if level is not None:
             return self._sweep_eps[level]
         return self._final_eps
@@ -407,11 +490,24 @@ class LinearScalingSearch(DPSearcher):
         """Alg. 2: r = α·x + b through (x₁, r₁), (x₂, r₂); r* = α·x_f + b, clamped to
         [min(r₁, r₂)/c, c·max(r₁, r₂)] (c = ``max_extrapolation``; the module docstring's
         robust rule, post-processing) and clipped to [r_min, r_max] (the T_max/η_max limits
-        of Alg. 1)."""
+        of Alg. 1). With ``line_fit="proportional"``: r* = x_f·(Πᵢ rᵢ/xᵢ)^{1/m} over the m
+        sweeps that produced a best run (:class:`LineFit`), then the same clip."""
         best = [self._best_of(s) for s in self._sweeps]
         rs = [self._r_of[b] if b is not None else None for b in best]
         r_min, r_max = self._r_range
-        if rs[0] is not None and rs[1] is not None:
+        if self._line_fit is LineFit.PROPORTIONAL and any(r is not None for r in rs):
+            # r = α·x through the origin: α̂ = geometric mean of rᵢ/xᵢ over the sweeps that
+            # produced a best run; r* = α̂·x_f (the clamp is for a fitted slope: not used)
+            xf = self._x(None)
+            ratios = [r / self._x(level) for level, r in enumerate(rs) if r is not None]
+            alpha = math.exp(sum(math.log(a) for a in ratios) / len(ratios))
+            r_star = alpha * xf
+            self._fit_result = {"alpha": alpha, "x_final": xf, "r_line": r_star}
+            for level, r in enumerate(rs):
+                if r is not None:
+                    self._fit_result[f"r{level + 1}"] = r
+                    self._fit_result[f"x{level + 1}"] = self._x(level)
+        elif rs[0] is not None and rs[1] is not None:
             x1, x2, xf = self._x(0), self._x(1), self._x(None)
             slope = (rs[1] - rs[0]) / (x2 - x1)
             intercept = rs[0] - slope * x1
@@ -445,6 +541,8 @@ class LinearScalingSearch(DPSearcher):
             "sweep_epsilons": self._sweep_eps,
             "final_epsilon": self._final_eps,
             "fit_variable": self._fit.value,
+            "line_fit": self._line_fit.value,
+            "sweep_draw": self._sweep_draw.value,
             "max_extrapolation": self._max_extrapolation,
             **self._fit_result,
         }

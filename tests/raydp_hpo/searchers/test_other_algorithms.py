@@ -193,6 +193,79 @@ def test_linear_scaling_subsampled_option() -> None:
     assert isinstance(cfg, dict) and cfg["sample_rate"] == 0.01 and "noise_multiplier" in cfg
 
 
+PROPORTIONAL = dict(full_batch=False, sample_rate=0.1, optimizer="sgd", steps_range=(150, 150),
+                    lr_range=(1e-3, 10.0), sweep_epsilons=(0.3, 0.6),
+                    fit_variable="inverse_noise", line_fit="proportional")
+
+
+def test_linear_scaling_proportional_fit_is_the_noise_scaling_rule() -> None:
+    """line_fit="proportional", x = 1/σ: each sweep estimates α = rᵢ·σᵢ, r* = α̂/σ_f with α̂
+    their geometric mean (Panda et al. Prop. 2.1(a), η* ∝ 1/σ at a fixed T); not clamped to a
+    factor of the sweeps' r (the extrapolation factor σᵢ/σ_f is public). Exact to 1e-9."""
+    s = LinearScalingSearch({}, runs_per_sweep=3, sweep_draw="log_uniform", **PROPORTIONAL,
+                            **{**KW, "dataset_size": 2800})
+    r1, r2, final = _run_sweeps(s, 3, "up")
+    r1, r2 = r1 / 0.1, r2 / 0.1  # _run_sweeps reads lr·epochs; T = epochs / q steps
+    sigma1, sigma2 = s._sigmas  # noqa: SLF001
+    sigma_f = final["noise_multiplier"]
+    assert sigma_f == s._sigma_f and sigma_f < sigma2 < sigma1  # noqa: SLF001
+    expected = math.sqrt(r1 * sigma1 * r2 * sigma2) / sigma_f
+    assert final["lr"] * 150 == pytest.approx(min(expected, 1500.0), rel=1e-9)
+    assert final["epochs"] == pytest.approx(15.0) and final["sample_rate"] == 0.1
+    fit = s._fit_result  # noqa: SLF001
+    assert fit["alpha"] == pytest.approx(math.sqrt(r1 * sigma1 * r2 * sigma2), rel=1e-9)
+    assert fit["x_final"] == pytest.approx(1 / sigma_f, rel=1e-12)
+    # with r₁σ₁ = r₂σ₂ the rule scales r by σ₂/σ_f, beyond the two-point clamp's factor 2
+    assert sigma2 / sigma_f > 2
+    complete(s, "t6", {"acc": 0.5})
+    extras = s.release().extras
+    assert extras["line_fit"] == "proportional" and extras["sweep_draw"] == "log_uniform"
+
+
+def test_linear_scaling_proportional_fit_with_one_failed_sweep() -> None:
+    """A sweep whose runs all failed gives no estimate: α̂ is the other sweep's rᵢ·σᵢ."""
+    s = LinearScalingSearch({}, runs_per_sweep=2, **PROPORTIONAL, **{**KW, "dataset_size": 2800})
+    cfgs = [s.suggest(f"t{i}") for i in range(4)]
+    rs = [c["lr"] * c["epochs"] / 0.1 for c in cfgs]  # type: ignore[index]
+    for i in range(2):
+        s.on_trial_complete(f"t{i}", error=True)
+    complete(s, "t2", {"acc": 0.5})
+    complete(s, "t3", {"acc": 0.4})
+    final = s.suggest("t4")
+    assert isinstance(final, dict)
+    expected = rs[2] * s._sigmas[1] / s._sigma_f  # noqa: SLF001
+    assert final["lr"] * 150 == pytest.approx(min(expected, 1500.0), rel=1e-9)
+
+
+def test_linear_scaling_log_uniform_sweep_draw() -> None:
+    """sweep_draw="log_uniform": log r uniform over [r_min, r_max]; the paper's uniform r puts
+    almost every run in the top decade. 400 draws each; binomial sd of a fraction ≤ 0.025,
+    bands at ≥ 4 sd."""
+    kw = {**PROPORTIONAL, "sweep_epsilons": (0.3, 0.6)}
+    log_s = LinearScalingSearch({}, sweep_draw="log_uniform", **kw, **{**KW, "dataset_size": 2800})
+    uni_s = LinearScalingSearch({}, **kw, **{**KW, "dataset_size": 2800})
+    r_min, r_max = 0.15, 1500.0
+    mid = math.sqrt(r_min * r_max)
+    log_draws = np.array([log_s._draw_r() for _ in range(400)])  # noqa: SLF001
+    uni_draws = np.array([uni_s._draw_r() for _ in range(400)])  # noqa: SLF001
+    assert np.all((log_draws >= r_min) & (log_draws <= r_max))
+    assert 0.4 <= float(np.mean(log_draws < mid)) <= 0.6
+    assert float(np.mean(uni_draws < mid)) <= 0.05
+
+
+def test_linear_scaling_refuses_fit_variables_without_a_meaning() -> None:
+    """μ is exact only for full-batch runs, 1/σ is fixed per sweep only for DP-SGD: the other
+    combinations (μ of a DP-SGD run was NaN and crashed the final run) are refused by name."""
+    with pytest.raises(InvalidParameterError, match="fit_variable='mu' needs full_batch=True"):
+        LinearScalingSearch({}, full_batch=False, sample_rate=0.1, fit_variable="mu", **KW)
+    with pytest.raises(InvalidParameterError, match="'inverse_noise' needs full_batch=False"):
+        LinearScalingSearch({}, fit_variable="inverse_noise", **KW)
+    with pytest.raises(InvalidParameterError, match="line_fit 'origin'"):
+        LinearScalingSearch({}, line_fit="origin", **KW)
+    with pytest.raises(InvalidParameterError, match="sweep_draw 'normal'"):
+        LinearScalingSearch({}, sweep_draw="normal", **KW)
+
+
 @pytest.mark.parametrize("score_epsilon", [DEFAULT_SCORE_EPSILON, None])
 def test_svt_plan_is_tmax_rounds_plus_final(score_epsilon: float | None) -> None:
     """SVT privatises u_s itself (AboveThreshold): no Laplace score part, whatever ε_s."""
