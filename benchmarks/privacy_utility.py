@@ -115,11 +115,13 @@ METHODS = (
     "subsampled_transfer",
     "svt_threshold",
     "linear_scaling",
+    "linear_scaling_proportional",
 )
 #: random stopping with another law of K (same E[K]), only when asked for with --methods
 EXTRA_METHODS = ("random_stopping_logarithmic", "random_stopping_poisson")
 #: benchmark method → the searcher it runs
 SEARCHER_OF = {"random_stopping_rdp": "random_stopping",
+               "linear_scaling_proportional": "linear_scaling",
                **{m: "random_stopping" for m in EXTRA_METHODS}}
 #: the law of K of each random-stopping method
 DISTRIBUTION_OF = {"random_stopping_logarithmic": "logarithmic",
@@ -161,6 +163,7 @@ def sizing(mode: str) -> dict[str, Any]:
             "svt": {"num_partitions": 5, "round_epsilon_fraction": 0.1, "max_rounds": 2,
                     "granularity": 0.2, "u0": CHANCE},
             "linear": {"runs_per_sweep": 1, "steps_range": (5, 10)},
+            "linear_proportional": {"runs_per_sweep": 1, "sweep_epsilons": (0.3, 0.6)},
         }
     if mode == "full":
         return {
@@ -171,6 +174,7 @@ def sizing(mode: str) -> dict[str, Any]:
             "svt": {"num_partitions": 50, "round_epsilon_fraction": 0.1, "max_rounds": 2,
                     "granularity": 0.2, "u0": CHANCE},
             "linear": {"runs_per_sweep": 3, "steps_range": (10, 200)},
+            "linear_proportional": {"runs_per_sweep": 3, "sweep_epsilons": (0.3, 0.6)},
         }
     if mode == "mnist1d_10k":  # the default with the MNIST-1D size it had before the compromise
         return {**sizing("default"), "mnist1d_samples": 10000}
@@ -201,6 +205,11 @@ def sizing(mode: str) -> dict[str, Any]:
                 "granularity": 0.2, "u0": CHANCE},
         # 3 runs per sweep: 4 is refused at ε = 1 (needs ε ≥ 1.154); same for every ε
         "linear": {"runs_per_sweep": 3, "steps_range": (10, 40)},
+        # linear_scaling_proportional: the same DP-SGD as every other method (T fixed), two
+        # sweeps of 3 log-uniform lrs at σ(ε = 0.3) ≈ 15 and σ(0.6) ≈ 8, final lr scaled as
+        # 1/σ (η* ∝ 1/σ, Panda et al. Prop. 2.1(a)); the final run gets σ ≈ 2.2 against
+        # one-shot's 1.94 at ε = 3 (benchmarks/results/lr_noise_landscape.md for the rule)
+        "linear_proportional": {"runs_per_sweep": 3, "sweep_epsilons": (0.3, 0.6)},
     }
 
 
@@ -267,7 +276,7 @@ def method_setup(method: str, size: dict[str, Any], dataset: str,
     from ray import tune
 
     distribution = DISTRIBUTION_OF.get(method, "geometric")
-    method = SEARCHER_OF.get(method, method)
+    variant, method = method, SEARCHER_OF.get(method, method)
     base = base_space(size, dataset)
     lo, hi = size["lr_range"]
     if method in ("one_shot_random", "random_stopping", "subsampled_transfer"):
@@ -289,6 +298,14 @@ def method_setup(method: str, size: dict[str, Any], dataset: str,
         svt = dict(size["svt"])
         kwargs = {**{k: v for k, v in svt.items() if k != "round_epsilon_fraction"},
                   "round_epsilon": svt["round_epsilon_fraction"] * float(epsilon)}
+    elif variant == "linear_scaling_proportional":
+        from raydp_hpo.trial.privacy import dpsgd_steps
+
+        steps = dpsgd_steps(float(size["epochs"]), float(size["sample_rate"]))
+        kwargs = {**size["linear_proportional"], "lr_range": (lo, hi),
+                  "full_batch": False, "sample_rate": size["sample_rate"], "optimizer": "sgd",
+                  "steps_range": (steps, steps), "fit_variable": "inverse_noise",
+                  "line_fit": "proportional", "sweep_draw": "log_uniform"}
     elif method == "linear_scaling":
         kwargs = {**size["linear"], "lr_range": (lo, hi)}
     return space, kwargs
@@ -728,6 +745,7 @@ def main(argv: list[str] | None = None) -> int:
     # an interrupted run (see --resume) has complete seeds for them; datasets interleaved
     priority = {m: i for i, m in enumerate(("oracle", "one_shot_random", "random_stopping",
                                             "random_stopping_rdp", "linear_scaling",
+                                            "linear_scaling_proportional",
                                             "grid_composed", "subsampled_transfer",
                                             "svt_threshold", "non_dp_reference"))}
     jobs = [("oracle", ds, eps, "oracle", s) for ds in datasets for eps in epsilons
@@ -808,7 +826,10 @@ def report(rows: list[dict[str, Any]], total: float, mode: str, seeds: list[int]
         f"{svt['granularity']:g}, u0 = {svt['u0']:g} (query noise Lap(4/(kε')), threshold "
         "Lap(2/(kε')), candidates scanned in a fresh secret random order each round); linear "
         f"scaling {size['linear']} (full batch, lr range {tuple(size['lr_range'])}, r* clamped "
-        "to a factor 2 of the sweeps' best r).\n\n"
+        "to a factor 2 of the sweeps' best r); linear_scaling_proportional "
+        f"{size['linear_proportional']} (the benchmark's DP-SGD at a fixed T, sweeps of "
+        "log-uniform lrs, final lr = geometric mean of the sweeps' best lr·σᵢ, divided by "
+        "σ_f: η* ∝ 1/σ, Panda et al. Prop. 2.1(a)).\n\n"
         "**Oracle** (per ε, seed and dataset) = *non-private tuning* in the sense of Papernot "
         "& Steinke (2022), Koskela & Kulkarni (2023), Mohapatra et al. (2022): every grid "
         "point is trained with DP-SGD whose noise is calibrated — on the same accountant as "

@@ -84,3 +84,26 @@ def test_mode_modifiers_compose_and_bad_models_are_refused() -> None:
     assert pu.with_mnist1d_model("default", None) == "default"
     with pytest.raises(ValueError, match="mnist1d-model"):
         pu.with_mnist1d_model("default", "resnet")
+
+
+@pytest.mark.parametrize("mode", ["default", "quick", "full"])
+def test_linear_scaling_proportional_runs_the_benchmarks_dpsgd(mode: str) -> None:
+    """The benchmark's linear_scaling_proportional trains like every other method (DP-SGD at
+    the sizing's sample rate, its fixed T = epochs / q steps) and its plan fits ε = 3 on the
+    default MNIST-1D training split (2819 records); the final σ is below the sweeps' σ."""
+    from raydp_hpo.searchers import make_searcher
+    from raydp_hpo.trial.privacy import dpsgd_steps
+
+    size = pu.sizing(mode)
+    space, kwargs = pu.method_setup("linear_scaling_proportional", size, "mnist1d", 3.0)
+    steps = dpsgd_steps(float(size["epochs"]), float(size["sample_rate"]))
+    assert kwargs["steps_range"] == (steps, steps) and kwargs["full_batch"] is False
+    assert kwargs["line_fit"] == "proportional" and kwargs["fit_variable"] == "inverse_noise"
+    budget = PrivacyBudget(3.0, 1e-5)
+    s = make_searcher("linear_scaling", param_space=space, metric="val_accuracy",
+                      dataset_size=2819, budget=budget, seed=0, **kwargs)
+    assert s.plan_epsilon() <= 3.0
+    cfg = s.suggest("t0")
+    assert isinstance(cfg, dict) and cfg["sample_rate"] == size["sample_rate"]
+    assert cfg["epochs"] == pytest.approx(float(size["epochs"]), rel=1e-9)
+    assert s._sigma_f < min(s._sigmas)  # noqa: SLF001
