@@ -12,7 +12,7 @@
 
 For each dataset, total budget ε (default {1, 3, 8}) at δ = 1e-5 and method (one_shot_random,
 grid_composed, random_stopping, random_stopping_rdp, subsampled_transfer, svt_threshold,
-linear_scaling) it runs one whole search per seed (default 10 seeds; ``--seed-offset`` gives an
+linear_scaling, linear_scaling_proportional) it runs one whole search per seed (default 10 seeds; ``--seed-offset`` gives an
 independent run a disjoint seed set) and reports, over seeds:
 
 * the test accuracy of the RELEASED model (the trial named by ``release.trial_id``: the final
@@ -64,7 +64,10 @@ from "every draw of K was a bad lr" — 8% instead of 12% at P(bad draw) ≈ 0.4
 bound keeps σ low); SVT ε' = 0.1·ε, T_max = 2, g = 0.2, u0 = 0.1 (chance), chosen from the
 diagnosis of benchmarks/svt_diagnosis.py on VALIDATION utilities; linear scaling clamps r* to a
 factor 2 of the sweeps' best r (a change of the searcher's default, see
-:mod:`raydp_hpo.searchers.linear_scaling`). Methods whose plan does not fit a budget are reported as
+:mod:`raydp_hpo.searchers.linear_scaling`). ``linear_scaling_proportional`` (added for issue
+12) is the same searcher on the benchmark's DP-SGD at its fixed T, with log-uniform sweep lrs
+and the final lr scaled as 1/σ from the sweeps' best (Panda et al. Prop. 2.1(a); the rule's
+fit to these trainings is measured by ``benchmarks/lr_noise_landscape.py``). Methods whose plan does not fit a budget are reported as
 ``refused: <reason>``; a crash as ``error: <reason>``.
 
 **Models.** Digits: an MLP with 64 hidden units. MNIST-1D (since 2026-11-26):
