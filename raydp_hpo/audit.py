@@ -317,7 +317,8 @@ class AuditScenario:
     """One algorithm's audit set-up: the searcher's public arguments and the data sizes.
 
     ``searcher_kwargs`` are passed to ``make_searcher`` with ``metric``, ``mode="max"``,
-    ``dataset_size=n_train`` and ``budget`` — never a seed.
+    ``dataset_size=n_train`` and ``budget`` — never a seed. ``name`` tells apart two scenarios
+    of one algorithm (default: the algorithm's name; see :attr:`label`).
     """
 
     algorithm: str
@@ -327,6 +328,12 @@ class AuditScenario:
     n_val: int = 20
     description: str = ""
     train_features: tuple[float, ...] | None = None
+    name: str = ""
+
+    @property
+    def label(self) -> str:
+        """The scenario's name in reports and in :func:`default_scenarios`."""
+        return self.name or self.algorithm
 
     def build_searcher(self) -> Any:
         from raydp_hpo.searchers import make_searcher
@@ -393,7 +400,7 @@ def run_search(
     while not finished or pending:
         if not finished:
             if started >= MAX_TRIALS_PER_SEARCH:
-                raise AuditError(f"{scenario.algorithm} started {started} trials without finishing")
+                raise AuditError(f"{scenario.label} started {started} trials without finishing")
             trial_id = f"trial_{started:05d}"
             config = s.suggest(trial_id)
             if config == Searcher.FINISHED:
@@ -405,7 +412,7 @@ def run_search(
                 pending.append((trial_id, config))
                 continue
             elif not pending:
-                raise AuditError(f"{scenario.algorithm} returned None with no trial pending")
+                raise AuditError(f"{scenario.label} returned None with no trial pending")
         for trial_id, config in pending:
             out = run_cheap_trial(config, data, rng=rng)
             models[trial_id] = out.model
@@ -456,12 +463,22 @@ def default_scenarios() -> dict[str, AuditScenario]:
                        "lr_range": (0.1, 1.0), "steps_range": (1, 3)},
                       PrivacyBudget(epsilon=5.0, delta=1e-5),
                       description="2 runs per sweep, T in [1, 3]"),
+        # the DP-SGD variant with the proportional transfer: r* = α̂/σ_f reads the sweeps'
+        # released choices only; the audit checks that end to end on neighbouring datasets
+        AuditScenario("linear_scaling",
+                      {"param_space": {}, "runs_per_sweep": 2, "sweep_epsilons": (0.5, 1.0),
+                       "lr_range": (0.1, 1.0), "steps_range": (2, 2), "full_batch": False,
+                       "sample_rate": 0.5, "optimizer": "sgd", "fit_variable": "inverse_noise",
+                       "line_fit": "proportional", "sweep_draw": "log_uniform"},
+                      PrivacyBudget(epsilon=5.0, delta=1e-5),
+                      description="DP-SGD q=0.5, T=2, 2 runs per sweep, lr ∝ 1/σ",
+                      name="linear_scaling_proportional"),
         AuditScenario("one_shot_random", {"param_space": choice}, budget,
                       description="one run"),
         AuditScenario("grid_composed", {"param_space": grid}, budget,
                       description="2 grid points"),
     ]
-    return {s.algorithm: s for s in scenarios}
+    return {s.label: s for s in scenarios}
 
 
 #: Feature of the records a crafted dataset plants where a partition leak would expose them.
@@ -506,6 +523,7 @@ def craft_partition_canary(scenario: AuditScenario) -> tuple[AuditScenario, int]
         scenario.n_val,
         scenario.description + ", crafted from a searcher built from the same public inputs",
         tuple(float(f) for f in planted),
+        scenario.name,
     )
     c, c2 = crafted.datasets()
     changed = sum(
@@ -709,7 +727,7 @@ def audit_algorithm(
         data = x2 if neighbour else x
         return [run_search(scenario, data, rng) for _ in range(count)]
 
-    return _audit_result(scenario.algorithm, scenario.description, claim, outputs, runs=runs,
+    return _audit_result(scenario.label, scenario.description, claim, outputs, runs=runs,
                          selection_runs=selection_runs, delta=delta, alpha=alpha, start=start,
                          mean_trials=True)
 
@@ -831,7 +849,7 @@ def check_fresh_secrets(scenario: AuditScenario, *, pairs: int = 8) -> SecretChe
         a, b = _secrets_of(scenario.build_searcher()), _secrets_of(scenario.build_searcher())
         for name in a.keys() | b.keys():
             equal[name] = equal.get(name, 0) + int(a.get(name) == b.get(name))
-    return SecretCheck(scenario.algorithm, pairs, equal)
+    return SecretCheck(scenario.label, pairs, equal)
 
 
 @dataclass(frozen=True)
@@ -899,7 +917,7 @@ def check_one_record_one_partition(
                     f"view {view}: {len(changed)} of {len(a)} training sets "
                     f"changed{'' if gained_canary_only else ' (not only by the canary)'}"
                 )
-    return PartitionCheck(scenario.algorithm, checked, violations, tuple(changed_counts),
+    return PartitionCheck(scenario.label, checked, violations, tuple(changed_counts),
                           tuple(details))
 
 
