@@ -166,7 +166,7 @@ def sizing(mode: str) -> dict[str, Any]:
             "svt": {"num_partitions": 5, "round_epsilon_fraction": 0.1, "max_rounds": 2,
                     "granularity": 0.2, "u0": CHANCE},
             "linear": {"runs_per_sweep": 1, "steps_range": (5, 10)},
-            "linear_proportional": {"runs_per_sweep": 1, "sweep_epsilons": (0.3, 0.6)},
+            "linear_proportional": {"runs_per_sweep": 1, "sweep_epsilon_fractions": (0.1, 0.2)},
         }
     if mode == "full":
         return {
@@ -177,7 +177,7 @@ def sizing(mode: str) -> dict[str, Any]:
             "svt": {"num_partitions": 50, "round_epsilon_fraction": 0.1, "max_rounds": 2,
                     "granularity": 0.2, "u0": CHANCE},
             "linear": {"runs_per_sweep": 3, "steps_range": (10, 200)},
-            "linear_proportional": {"runs_per_sweep": 3, "sweep_epsilons": (0.3, 0.6)},
+            "linear_proportional": {"runs_per_sweep": 3, "sweep_epsilon_fractions": (0.1, 0.2)},
         }
     if mode == "mnist1d_10k":  # the default with the MNIST-1D size it had before the compromise
         return {**sizing("default"), "mnist1d_samples": 10000}
@@ -209,10 +209,11 @@ def sizing(mode: str) -> dict[str, Any]:
         # 3 runs per sweep: 4 is refused at ε = 1 (needs ε ≥ 1.154); same for every ε
         "linear": {"runs_per_sweep": 3, "steps_range": (10, 40)},
         # linear_scaling_proportional: the same DP-SGD as every other method (T fixed), two
-        # sweeps of 3 log-uniform lrs at σ(ε = 0.3) ≈ 15 and σ(0.6) ≈ 8, final lr scaled as
-        # 1/σ (η* ∝ 1/σ, Panda et al. Prop. 2.1(a)); the final run gets σ ≈ 2.2 against
-        # one-shot's 1.94 at ε = 3 (benchmarks/results/lr_noise_landscape.md for the rule)
-        "linear_proportional": {"runs_per_sweep": 3, "sweep_epsilons": (0.3, 0.6)},
+        # sweeps of 3 log-uniform lrs at ε = 0.1·ε and 0.2·ε (a fixed FRACTION of the total,
+        # as SVT's ε'; at ε = 3: σ ≈ 15 and 8), final lr scaled as 1/σ (η* ∝ 1/σ, Panda et
+        # al. Prop. 2.1(a)); the final run gets σ ≈ 2.2 against one-shot's 1.94 at ε = 3
+        # (benchmarks/results/lr_noise_landscape.md for the rule)
+        "linear_proportional": {"runs_per_sweep": 3, "sweep_epsilon_fractions": (0.1, 0.2)},
     }
 
 
@@ -305,8 +306,10 @@ def method_setup(method: str, size: dict[str, Any], dataset: str,
         from raydp_hpo.trial.privacy import dpsgd_steps
 
         steps = dpsgd_steps(float(size["epochs"]), float(size["sample_rate"]))
-        kwargs = {**size["linear_proportional"], "lr_range": (lo, hi),
-                  "full_batch": False, "sample_rate": size["sample_rate"], "optimizer": "sgd",
+        lin = dict(size["linear_proportional"])
+        fractions = lin.pop("sweep_epsilon_fractions")
+        kwargs = {**lin, "sweep_epsilons": tuple(round(f * float(epsilon), 12) for f in fractions),
+                  "lr_range": (lo, hi), "full_batch": False, "sample_rate": size["sample_rate"], "optimizer": "sgd",
                   "steps_range": (steps, steps), "fit_variable": "inverse_noise",
                   "line_fit": "proportional", "sweep_draw": "log_uniform"}
     elif method == "linear_scaling":

@@ -99,6 +99,10 @@ def test_linear_scaling_proportional_runs_the_benchmarks_dpsgd(mode: str) -> Non
     steps = dpsgd_steps(float(size["epochs"]), float(size["sample_rate"]))
     assert kwargs["steps_range"] == (steps, steps) and kwargs["full_batch"] is False
     assert kwargs["line_fit"] == "proportional" and kwargs["fit_variable"] == "inverse_noise"
+    # sweeps at fixed fractions 0.1 and 0.2 of the total ε (0.3 and 0.6 at ε = 3, exactly)
+    assert kwargs["sweep_epsilons"] == (0.3, 0.6)
+    assert pu.method_setup("linear_scaling_proportional", size, "mnist1d", 1.0)[1][
+        "sweep_epsilons"] == (0.1, 0.2)
     budget = PrivacyBudget(3.0, 1e-5)
     s = make_searcher("linear_scaling", param_space=space, metric="val_accuracy",
                       dataset_size=2819, budget=budget, seed=0, **kwargs)
