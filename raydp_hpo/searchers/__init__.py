@@ -18,6 +18,7 @@ from raydp_hpo.searchers.linear_scaling import (
     LinearScalingSearch,
     LineFit,
     SweepDraw,
+    SweepEstimate,
 )
 from raydp_hpo.searchers.random_stopping import RandomStoppingSearch
 from raydp_hpo.searchers.subsampled_transfer import SubsampledTransferSearch
@@ -34,6 +35,7 @@ __all__ = [
     "FitVariable",
     "LineFit",
     "SweepDraw",
+    "SweepEstimate",
     "OneShotRandomSearch",
     "GridSearchComposed",
     "SearchAlgorithm",

@@ -70,7 +70,9 @@ each sweep, chosen by the sweep runs' scores, which were already paid for in the
 proportional fit read no other result and no data, so they are post-processing of the sweeps'
 output (Dwork & Roth 2014, Prop. 2.1) and the plan, μ_t and every ε printed are unchanged. The
 sweep draw law is public and its draws come from the searcher's secret generator, whatever
-the law.
+the law. With ``sweep_estimate="quadratic"`` r* is a function of every sweep run's r and
+released score instead of the two best ones: the same released quantities, already in the
+plan, so the same argument holds.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Any
 
+import numpy as np
 from ray.tune.search import Searcher
 
 from raydp_hpo._validation import coerce_enum
@@ -100,7 +103,7 @@ from raydp_hpo.searchers.base import (
 )
 from raydp_hpo.trial.privacy import Optimizer
 
-__all__ = ["LinearScalingSearch", "FitVariable", "LineFit", "SweepDraw"]
+__all__ = ["LinearScalingSearch", "FitVariable", "LineFit", "SweepDraw", "SweepEstimate"]
 
 PAPER = (
     "Panda et al. (2024), A New Linear Scaling Rule for Private Adaptive Hyperparameter "
@@ -143,6 +146,24 @@ class LineFit(Enum):
     PROPORTIONAL = "proportional"
 
 
+class SweepEstimate(Enum):
+    """What a proportional fit reads from the sweeps (``line_fit="proportional"`` only).
+
+    ``BEST`` (default): Alg. 3 — each sweep's best run; α̂ = (Πᵢ rᵢ/xᵢ)^{1/m}.
+    ``QUADRATIC``: every completed sweep run's (noisy) score. Under the proportional rule
+    every sweep peaks at the same u = log(r/x) = log α, at its own level, so a least-squares
+    fit of y = a_sweep + b·u + c·u² (one intercept per sweep, shared b and c) to the 2n
+    scores estimates log α by the vertex u* = −b/(2c), clipped to the u's the sweeps tried.
+    It needs at least one degree of freedom (≥ m + 3 scores for m sweeps with a score), a
+    full-rank design and a peak (c < 0 when maximising, c > 0 when minimising); otherwise it
+    falls back to ``BEST``. The argmax of n noisy runs moves with the luck of one run; the
+    vertex uses every score, which the plan has already paid for.
+    """
+
+    BEST = "best"
+    QUADRATIC = "quadratic"
+
+
 class SweepDraw(Enum):
     """The law of r in a sweep run (Alg. 3).
 
@@ -175,6 +196,8 @@ class LinearScalingSearch(DPSearcher):
         line_fit: the line through both sweep points (paper) or through the origin (see
             :class:`LineFit`).
         sweep_draw: the law of r in a sweep run (see :class:`SweepDraw`).
+        sweep_estimate: what the proportional fit reads from the sweeps, each sweep's best
+            run (paper) or a quadratic fit to every sweep score (see :class:`SweepEstimate`).
 
     The space holds only the other (fixed) hyperparameters as constants: Alg. 3 searches r
     alone. Keys it sets itself (``lr_key`` and the privacy keys: noise, batch, epochs,
@@ -205,6 +228,7 @@ class LinearScalingSearch(DPSearcher):
         max_extrapolation: float | None = 2.0,
         line_fit: LineFit | str = LineFit.TWO_POINT,
         sweep_draw: SweepDraw | str = SweepDraw.UNIFORM,
+        sweep_estimate: SweepEstimate | str = SweepEstimate.BEST,
         **kwargs: Any,
     ) -> None:
         own = [k for k in (*PRIVACY_KEYS, lr_key)
@@ -273,6 +297,14 @@ class LinearScalingSearch(DPSearcher):
         self._fit = coerce_enum(FitVariable, fit_variable, "fit_variable")
         self._line_fit = coerce_enum(LineFit, line_fit, "line_fit")
         self._sweep_draw = coerce_enum(SweepDraw, sweep_draw, "sweep_draw")
+        self._sweep_estimate = coerce_enum(SweepEstimate, sweep_estimate, "sweep_estimate")
+        if (self._sweep_estimate is SweepEstimate.QUADRATIC
+                and self._line_fit is not LineFit.PROPORTIONAL):
+            raise InvalidParameterError(
+                "sweep_estimate='quadratic' needs line_fit='proportional' (it estimates the "
+                "common peak of the sweeps in log(r/x)); the two-point line reads each sweep's "
+                "best run"
+            )
         if self._full_batch and self._fit is FitVariable.INVERSE_NOISE:
             raise InvalidParameterError(
                 "fit_variable='inverse_noise' needs full_batch=False (DP-SGD at a fixed σ per "
@@ -501,8 +533,14 @@ class LinearScalingSearch(DPSearcher):
             xf = self._x(None)
             ratios = [r / self._x(level) for level, r in enumerate(rs) if r is not None]
             alpha = math.exp(sum(math.log(a) for a in ratios) / len(ratios))
+            self._fit_result = {}
+            if self._sweep_estimate is SweepEstimate.QUADRATIC:
+                vertex = self._quadratic_log_alpha()
+                self._fit_result["quadratic"] = float(vertex is not None)
+                if vertex is not None:
+                    alpha = math.exp(vertex)
             r_star = alpha * xf
-            self._fit_result = {"alpha": alpha, "x_final": xf, "r_line": r_star}
+            self._fit_result.update({"alpha": alpha, "x_final": xf, "r_line": r_star})
             for level, r in enumerate(rs):
                 if r is not None:
                     self._fit_result[f"r{level + 1}"] = r
@@ -535,6 +573,32 @@ class LinearScalingSearch(DPSearcher):
         self._fit_result["r_star"] = r_star
         return r_star
 
+    def _quadratic_log_alpha(self) -> float | None:
+        """:class:`SweepEstimate` ``QUADRATIC``: the vertex u* of the least-squares fit
+        y = a_sweep + b·u + c·u², u = log(r/x), over every completed sweep run's score,
+        clipped to [min u, max u]; ``None`` (fall back to the best runs) when the fit has no
+        degree of freedom, is rank-deficient or has no peak. Post-processing of the released
+        scores and of the r's the searcher drew (module docstring)."""
+        rows: list[tuple[int, float, float]] = []
+        for level, ids in enumerate(self._sweeps):
+            for tid in ids:
+                value = self._results.get(tid)
+                if value is not None:
+                    u = math.log(self._r_of[tid] / self._x(level))
+                    rows.append((level, u, value if self._mode == "max" else -value))
+        levels = sorted({level for level, _, _ in rows})
+        if len(rows) < len(levels) + 3:
+            return None
+        design = np.array([[float(level == lv) for lv in levels] + [u, u * u]
+                           for level, u, _ in rows])
+        y = np.array([v for _, _, v in rows])
+        coef, _, rank, _ = np.linalg.lstsq(design, y, rcond=None)
+        b, c = float(coef[-2]), float(coef[-1])
+        if rank < design.shape[1] or not (math.isfinite(b) and math.isfinite(c)) or c >= 0:
+            return None
+        us = [u for _, u, _ in rows]
+        return min(max(-b / (2.0 * c), min(us)), max(us))
+
     def release(self) -> Release:
         extras: dict[str, Any] = {
             "expected_gradient_evaluations": self._plan.expected_gradient_evaluations,
@@ -543,6 +607,7 @@ class LinearScalingSearch(DPSearcher):
             "fit_variable": self._fit.value,
             "line_fit": self._line_fit.value,
             "sweep_draw": self._sweep_draw.value,
+            "sweep_estimate": self._sweep_estimate.value,
             "max_extrapolation": self._max_extrapolation,
             **self._fit_result,
         }

@@ -111,3 +111,13 @@ def test_linear_scaling_proportional_runs_the_benchmarks_dpsgd(mode: str) -> Non
     assert isinstance(cfg, dict) and cfg["sample_rate"] == size["sample_rate"]
     assert cfg["epochs"] == pytest.approx(float(size["epochs"]), rel=1e-9)
     assert s._sigma_f < min(s._sigmas)  # noqa: SLF001
+
+
+def test_linear_scaling_quadratic_differs_only_in_the_sweep_estimate() -> None:
+    size = pu.sizing("default")
+    prop = pu.method_setup("linear_scaling_proportional", size, "digits", 3.0)
+    quad = pu.method_setup("linear_scaling_quadratic", size, "digits", 3.0)
+    assert prop[0] == quad[0]
+    assert prop[1]["sweep_estimate"] == "best" and quad[1]["sweep_estimate"] == "quadratic"
+    assert {k: v for k, v in prop[1].items() if k != "sweep_estimate"} == {
+        k: v for k, v in quad[1].items() if k != "sweep_estimate"}

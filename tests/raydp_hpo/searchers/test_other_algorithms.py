@@ -237,6 +237,52 @@ def test_linear_scaling_proportional_fit_with_one_failed_sweep() -> None:
     assert final["lr"] * 150 == pytest.approx(min(expected, 1500.0), rel=1e-9)
 
 
+def _quadratic_search(score_of_u, **extra) -> tuple[LinearScalingSearch, dict, list[float]]:
+    """Proportional linear scaling (3 runs per sweep) whose sweep run with u = log(r·σ) scores
+    ``score_of_u(u, level)``; returns the searcher, the final config and the sweeps' u's."""
+    s = LinearScalingSearch({}, runs_per_sweep=3, sweep_draw="log_uniform",
+                            sweep_estimate="quadratic", **PROPORTIONAL,
+                            **{**KW, "dataset_size": 2800, **extra})
+    cfgs = [s.suggest(f"t{i}") for i in range(6)]
+    us = []
+    for i, c in enumerate(cfgs):
+        u = math.log(c["lr"] * c["epochs"] / 0.1 * c["noise_multiplier"])  # type: ignore[index]
+        us.append(u)
+        complete(s, f"t{i}", {"acc": score_of_u(u, i // 3)})
+    final = s.suggest("t6")
+    assert isinstance(final, dict)
+    return s, final, us
+
+
+def test_linear_scaling_quadratic_estimate_finds_the_common_peak() -> None:
+    """sweep_estimate="quadratic": scores y = a_sweep − (u − u₀)² with u = log(r·σ) (= log(r/x))
+    and a different level per sweep are fitted exactly, so α̂ = exp(u₀) and the final
+    r = exp(u₀)/σ_f (rel. 1e-9) — wherever the best single runs happened to fall."""
+    probe, _, us = _quadratic_search(lambda u, level: 0.0)
+    u0 = (min(us) + max(us)) / 2  # inside the tried range: no clipping
+    s, final, _ = _quadratic_search(lambda u, level: (0.3, 0.6)[level] - 0.01 * (u - u0) ** 2)
+    assert s._fit_result["quadratic"] == 1.0  # noqa: SLF001
+    assert final["lr"] * 150 == pytest.approx(math.exp(u0) / final["noise_multiplier"], rel=1e-9)
+    assert s.release().extras["sweep_estimate"] == "quadratic"
+    # a peak beyond the tried u's is clipped to the smallest u tried (the sweeps' support)
+    s, final, us = _quadratic_search(lambda u, level: -((u - min(us) + 5.0) ** 2))
+    expected = math.exp(min(us)) / final["noise_multiplier"]
+    assert 0.15 < expected < 1500.0  # within [r_min, r_max]: only the vertex clip acts
+    assert final["lr"] * 150 == pytest.approx(expected, rel=1e-9)
+
+
+def test_linear_scaling_quadratic_estimate_falls_back_without_a_peak() -> None:
+    """A valley (c > 0) has no peak to read: the estimate falls back to the sweeps' best runs
+    (geometric mean of rᵢσᵢ), exactly as sweep_estimate="best"."""
+    s, final, us = _quadratic_search(lambda u, level: (u - 3.0) ** 2)
+    assert s._fit_result["quadratic"] == 0.0  # noqa: SLF001
+    best = [max(us[:3], key=lambda u: (u - 3.0) ** 2), max(us[3:], key=lambda u: (u - 3.0) ** 2)]
+    expected = math.exp(sum(best) / 2) / final["noise_multiplier"]
+    assert final["lr"] * 150 == pytest.approx(min(expected, 1500.0), rel=1e-9)
+    with pytest.raises(InvalidParameterError, match="needs line_fit='proportional'"):
+        LinearScalingSearch({}, sweep_estimate="quadratic", **KW)
+
+
 def test_linear_scaling_log_uniform_sweep_draw() -> None:
     """sweep_draw="log_uniform": log r uniform over [r_min, r_max]; the paper's uniform r puts
     almost every run in the top decade. 400 draws each; binomial sd of a fraction ≤ 0.025,
