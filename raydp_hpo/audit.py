@@ -463,15 +463,17 @@ def default_scenarios() -> dict[str, AuditScenario]:
                        "lr_range": (0.1, 1.0), "steps_range": (1, 3)},
                       PrivacyBudget(epsilon=5.0, delta=1e-5),
                       description="2 runs per sweep, T in [1, 3]"),
-        # the DP-SGD variant with the proportional transfer: r* = α̂/σ_f reads the sweeps'
-        # released choices only; the audit checks that end to end on neighbouring datasets
+        # the DP-SGD variant with the proportional transfer: r* = α̂/σ_f, α̂ from a quadratic
+        # fit to every released sweep score; the audit checks end to end on neighbouring
+        # datasets that it reads nothing else
         AuditScenario("linear_scaling",
-                      {"param_space": {}, "runs_per_sweep": 2, "sweep_epsilons": (0.5, 1.0),
+                      {"param_space": {}, "runs_per_sweep": 3, "sweep_epsilons": (0.5, 1.0),
                        "lr_range": (0.1, 1.0), "steps_range": (2, 2), "full_batch": False,
                        "sample_rate": 0.5, "optimizer": "sgd", "fit_variable": "inverse_noise",
-                       "line_fit": "proportional", "sweep_draw": "log_uniform"},
+                       "line_fit": "proportional", "sweep_draw": "log_uniform",
+                       "sweep_estimate": "quadratic"},
                       PrivacyBudget(epsilon=5.0, delta=1e-5),
-                      description="DP-SGD q=0.5, T=2, 2 runs per sweep, lr ∝ 1/σ",
+                      description="DP-SGD q=0.5, T=2, 3 runs per sweep, lr ∝ 1/σ, quadratic peak",
                       name="linear_scaling_proportional"),
         AuditScenario("one_shot_random", {"param_space": choice}, budget,
                       description="one run"),
