@@ -12,8 +12,9 @@
 
 For each dataset, total budget ε (default {1, 3, 8}) at δ = 1e-5 and method (one_shot_random,
 grid_composed, random_stopping, random_stopping_rdp, subsampled_transfer, svt_threshold,
-linear_scaling, linear_scaling_proportional, linear_scaling_quadratic) it runs one whole search per seed (default 10 seeds; ``--seed-offset`` gives an
-independent run a disjoint seed set) and reports, over seeds:
+linear_scaling, linear_scaling_proportional, linear_scaling_quadratic) it runs one whole search
+per seed (default 10 seeds; ``--seed-offset`` gives an independent run a disjoint seed set) and
+reports, over seeds:
 
 * the test accuracy of the RELEASED model (the trial named by ``release.trial_id``: the final
   run, or the best trial of a selection without final run): mean and a two-sided 95%
@@ -145,8 +146,9 @@ BOOTSTRAP = 4000
 # ------------------------------------------------------------------------------------ sizing
 
 def sizing(mode: str) -> dict[str, Any]:
-    """All knobs of a run. ``default`` takes ~10 min on 2 CPUs (MNIST-1D alone ~8 min at
-    ε = 3, 10 seeds; limit ~45); ``quick`` ~2 min; ``full`` a cluster-sized run (bigger data
+    """All knobs of a run. ``default`` at ε = 3 with 10 seeds takes ~9–11 min on 2 CPUs for both
+    datasets and every method but linear_scaling_quadratic (runs Q and R: 8.9 and 11.1 min;
+    the quadratic variant adds about one linear_scaling_proportional, ~1 min); ``quick`` ~2 min; ``full`` a cluster-sized run (bigger data
     and models, more trials, more partitions). ``MODE@k=X`` is MODE with E[K] = X for random
     stopping and subsampled transfer (``--mean-k``);
     ``MODE+ema=B`` is MODE with every training (every method, the oracle and the non-DP
@@ -313,8 +315,9 @@ def method_setup(method: str, size: dict[str, Any], dataset: str,
         steps = dpsgd_steps(float(size["epochs"]), float(size["sample_rate"]))
         lin = dict(size["linear_proportional"])
         fractions = lin.pop("sweep_epsilon_fractions")
-        kwargs = {**lin, "sweep_epsilons": tuple(round(f * float(epsilon), 12) for f in fractions),
-                  "lr_range": (lo, hi), "full_batch": False, "sample_rate": size["sample_rate"], "optimizer": "sgd",
+        sweep_epsilons = tuple(round(f * float(epsilon), 12) for f in fractions)
+        kwargs = {**lin, "sweep_epsilons": sweep_epsilons, "lr_range": (lo, hi),
+                  "full_batch": False, "sample_rate": size["sample_rate"], "optimizer": "sgd",
                   "steps_range": (steps, steps), "fit_variable": "inverse_noise",
                   "line_fit": "proportional", "sweep_draw": "log_uniform",
                   "sweep_estimate": ("quadratic" if variant == "linear_scaling_quadratic"
