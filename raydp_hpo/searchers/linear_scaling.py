@@ -526,7 +526,9 @@ class LinearScalingSearch(DPSearcher):
         [min(r₁, r₂)/c, c·max(r₁, r₂)] (c = ``max_extrapolation``; the module docstring's
         robust rule, post-processing) and clipped to [r_min, r_max] (the T_max/η_max limits
         of Alg. 1). With ``line_fit="proportional"``: r* = x_f·(Πᵢ rᵢ/xᵢ)^{1/m} over the m
-        sweeps that produced a best run (:class:`LineFit`), then the same clip."""
+        sweeps that produced a best run (:class:`LineFit`), or, with
+        ``sweep_estimate="quadratic"``, α̂ = exp(u*) from :meth:`_quadratic_log_alpha` when it
+        finds a peak; then the same clip."""
         best = [self._best_of(s) for s in self._sweeps]
         rs = [self._r_of[b] if b is not None else None for b in best]
         r_min, r_max = self._r_range
