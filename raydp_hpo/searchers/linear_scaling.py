@@ -157,10 +157,10 @@ class SweepEstimate(Enum):
     It needs at least one degree of freedom (≥ m + 3 scores for m sweeps with a score), a
     full-rank design and a peak (c < 0 when maximising, c > 0 when minimising); otherwise it
     falls back to ``BEST``. The argmax of n noisy runs moves with the luck of one run; the
-    vertex uses every score, which the plan has already paid for. Measured at ε = 3 (three
+    vertex uses every score, which the plan has already paid for. Measured at ε = 3 (five
     fresh 20-seed runs of ``benchmarks/privacy_utility.py``, DP-SGD, 3 runs per sweep at 0.1ε
-    and 0.2ε): +0.021, +0.029 and −0.001 test accuracy over ``BEST`` on MNIST-1D, +0.007,
-    −0.016 and +0.013 on digits (paired intervals include 0 in all six).
+    and 0.2ε), paired over the 100 seeds: +0.020 [+0.008, +0.032] test accuracy over ``BEST``
+    on MNIST-1D, +0.007 [−0.006, +0.020] on digits.
     """
 
     BEST = "best"
