@@ -12,9 +12,9 @@ This script measures how far that holds for the privacy-utility benchmark's trai
 Method. The settings of ``privacy_utility.py`` (default sizing: MNIST-1D 4000 samples with
 ``random_kernels1d``, digits with a 64-unit MLP; DP-SGD, sample rate 0.1, 15 epochs = 150
 steps, C = 1). For every σ in ``--sigmas`` (default 2, 4, 8, 16: one-shot's σ at ε = 3 is
-1.94, linear scaling's sweeps at ε = 0.6 and 0.3 get σ ≈ 8.1 and 15.2), every η of a 19-point
-log grid over [0.01, 10] and ``--seeds`` seeds, one training (``rs_ceiling.cell``) gives a
-validation and a test accuracy. Reported: the mean test accuracy by (σ, η), the best η by mean
+1.94, linear scaling's sweeps at ε = 0.6 and 0.3 get σ ≈ 8.1 and 15.2), every η of the
+19-point log grid over [0.01, 10] that ``rs_ceiling.lr_grid`` builds (6 per decade) and
+``--seeds`` seeds, one training (``rs_ceiling.cell``) gives a validation and a test accuracy. Reported: the mean test accuracy by (σ, η), the best η by mean
 VALIDATION accuracy, η*·σ (constant under the rule), and the exponent b of a least-squares fit
 log η* = a − b·log σ over σ ≥ 4 (b = 1 under the rule). Estimates on 3 seeds per cell, not
 bounds: the grid step is 1/6 decade, so η* is known to about ±1/12 decade.
@@ -40,15 +40,9 @@ import rs_ceiling as rc
 STEM = "lr_noise_landscape"
 
 
-def lr_values() -> list[float]:
-    """19 log-spaced learning rates over [0.01, 10] (6 per decade, rounded as the benchmark's
-    grid)."""
-    return pu._logspace(0.01, 10.0, 19)
-
-
 def train_cells(datasets: list[str], sigmas: list[float], seeds: int, workers: int,
                 path: Any) -> None:
-    jobs = [(d, s, lr, seed) for d in datasets for s in sigmas for lr in lr_values()
+    jobs = [(d, s, lr, seed) for d in datasets for s in sigmas for lr in rc.lr_grid(0.01, 10.0)
             for seed in range(seeds)]
     with ProcessPoolExecutor(workers, initializer=pu._init_worker) as ex, open(path, "w") as f:
         futures = [(j, ex.submit(rc.cell, j[0], "default", j[1], j[2], j[3])) for j in jobs]
