@@ -12,7 +12,8 @@
 
 For each dataset, total budget ε (default {1, 3, 8}) at δ = 1e-5 and method (one_shot_random,
 grid_composed, random_stopping, random_stopping_rdp, subsampled_transfer, svt_threshold,
-linear_scaling, linear_scaling_proportional, linear_scaling_quadratic) it runs one whole search
+linear_scaling, linear_scaling_proportional, linear_scaling_quadratic, linear_scaling_refined)
+it runs one whole search
 per seed (default 10 seeds; ``--seed-offset`` gives an independent run a disjoint seed set) and
 reports, over seeds:
 
@@ -71,7 +72,11 @@ and the final lr scaled as 1/σ from the sweeps' best (Panda et al. Prop. 2.1(a)
 fit to these trainings is measured by ``benchmarks/lr_noise_landscape.py``);
 ``linear_scaling_quadratic`` is the same with the sweeps' common peak estimated from every
 sweep score (a quadratic in log(lr·σ), :class:`~raydp_hpo.searchers.linear_scaling.SweepEstimate`)
-instead of each sweep's best run. Methods whose plan does not fit a budget are reported as
+instead of each sweep's best run; ``linear_scaling_refined`` (pre-registered 2026-11-26 on a
+simulation of the lr-noise landscape, before any benchmark seed ran it) is the quadratic one
+with coarse-to-fine sweeps: log-stratified lrs, the second sweep within ±1 decade of the first
+sweep's best lr·σ (:class:`~raydp_hpo.searchers.linear_scaling.SweepDraw` ``REFINED``).
+Methods whose plan does not fit a budget are reported as
 ``refused: <reason>``; a crash as ``error: <reason>``.
 
 **Models.** Digits: an MLP with 64 hidden units. MNIST-1D (since 2026-11-26):
@@ -124,6 +129,7 @@ METHODS = (
     "linear_scaling",
     "linear_scaling_proportional",
     "linear_scaling_quadratic",
+    "linear_scaling_refined",
 )
 #: random stopping with another law of K (same E[K]), only when asked for with --methods
 EXTRA_METHODS = ("random_stopping_logarithmic", "random_stopping_poisson")
@@ -131,6 +137,7 @@ EXTRA_METHODS = ("random_stopping_logarithmic", "random_stopping_poisson")
 SEARCHER_OF = {"random_stopping_rdp": "random_stopping",
                "linear_scaling_proportional": "linear_scaling",
                "linear_scaling_quadratic": "linear_scaling",
+               "linear_scaling_refined": "linear_scaling",
                **{m: "random_stopping" for m in EXTRA_METHODS}}
 #: the law of K of each random-stopping method
 DISTRIBUTION_OF = {"random_stopping_logarithmic": "logarithmic",
@@ -309,7 +316,8 @@ def method_setup(method: str, size: dict[str, Any], dataset: str,
         svt = dict(size["svt"])
         kwargs = {**{k: v for k, v in svt.items() if k != "round_epsilon_fraction"},
                   "round_epsilon": svt["round_epsilon_fraction"] * float(epsilon)}
-    elif variant in ("linear_scaling_proportional", "linear_scaling_quadratic"):
+    elif variant in ("linear_scaling_proportional", "linear_scaling_quadratic",
+                     "linear_scaling_refined"):
         from raydp_hpo.trial.privacy import dpsgd_steps
 
         steps = dpsgd_steps(float(size["epochs"]), float(size["sample_rate"]))
@@ -320,8 +328,10 @@ def method_setup(method: str, size: dict[str, Any], dataset: str,
                   "full_batch": False, "sample_rate": size["sample_rate"], "optimizer": "sgd",
                   "steps_range": (steps, steps), "fit_variable": "inverse_noise",
                   "line_fit": "proportional", "sweep_draw": "log_uniform",
-                  "sweep_estimate": ("quadratic" if variant == "linear_scaling_quadratic"
-                                     else "best")}
+                  "sweep_estimate": ("best" if variant == "linear_scaling_proportional"
+                                     else "quadratic")}
+        if variant == "linear_scaling_refined":
+            kwargs.update({"sweep_draw": "refined", "refine_decades": 1.0})
     elif method == "linear_scaling":
         kwargs = {**size["linear"], "lr_range": (lo, hi)}
     return space, kwargs
@@ -763,6 +773,7 @@ def main(argv: list[str] | None = None) -> int:
                                             "random_stopping_rdp", "linear_scaling",
                                             "linear_scaling_proportional",
                                             "linear_scaling_quadratic",
+                                            "linear_scaling_refined",
                                             "grid_composed", "subsampled_transfer",
                                             "svt_threshold", "non_dp_reference"))}
     jobs = [("oracle", ds, eps, "oracle", s) for ds in datasets for eps in epsilons
@@ -847,7 +858,9 @@ def report(rows: list[dict[str, Any]], total: float, mode: str, seeds: list[int]
         f"{size['linear_proportional']} (the benchmark's DP-SGD at a fixed T, sweeps of "
         "log-uniform lrs, final lr = geometric mean of the sweeps' best lr·σᵢ, divided by "
         "σ_f: η* ∝ 1/σ, Panda et al. Prop. 2.1(a)); linear_scaling_quadratic the same with "
-        "the peak in log(lr·σ) from a quadratic fit to all sweep scores.\n\n"
+        "the peak in log(lr·σ) from a quadratic fit to all sweep scores; "
+        "linear_scaling_refined the same with log-stratified sweep lrs, the second sweep "
+        "within ±1 decade of the first sweep's best lr·σ.\n\n"
         "**Oracle** (per ε, seed and dataset) = *non-private tuning* in the sense of Papernot "
         "& Steinke (2022), Koskela & Kulkarni (2023), Mohapatra et al. (2022): every grid "
         "point is trained with DP-SGD whose noise is calibrated — on the same accountant as "

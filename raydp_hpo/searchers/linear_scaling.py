@@ -72,7 +72,13 @@ output (Dwork & Roth 2014, Prop. 2.1) and the plan, μ_t and every ε printed ar
 sweep draw law is public and its draws come from the searcher's secret generator, whatever
 the law. With ``sweep_estimate="quadratic"`` r* is a function of every sweep run's r and
 released score instead of the two best ones: the same released quantities, already in the
-plan, so the same argument holds.
+plan, so the same argument holds. With ``sweep_draw="refined"`` the second sweep's r's are
+drawn in a window placed by the first sweep's released scores: each sweep run's noise, steps
+and score release are fixed by the plan before any data is touched and its guarantee holds for
+any learning rate, chosen adaptively or not: the composition theorems hold for adaptively
+chosen mechanisms (Dwork & Roth 2014, Sec. 3.5; for RDP Mironov 2017, Prop. 1; for dominating
+pairs and PLDs Zhu, Dong & Wang 2022, Thm. 10) as long as each one's dominating pair is fixed
+in advance — here the plan's — so again nothing printed changes.
 """
 
 from __future__ import annotations
@@ -172,10 +178,28 @@ class SweepDraw(Enum):
 
     ``UNIFORM`` (default): the paper's "r uniform in [r_min, r_max]". ``LOG_UNIFORM``:
     log r uniform over the same range — the usual prior for a learning rate spanning several
-    decades (with lr ∈ [10⁻³, 10] and T fixed, a uniform r puts 90% of the runs at lr > 1)."""
+    decades (with lr ∈ [10⁻³, 10] and T fixed, a uniform r puts 90% of the runs at lr > 1).
+
+    ``STRATIFIED``: log r stratified — the k-th of a sweep's n runs draws log r uniformly from
+    the k-th of n equal sub-intervals of [log r_min, log r_max] (one-dimensional Latin
+    hypercube sampling, McKay, Beckman & Conover 1979): the same marginal law per run as
+    ``LOG_UNIFORM``, but n runs can no longer cluster and leave a decade untried, so every
+    sweep spans the range. ``REFINED``: the first sweep ``STRATIFIED`` over the whole range;
+    the second sweep ``STRATIFIED`` over a window of ± ``refine_decades`` decades of r centred
+    on the first sweep's best run carried to the second sweep's x by the proportional rule,
+    r_c = r₁·x₂/x₁ (shifted inside [r_min, r_max] when it overflows; the whole range when
+    every first-sweep run failed). Coarse to fine: the cheap first sweep finds the decade,
+    the second spends its runs around it. ``line_fit="proportional"`` only. The second sweep
+    starts once every first-sweep run has reported. Privacy: the window is a function of the
+    released (already charged) first-sweep scores and the searcher's secret draws, and a
+    sweep run's guarantee holds for whatever learning rate it trains with (its noise and
+    steps are the plan's), so it is post-processing; the plan is unchanged.
+    """
 
     UNIFORM = "uniform"
     LOG_UNIFORM = "log_uniform"
+    STRATIFIED = "stratified"
+    REFINED = "refined"
 
 
 class LinearScalingSearch(DPSearcher):
@@ -201,6 +225,8 @@ class LinearScalingSearch(DPSearcher):
         sweep_draw: the law of r in a sweep run (see :class:`SweepDraw`).
         sweep_estimate: what the proportional fit reads from the sweeps, each sweep's best
             run (paper) or a quadratic fit to every sweep score (see :class:`SweepEstimate`).
+        refine_decades: half-width, in decades of r, of the second sweep's window with
+            ``sweep_draw="refined"`` (see :class:`SweepDraw`); ignored otherwise.
 
     The space holds only the other (fixed) hyperparameters as constants: Alg. 3 searches r
     alone. Keys it sets itself (``lr_key`` and the privacy keys: noise, batch, epochs,
@@ -232,6 +258,7 @@ class LinearScalingSearch(DPSearcher):
         line_fit: LineFit | str = LineFit.TWO_POINT,
         sweep_draw: SweepDraw | str = SweepDraw.UNIFORM,
         sweep_estimate: SweepEstimate | str = SweepEstimate.BEST,
+        refine_decades: float = 1.0,
         **kwargs: Any,
     ) -> None:
         own = [k for k in (*PRIVACY_KEYS, lr_key)
@@ -308,6 +335,19 @@ class LinearScalingSearch(DPSearcher):
                 "common peak of the sweeps in log(r/x)); the two-point line reads each sweep's "
                 "best run"
             )
+        if self._sweep_draw is SweepDraw.REFINED and self._line_fit is not LineFit.PROPORTIONAL:
+            raise InvalidParameterError(
+                "sweep_draw='refined' needs line_fit='proportional' (it carries the first "
+                "sweep's best r to the second sweep by r ∝ x); the two-point line fits a slope "
+                "to two independent sweeps: use 'uniform', 'log_uniform' or 'stratified'"
+            )
+        if (isinstance(refine_decades, bool) or not isinstance(refine_decades, (int, float))
+                or not math.isfinite(refine_decades) or refine_decades <= 0):
+            raise InvalidParameterError(
+                f"refine_decades must be a finite number > 0 (the half-width of the second "
+                f"sweep's window, in decades of r), got {refine_decades=!r}"
+            )
+        self._refine_decades = float(refine_decades)
         if self._full_batch and self._fit is FitVariable.INVERSE_NOISE:
             raise InvalidParameterError(
                 "fit_variable='inverse_noise' needs full_batch=False (DP-SGD at a fixed σ per "
@@ -491,7 +531,10 @@ class LinearScalingSearch(DPSearcher):
     def _suggest(self, trial_id: str) -> dict | str | None:
         for level in (0, 1):
             if len(self._sweeps[level]) < self._n:
-                r = self._draw_r()
+                if (level == 1 and self._sweep_draw is SweepDraw.REFINED
+                        and any(t in self._live for t in self._sweeps[0])):
+                    return None  # the second sweep's window needs every first-sweep score
+                r = self._draw_r(level, len(self._sweeps[level]))
                 self._sweeps[level].append(trial_id)
                 return self._issue(trial_id, self._config(trial_id, r, level))
         if self._final is not None:
@@ -503,13 +546,39 @@ class LinearScalingSearch(DPSearcher):
         self._final = trial_id
         return self._issue(trial_id, self._config(trial_id, r_star, None))
 
-    def _draw_r(self) -> float:
-        """Alg. 3's r of a sweep run: uniform over [r_min, r_max] (the paper) or log-uniform
-        (:class:`SweepDraw`); a public law, drawn from the searcher's secret generator."""
+    def _draw_r(self, level: int, k: int) -> float:
+        """Alg. 3's r of the k-th run of sweep ``level``: uniform over [r_min, r_max] (the
+        paper), log-uniform, log-stratified or refined (:class:`SweepDraw`); a public law,
+        drawn from the searcher's secret generator."""
         r_min, r_max = self._r_range
+        if self._sweep_draw is SweepDraw.UNIFORM:
+            return float(self._rng.uniform(r_min, r_max))
+        lo, hi = math.log(r_min), math.log(r_max)
         if self._sweep_draw is SweepDraw.LOG_UNIFORM:
-            return float(math.exp(self._rng.uniform(math.log(r_min), math.log(r_max))))
-        return float(self._rng.uniform(r_min, r_max))
+            return float(math.exp(self._rng.uniform(lo, hi)))
+        if self._sweep_draw is SweepDraw.REFINED and level == 1:
+            lo, hi = self._refined_window()
+        stratum = (k + self._rng.uniform(0.0, 1.0)) / self._n
+        return float(min(max(math.exp(lo + (hi - lo) * stratum), r_min), r_max))
+
+    def _refined_window(self) -> tuple[float, float]:
+        """:class:`SweepDraw` ``REFINED``: the second sweep's [log r lo, log r hi], ± w
+        decades around log(r₁·x₂/x₁) (r₁ the first sweep's best run), shifted inside
+        [log r_min, log r_max] and cut to it; the whole range when the first sweep has no
+        best run. Post-processing of released first-sweep scores."""
+        lo, hi = math.log(self._r_range[0]), math.log(self._r_range[1])
+        best = self._best_of(self._sweeps[0])
+        if best is None:
+            return lo, hi
+        centre = math.log(self._r_of[best] * self._x(1) / self._x(0))
+        half = self._refine_decades * math.log(10.0)
+        w_lo, w_hi = centre - half, centre + half
+        if w_lo < lo:
+            w_lo, w_hi = lo, min(hi, lo + 2 * half)
+        elif w_hi > hi:
+            w_lo, w_hi = max(lo, hi - 2 * half), hi
+        self._fit_result["refine_centre"] = math.exp(centre)
+        return w_lo, w_hi
 
     def _x(self, level: int | None) -> float:
         if self._fit is FitVariable.MU:
@@ -538,7 +607,8 @@ class LinearScalingSearch(DPSearcher):
             xf = self._x(None)
             ratios = [r / self._x(level) for level, r in enumerate(rs) if r is not None]
             alpha = math.exp(sum(math.log(a) for a in ratios) / len(ratios))
-            self._fit_result = {}
+            # keep what the second sweep's draw recorded (SweepDraw.REFINED)
+            self._fit_result = {k: v for k, v in self._fit_result.items() if k == "refine_centre"}
             if self._sweep_estimate is SweepEstimate.QUADRATIC:
                 vertex = self._quadratic_log_alpha()
                 self._fit_result["quadratic"] = float(vertex is not None)
@@ -613,6 +683,8 @@ class LinearScalingSearch(DPSearcher):
             "line_fit": self._line_fit.value,
             "sweep_draw": self._sweep_draw.value,
             "sweep_estimate": self._sweep_estimate.value,
+            **({"refine_decades": self._refine_decades}
+               if self._sweep_draw is SweepDraw.REFINED else {}),
             "max_extrapolation": self._max_extrapolation,
             **self._fit_result,
         }
