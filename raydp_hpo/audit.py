@@ -475,6 +475,18 @@ def default_scenarios() -> dict[str, AuditScenario]:
                       PrivacyBudget(epsilon=5.0, delta=1e-5),
                       description="DP-SGD q=0.5, T=2, 3 runs per sweep, lr ∝ 1/σ, quadratic peak",
                       name="linear_scaling_proportional"),
+        # the same with coarse-to-fine sweeps: the second sweep's lrs are drawn in a window
+        # placed by the first sweep's released scores (an adaptive choice the plan must cover)
+        AuditScenario("linear_scaling",
+                      {"param_space": {}, "runs_per_sweep": 3, "sweep_epsilons": (0.5, 1.0),
+                       "lr_range": (0.1, 1.0), "steps_range": (2, 2), "full_batch": False,
+                       "sample_rate": 0.5, "optimizer": "sgd", "fit_variable": "inverse_noise",
+                       "line_fit": "proportional", "sweep_draw": "refined",
+                       "refine_decades": 0.25, "sweep_estimate": "quadratic"},
+                      PrivacyBudget(epsilon=5.0, delta=1e-5),
+                      description="as linear_scaling_proportional, second sweep within "
+                                  "±0.25 decade of the first's best",
+                      name="linear_scaling_refined"),
         AuditScenario("one_shot_random", {"param_space": choice}, budget,
                       description="one run"),
         AuditScenario("grid_composed", {"param_space": grid}, budget,

@@ -121,3 +121,16 @@ def test_linear_scaling_quadratic_differs_only_in_the_sweep_estimate() -> None:
     assert prop[1]["sweep_estimate"] == "best" and quad[1]["sweep_estimate"] == "quadratic"
     assert {k: v for k, v in prop[1].items() if k != "sweep_estimate"} == {
         k: v for k, v in quad[1].items() if k != "sweep_estimate"}
+
+
+def test_linear_scaling_refined_differs_only_in_the_sweep_draw() -> None:
+    """The pre-registered refined variant is the quadratic one with coarse-to-fine sweeps
+    (± 1 decade), nothing else: same plan, σ's, fractions and estimate."""
+    size = pu.sizing("default")
+    quad = pu.method_setup("linear_scaling_quadratic", size, "mnist1d", 3.0)
+    refined = pu.method_setup("linear_scaling_refined", size, "mnist1d", 3.0)
+    assert quad[0] == refined[0] and quad[1]["sweep_draw"] == "log_uniform"
+    assert refined[1]["sweep_draw"] == "refined" and refined[1]["refine_decades"] == 1.0
+    assert {k: v for k, v in refined[1].items() if k not in ("sweep_draw", "refine_decades")} \
+        == {k: v for k, v in quad[1].items() if k != "sweep_draw"}
+    assert "linear_scaling_refined" in pu.METHODS

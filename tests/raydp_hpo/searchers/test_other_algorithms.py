@@ -292,11 +292,98 @@ def test_linear_scaling_log_uniform_sweep_draw() -> None:
     uni_s = LinearScalingSearch({}, **kw, **{**KW, "dataset_size": 2800})
     r_min, r_max = 0.15, 1500.0
     mid = math.sqrt(r_min * r_max)
-    log_draws = np.array([log_s._draw_r() for _ in range(400)])  # noqa: SLF001
-    uni_draws = np.array([uni_s._draw_r() for _ in range(400)])  # noqa: SLF001
+    log_draws = np.array([log_s._draw_r(0, 0) for _ in range(400)])  # noqa: SLF001
+    uni_draws = np.array([uni_s._draw_r(0, 0) for _ in range(400)])  # noqa: SLF001
     assert np.all((log_draws >= r_min) & (log_draws <= r_max))
     assert 0.4 <= float(np.mean(log_draws < mid)) <= 0.6
     assert float(np.mean(uni_draws < mid)) <= 0.05
+
+
+def test_linear_scaling_stratified_sweep_draw_puts_one_run_per_stratum() -> None:
+    """sweep_draw="stratified": the k-th of n runs draws log r uniformly from the k-th of n
+    equal sub-intervals of [log r_min, log r_max] (1-D Latin hypercube). 300 draws per
+    stratum: each lies in its stratum (exact), its lower half holds 0.5 ± 0.12 of them
+    (binomial sd 0.029, ≥ 4 sd)."""
+    s = LinearScalingSearch({}, runs_per_sweep=3, sweep_draw="stratified", **PROPORTIONAL,
+                            **{**KW, "dataset_size": 2800})
+    lo, hi = math.log(0.15), math.log(1500.0)
+    width = (hi - lo) / 3
+    for k in range(3):
+        logs = np.log([s._draw_r(1, k) for _ in range(300)])  # noqa: SLF001
+        assert np.all(logs >= lo + k * width - 1e-9) and np.all(logs <= lo + (k + 1) * width + 1e-9)
+        assert 0.38 <= float(np.mean(logs < lo + (k + 0.5) * width)) <= 0.62
+    # through suggest: the first sweep's three runs cover the three strata
+    cfgs = [s.suggest(f"t{i}") for i in range(3)]
+    strata = sorted(int((math.log(c["lr"] * c["epochs"] / 0.1) - lo) // width)  # type: ignore[index]
+                    for c in cfgs)
+    assert strata == [0, 1, 2]
+
+
+def _refined(**extra) -> LinearScalingSearch:
+    return LinearScalingSearch({}, runs_per_sweep=3, sweep_draw="refined",
+                               sweep_estimate="quadratic", **PROPORTIONAL,
+                               **{**KW, "dataset_size": 2800, **extra})
+
+
+@pytest.mark.parametrize(("best_run", "decades"), [(1, 1.0), (0, 1.75)])
+def test_linear_scaling_refined_second_sweep_searches_around_the_first(best_run: int,
+                                                                        decades: float) -> None:
+    """sweep_draw="refined": the second sweep waits for every first-sweep score, then draws
+    (stratified) within ± refine_decades of r₁·x₂/x₁ = r₁·σ₁/σ₂ (r₁: the first sweep's best
+    run), shifted inside [r_min, r_max] when the window overflows. best_run=1: the middle
+    stratum's run wins, the window is [c/10, 10c]; best_run=0: the lowest stratum's run
+    (r ≤ r_min·10^(4/3)) wins, so c ≤ 6 and the window [c/10^1.75, 10^1.75·c] starts below
+    r_min: it becomes [r_min, 10^3.5·r_min]."""
+    for seed in range(1, 6):  # five secret seeds: five draws of both sweeps
+        _check_refined_window(_refined(refine_decades=decades, seed=seed), best_run, decades)
+
+
+def _check_refined_window(s: LinearScalingSearch, best_run: int, decades: float) -> None:
+    first = [s.suggest(f"t{i}") for i in range(3)]
+    r = [c["lr"] * c["epochs"] / 0.1 for c in first]  # type: ignore[index]
+    assert s.suggest("t3") is None  # three first-sweep runs live: no window yet
+    order = np.argsort(r)
+    for rank, i in enumerate(order):
+        complete(s, f"t{i}", {"acc": 0.9 if rank == best_run else 0.1 + 0.1 * rank})
+    sigma1, sigma2 = s._sigmas  # noqa: SLF001
+    centre = r[order[best_run]] * sigma1 / sigma2
+    lo, hi = centre / 10**decades, centre * 10**decades
+    assert (lo < 0.15) == (best_run == 0)
+    if lo < 0.15:
+        lo, hi = 0.15, 0.15 * 10 ** (2 * decades)
+    assert lo >= 0.15 and hi <= 1500.0
+    second = [s.suggest(f"t{i}") for i in range(3, 6)]
+    r2 = np.array([c["lr"] * c["epochs"] / 0.1 for c in second])  # type: ignore[index]
+    assert np.all(r2 >= lo * (1 - 1e-9)) and np.all(r2 <= hi * (1 + 1e-9))
+    edges = np.exp(np.linspace(math.log(lo), math.log(hi), 4))
+    assert sorted(np.searchsorted(edges, r2) - 1) == [0, 1, 2]  # one run per stratum
+    for i in range(3, 6):
+        complete(s, f"t{i}", {"acc": 0.5})
+    assert isinstance(s.suggest("t6"), dict)
+    complete(s, "t6", {"acc": 0.5})
+    extras = s.release().extras
+    assert extras["sweep_draw"] == "refined" and extras["refine_decades"] == decades
+    assert extras["refine_centre"] == pytest.approx(centre, rel=1e-9)
+
+
+def test_linear_scaling_refined_after_a_failed_first_sweep_searches_everywhere() -> None:
+    """No first-sweep score, no window: the second sweep is stratified over the whole range."""
+    s = _refined()
+    for i in range(3):
+        assert isinstance(s.suggest(f"t{i}"), dict)
+        s.on_trial_complete(f"t{i}", error=True)
+    second = [s.suggest(f"t{i}") for i in range(3, 6)]
+    logs = sorted(math.log(c["lr"] * c["epochs"] / 0.1) for c in second)  # type: ignore[index]
+    width = (math.log(1500.0) - math.log(0.15)) / 3
+    assert [int((v - math.log(0.15)) // width) for v in logs] == [0, 1, 2]
+
+
+def test_linear_scaling_refined_refuses_what_it_cannot_mean() -> None:
+    with pytest.raises(InvalidParameterError, match="'refined' needs line_fit='proportional'"):
+        LinearScalingSearch({}, sweep_draw="refined", **KW)
+    for bad in (0, -1.0, float("nan"), True, "1"):
+        with pytest.raises(InvalidParameterError, match="refine_decades must be"):
+            _refined(refine_decades=bad)
 
 
 def test_linear_scaling_refuses_fit_variables_without_a_meaning() -> None:
