@@ -134,3 +134,23 @@ def test_linear_scaling_refined_differs_only_in_the_sweep_draw() -> None:
     assert {k: v for k, v in refined[1].items() if k not in ("sweep_draw", "refine_decades")} \
         == {k: v for k, v in quad[1].items() if k != "sweep_draw"}
     assert "linear_scaling_refined" in pu.METHODS
+
+
+def test_random_stopping_tnb20_is_random_stopping_with_its_own_law() -> None:
+    """random_stopping_tnb20: the truncated negative binomial with η = 2 and E[K] = 20,
+    whatever the run's E[K] (--mean-k); the rest is random stopping's setup, and its plan,
+    calibrated on the tightest accountant, fits ε = 3 on MNIST-1D's training split."""
+    from raydp_hpo.searchers import make_searcher
+
+    size = pu.sizing("default@k=5")
+    rs = pu.method_setup("random_stopping", size, "mnist1d", 3.0)
+    tnb = pu.method_setup("random_stopping_tnb20", size, "mnist1d", 3.0)
+    assert rs[0].keys() == tnb[0].keys() and rs[1] == {"distribution": "geometric", "mean": 5.0}
+    assert {k: v for k, v in rs[0].items() if k != "lr"} == {
+        k: v for k, v in tnb[0].items() if k != "lr"}
+    assert (tnb[0]["lr"].lower, tnb[0]["lr"].upper) == (1e-3, 10.0)
+    assert tnb[1] == {"distribution": "truncated_negative_binomial", "mean": 20.0, "shape": 2.0}
+    s = make_searcher("random_stopping", param_space=tnb[0], metric="val_accuracy",
+                      dataset_size=2819, budget=PrivacyBudget(3.0, 1e-5), seed=0, **tnb[1])
+    assert s.plan_epsilon() <= 3.0
+    assert "(η=2.0) with E[K]=20.0" in s.privacy_plan().description
