@@ -12,8 +12,8 @@
 
 For each dataset, total budget ε (default {1, 3, 8}) at δ = 1e-5 and method (one_shot_random,
 grid_composed, random_stopping, random_stopping_rdp, subsampled_transfer, svt_threshold,
-linear_scaling, linear_scaling_proportional, linear_scaling_quadratic, linear_scaling_refined)
-it runs one whole search
+linear_scaling, linear_scaling_proportional, linear_scaling_quadratic, linear_scaling_refined,
+random_stopping_tnb20) it runs one whole search
 per seed (default 10 seeds; ``--seed-offset`` gives an independent run a disjoint seed set) and
 reports, over seeds:
 
@@ -76,7 +76,10 @@ instead of each sweep's best run; ``linear_scaling_refined`` (pre-registered 202
 simulation of the lr-noise landscape, before any benchmark seed ran it) is the quadratic one
 with coarse-to-fine sweeps: log-stratified lrs, the second sweep within ±1 decade of the first
 sweep's best lr·σ (:class:`~raydp_hpo.searchers.linear_scaling.SweepDraw` ``REFINED``).
-Methods whose plan does not fit a budget are reported as
+``random_stopping_tnb20`` (pre-registered the same way) is random stopping with K drawn from
+Papernot & Steinke's truncated negative binomial with η = 2 and E[K] = 20 instead of the
+geometric law with E[K] = 10: less mass on searches that stop after one or two draws, twice the
+expected compute, priced by privacy profiles like every law. Methods whose plan does not fit a budget are reported as
 ``refused: <reason>``; a crash as ``error: <reason>``.
 
 **Models.** Digits: an MLP with 64 hidden units. MNIST-1D (since 2026-11-26):
@@ -130,18 +133,19 @@ METHODS = (
     "linear_scaling_proportional",
     "linear_scaling_quadratic",
     "linear_scaling_refined",
+    # random stopping with K ~ truncated negative binomial, η = 2, E[K] = 20, whatever the
+    # run's E[K] (pre-registered 2026-11-26, privacy_utility_summary.md: fewer searches end
+    # after one or two draws than with the geometric law)
+    "random_stopping_tnb20",
 )
-#: random stopping with another law of K, only when asked for with --methods: logarithmic and
-#: Poisson at the run's E[K]; ``random_stopping_tnb20`` the truncated negative binomial with
-#: η = 2 at E[K] = 20 whatever the run's E[K] (pre-registered 2026-11-26, see
-#: privacy_utility_summary.md: fewer searches end after one or two draws)
-EXTRA_METHODS = ("random_stopping_logarithmic", "random_stopping_poisson",
-                 "random_stopping_tnb20")
+#: random stopping with another law of K at the run's E[K], only when asked for with --methods
+EXTRA_METHODS = ("random_stopping_logarithmic", "random_stopping_poisson")
 #: benchmark method → the searcher it runs
 SEARCHER_OF = {"random_stopping_rdp": "random_stopping",
                "linear_scaling_proportional": "linear_scaling",
                "linear_scaling_quadratic": "linear_scaling",
                "linear_scaling_refined": "linear_scaling",
+               "random_stopping_tnb20": "random_stopping",
                **{m: "random_stopping" for m in EXTRA_METHODS}}
 #: the law of K of each random-stopping method
 DISTRIBUTION_OF = {"random_stopping_logarithmic": "logarithmic",
@@ -779,7 +783,8 @@ def main(argv: list[str] | None = None) -> int:
     # the figures RERR needs first (oracle, one-shot), then the issue's headline methods, so
     # an interrupted run (see --resume) has complete seeds for them; datasets interleaved
     priority = {m: i for i, m in enumerate(("oracle", "one_shot_random", "random_stopping",
-                                            "random_stopping_rdp", "linear_scaling",
+                                            "random_stopping_rdp", "random_stopping_tnb20",
+                                            "linear_scaling",
                                             "linear_scaling_proportional",
                                             "linear_scaling_quadratic",
                                             "linear_scaling_refined",
@@ -857,7 +862,8 @@ def report(rows: list[dict[str, Any]], total: float, mode: str, seeds: list[int]
         f"{size['epochs']} epochs at sample rate {size['sample_rate']}, C = 1, {ema_text}lr ∈ "
         f"loguniform{tuple(size['lr_range'])} (grid_composed/SVT/oracle: log-spaced grid "
         f"{size['grid']}); noise calibrated by each searcher; noisy selection scores "
-        f"ε_s = 0.1. E[K] = {size['mean_k']} (geometric); subsampled transfer "
+        f"ε_s = 0.1. E[K] = {size['mean_k']} (geometric; random_stopping_tnb20: truncated "
+        "negative binomial η = 2, E[K] = 20); subsampled transfer "
         f"q = {size['subsample_rate']}; SVT k = {svt['num_partitions']}, ε' = "
         f"{svt['round_epsilon_fraction']:g}·ε, T_max = {svt['max_rounds']}, g = "
         f"{svt['granularity']:g}, u0 = {svt['u0']:g} (query noise Lap(4/(kε')), threshold "
