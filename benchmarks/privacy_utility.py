@@ -165,8 +165,11 @@ BOOTSTRAP = 4000
 
 def sizing(mode: str) -> dict[str, Any]:
     """All knobs of a run. ``default`` at ε = 3 with 10 seeds takes ~9–11 min on 2 CPUs for both
-    datasets and every method but linear_scaling_quadratic (runs Q and R: 8.9 and 11.1 min;
-    the quadratic variant adds about one linear_scaling_proportional, ~1 min); ``quick`` ~2 min; ``full`` a cluster-sized run (bigger data
+    datasets and the methods up to linear_scaling_proportional (runs Q and R: 8.9 and 11.1
+    min); linear_scaling_quadratic and linear_scaling_refined add about one
+    linear_scaling_proportional each (~1 min), random_stopping_tnb20 about two random_stopping
+    (~2 min; the whole list was not timed in one run); ``quick`` ~2 min; ``full`` a
+    cluster-sized run (bigger data
     and models, more trials, more partitions). ``MODE@k=X`` is MODE with E[K] = X for random
     stopping and subsampled transfer (``--mean-k``);
     ``MODE+ema=B`` is MODE with every training (every method, the oracle and the non-DP

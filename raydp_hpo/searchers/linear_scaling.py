@@ -193,7 +193,11 @@ class SweepDraw(Enum):
     starts once every first-sweep run has reported. Privacy: the window is a function of the
     released (already charged) first-sweep scores and the searcher's secret draws, and a
     sweep run's guarantee holds for whatever learning rate it trains with (its noise and
-    steps are the plan's), so it is post-processing; the plan is unchanged.
+    steps are the plan's), so it is post-processing; the plan is unchanged. Measured at ε = 3
+    (``benchmarks/privacy_utility.py``, DP-SGD, 3 runs per sweep at 0.1ε and 0.2ε, quadratic
+    estimate, ± 1 decade; four fresh 20-seed runs, two pre-registered), paired over the 80
+    seeds: +0.027 [+0.015, +0.038] test accuracy over ``LOG_UNIFORM`` on MNIST-1D and +0.039
+    [+0.023, +0.056] on digits.
     """
 
     UNIFORM = "uniform"
