@@ -79,8 +79,8 @@ sweep's best lr·σ (:class:`~raydp_hpo.searchers.linear_scaling.SweepDraw` ``RE
 ``random_stopping_tnb20`` (pre-registered the same way) is random stopping with K drawn from
 Papernot & Steinke's truncated negative binomial with η = 2 and E[K] = 20 instead of the
 geometric law with E[K] = 10: less mass on searches that stop after one or two draws, twice the
-expected compute, priced by privacy profiles like every law. Methods whose plan does not fit a budget are reported as
-``refused: <reason>``; a crash as ``error: <reason>``.
+expected compute, priced by privacy profiles like every law. Methods whose plan does not fit
+a budget are reported as ``refused: <reason>``; a crash as ``error: <reason>``.
 
 **Models.** Digits: an MLP with 64 hidden units. MNIST-1D (since 2026-11-26):
 ``random_kernels1d``, a zero-initialised linear head on 128 fixed random-kernel features
