@@ -448,6 +448,12 @@ def default_scenarios() -> dict[str, AuditScenario]:
     choice = {"lr": tune.choice([0.1, 1.0]), **gd}
     grid = {"lr": tune.grid_search([0.1, 1.0]), **gd}
     svt_space = {"lr": tune.grid_search([0.1, 1.0]), **gd, "noise_multiplier": 3.0}
+    # DP-SGD linear scaling with the proportional transfer (two scenarios share it)
+    proportional = {"param_space": {}, "runs_per_sweep": 3, "sweep_epsilons": (0.5, 1.0),
+                    "lr_range": (0.1, 1.0), "steps_range": (2, 2), "full_batch": False,
+                    "sample_rate": 0.5, "optimizer": "sgd", "fit_variable": "inverse_noise",
+                    "line_fit": "proportional", "sweep_draw": "log_uniform",
+                    "sweep_estimate": "quadratic"}
     scenarios = [
         AuditScenario("random_stopping", {"param_space": choice, "mean": 3.0}, budget,
                       description="geometric K, E[K]=3"),
@@ -466,23 +472,13 @@ def default_scenarios() -> dict[str, AuditScenario]:
         # the DP-SGD variant with the proportional transfer: r* = α̂/σ_f, α̂ from a quadratic
         # fit to every released sweep score; the audit checks end to end on neighbouring
         # datasets that it reads nothing else
-        AuditScenario("linear_scaling",
-                      {"param_space": {}, "runs_per_sweep": 3, "sweep_epsilons": (0.5, 1.0),
-                       "lr_range": (0.1, 1.0), "steps_range": (2, 2), "full_batch": False,
-                       "sample_rate": 0.5, "optimizer": "sgd", "fit_variable": "inverse_noise",
-                       "line_fit": "proportional", "sweep_draw": "log_uniform",
-                       "sweep_estimate": "quadratic"},
-                      PrivacyBudget(epsilon=5.0, delta=1e-5),
+        AuditScenario("linear_scaling", proportional, PrivacyBudget(epsilon=5.0, delta=1e-5),
                       description="DP-SGD q=0.5, T=2, 3 runs per sweep, lr ∝ 1/σ, quadratic peak",
                       name="linear_scaling_proportional"),
         # the same with coarse-to-fine sweeps: the second sweep's lrs are drawn in a window
         # placed by the first sweep's released scores (an adaptive choice the plan must cover)
         AuditScenario("linear_scaling",
-                      {"param_space": {}, "runs_per_sweep": 3, "sweep_epsilons": (0.5, 1.0),
-                       "lr_range": (0.1, 1.0), "steps_range": (2, 2), "full_batch": False,
-                       "sample_rate": 0.5, "optimizer": "sgd", "fit_variable": "inverse_noise",
-                       "line_fit": "proportional", "sweep_draw": "refined",
-                       "refine_decades": 0.25, "sweep_estimate": "quadratic"},
+                      {**proportional, "sweep_draw": "refined", "refine_decades": 0.25},
                       PrivacyBudget(epsilon=5.0, delta=1e-5),
                       description="as linear_scaling_proportional, second sweep within "
                                   "±0.25 decade of the first's best",

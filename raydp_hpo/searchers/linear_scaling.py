@@ -92,7 +92,7 @@ from typing import Any
 import numpy as np
 from ray.tune.search import Searcher
 
-from raydp_hpo._validation import coerce_enum
+from raydp_hpo._validation import coerce_enum, positive_float
 from raydp_hpo.accounting.accountants import calibrate_noise
 from raydp_hpo.accounting.gdp import compose_mu, gdp_epsilon, gdp_mu
 from raydp_hpo.accounting.mechanisms import Composition, Gaussian, Mechanism, SubsampledGaussian
@@ -345,13 +345,7 @@ class LinearScalingSearch(DPSearcher):
                 "sweep's best r to the second sweep by r ∝ x); the two-point line fits a slope "
                 "to two independent sweeps: use 'uniform', 'log_uniform' or 'stratified'"
             )
-        if (isinstance(refine_decades, bool) or not isinstance(refine_decades, (int, float))
-                or not math.isfinite(refine_decades) or refine_decades <= 0):
-            raise InvalidParameterError(
-                f"refine_decades must be a finite number > 0 (the half-width of the second "
-                f"sweep's window, in decades of r), got {refine_decades=!r}"
-            )
-        self._refine_decades = float(refine_decades)
+        self._refine_decades = positive_float("refine_decades", refine_decades)
         if self._full_batch and self._fit is FitVariable.INVERSE_NOISE:
             raise InvalidParameterError(
                 "fit_variable='inverse_noise' needs full_batch=False (DP-SGD at a fixed σ per "
