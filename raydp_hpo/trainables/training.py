@@ -599,7 +599,11 @@ def train_dp(
     (initialisation, Poisson batches, gradient noise, score noise) from OS entropy. A given
     seed makes the run reproducible (streams derived from (secret_seed, trial index)); anyone
     who knows it can regenerate the noise, so it is an argument, never a config key (configs
-    are logged by Ray Tune), and must be kept as secret as the data.
+    are logged by Ray Tune), and must be kept as secret as the data. *Reproducible* means bit
+    for bit with the same code, torch build, device and intra-op thread count
+    (``torch.get_num_threads()``), in any process; at another thread count or on another CPU
+    a multi-threaded reduction may sum in another order, and the run agrees only to
+    floating-point rounding (the random draws are the same; ~3e-7 seen in the weights).
 
     Sizes: the normaliser q·n_view and q from ``batch_size`` use the declared public sizes of
     ``config["raydp"]`` (:func:`public_sizes`); the selection score is the noisy count of
