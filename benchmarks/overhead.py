@@ -156,7 +156,7 @@ def run_dp(n: int, storage: str, concurrency: int, name: str = "bench",
         max_concurrent_trials=concurrency,
         tensorboard=tensorboard,
         callbacks=() if csv else (_no_csv(),),
-        **kwargs,
+        **kwargs, fresh_budget=True,
     ).fit()
     wall = time.perf_counter() - t0
     trials = result.private_trials

@@ -84,6 +84,9 @@ def run_demo(*, quick: bool = False, storage_path: str | None = None) -> int:
             max_concurrent_trials=2,
             dataset_size=train_size,
             validation_size=val_size,
+            # a budget of the demo's own (logged): a second demo must not find the
+            # dataset's budget spent by the first
+            fresh_budget=True,
         )
         result = tuner.fit()
     finally:

@@ -253,23 +253,19 @@ class DataSpec:
         """The identity of the data source the budget belongs to: the built-in dataset and its
         generator settings, or the canonical URI of the Parquet data. Deliberately not a hash
         of the content: a dataset with one record more is a neighbouring dataset of the same
-        people and must spend from the same budget."""
-        if self.source == "mnist1d":
-            return f"mnist1d:size={self.size or 5000}:generator_seed={self.generator_seed}"
-        if self.source == "parquet":
-            assert self.uri is not None
-            uri = self.uri
-            if "://" not in uri:
-                uri = "file://" + str(Path(uri).expanduser().resolve())
-            return f"parquet:{uri.rstrip('/')}"
-        return self.source
+        people and must spend from the same budget. The same string the Python loaders put
+        on the data (:func:`raydp_hpo.trainables.data.dataset_fingerprint`), so ``DPTuner`` on
+        the same data charges the same ledger."""
+        from raydp_hpo.trainables.data import dataset_fingerprint
+
+        return dataset_fingerprint(self.source, uri=self.uri, size=self.size or 5000,
+                                   generator_seed=self.generator_seed)
 
     def ledger_name(self) -> str:
         """Name of the dataset's default ledger: ``data-<source>-<12 hex of the fingerprint>``."""
-        import hashlib
+        from raydp_hpo.trainables.data import dataset_ledger_name
 
-        digest = hashlib.sha256(self.fingerprint().encode("utf-8")).hexdigest()[:12]
-        return f"data-{self.source}-{digest}"
+        return dataset_ledger_name(self.fingerprint())
 
 
 @dataclass(frozen=True)
@@ -595,7 +591,8 @@ def load_data(spec: DataSpec, split_seed: int) -> Any:
             # one label set: num_classes (default max(label) + 1) over every file
             k = max(part.num_classes for part in parts.values())
             return DataSplits(**{name: Dataset(part.features, part.labels, k,
-                                               num_classes_declared=spec.num_classes is not None)
+                                               num_classes_declared=spec.num_classes is not None,
+                                               name=dataset.name)
                                  for name, part in parts.items()})
     return split(dataset, spec.val_fraction, spec.test_fraction, seed=split_seed)
 
@@ -740,24 +737,9 @@ def _dataset_ledger_budget(spec: ExperimentSpec, out: Callable[[str], None]) -> 
         out(f"[raydp-hpo] ledger {spec.ledger.name!r} named explicitly (journal {journal}); "
             f"the dataset's default ledger is {spec.data.ledger_name()!r}")
         return spec.ledger.budget or spec.budget
-    if journal.exists():
-        from raydp_hpo.ledger.filter import PrivacyLedger
+    from raydp_hpo.tune.dataset_ledger import dataset_ledger_budget
 
-        report = PrivacyLedger.read_only(journal).report()
-        out(f"[raydp-hpo] dataset ledger {spec.ledger_name!r} ({spec.data.fingerprint()}): "
-            f"total ε={report.budget.epsilon:g}, δ={report.budget.delta:g}, already spent "
-            f"ε={report.spent_epsilon:.4f}; this experiment may spend at most "
-            f"ε={spec.budget.epsilon:g}")
-        if report.budget.delta != spec.budget.delta:
-            raise ConfigError(
-                f"budget.delta={spec.budget.delta:g} differs from the dataset ledger's "
-                f"δ={report.budget.delta:g} ({journal}); a dataset ledger states ε at one δ"
-            )
-        return report.budget
-    out(f"[raydp-hpo] new dataset ledger {spec.ledger_name!r} for {spec.data.fingerprint()} "
-        f"with total budget ε={spec.budget.epsilon:g}, δ={spec.budget.delta:g} (journal "
-        f"{journal}); later experiments on this data spend from it")
-    return spec.budget
+    return dataset_ledger_budget(journal, spec.budget, spec.data.fingerprint(), out)
 
 
 def run_experiment(spec: ExperimentSpec, *, progress_interval_s: float = 5.0,

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -65,6 +66,10 @@ class Dataset:
     #: False when ``num_classes`` was read off the labels (``max(label) + 1``): the model's
     #: output width then depends on the data, and certificates list it as treated as public.
     num_classes_declared: bool = True
+    #: The identity of the data source whose privacy budget this data spends (public: the
+    #: built-in dataset and its generator settings, or the canonical URI of a Parquet source;
+    #: see :func:`dataset_fingerprint`). ``None``: unnamed (then ``DPTuner`` asks for one).
+    name: str | None = None
 
     def __post_init__(self) -> None:
         x = np.ascontiguousarray(self.features)
@@ -108,16 +113,21 @@ class Dataset:
     def subset(self, index: np.ndarray) -> Dataset:
         """The records at ``index`` (a copy), with the same ``num_classes``."""
         return Dataset(self.features[index], self.labels[index], self.num_classes,
-                       self.num_classes_declared)
+                       self.num_classes_declared, self.name)
 
 
 @dataclass(frozen=True, eq=False)
 class DataSplits:
-    """Train / validation / test splits of one private dataset (all three are private)."""
+    """Train / validation / test splits of one private dataset (all three are private).
+
+    ``name``: the dataset's identity, whose budget a search on these splits spends (default:
+    the training split's :attr:`Dataset.name`, which the loaders set).
+    """
 
     train: Dataset
     val: Dataset
     test: Dataset
+    name: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("train", "val", "test"):
@@ -128,6 +138,46 @@ class DataSplits:
         shapes = {self.train.feature_shape, self.val.feature_shape, self.test.feature_shape}
         if len(shapes) != 1:
             raise DataValidationError(f"splits have different feature shapes: {sorted(shapes)}")
+        if self.name is None:
+            object.__setattr__(self, "name", self.train.name)
+        elif not isinstance(self.name, str) or not self.name.strip():
+            raise InvalidParameterError(
+                f"name must be a non-empty string naming the dataset, got {self.name!r}"
+            )
+
+
+# -- dataset identity (whose budget) -------------------------------------------------------
+
+
+def dataset_fingerprint(source: str, *, uri: str | None = None, size: int | None = None,
+                        generator_seed: int | None = None) -> str:
+    """The identity of a data source, which its privacy budget belongs to: the built-in
+    dataset and its generator settings (``mnist1d:size=5000:generator_seed=42``,
+    ``digits``), or the canonical URI of Parquet data (``parquet:file:///abs/path``).
+
+    Deliberately not a hash of the content: a dataset with one record more is a neighbouring
+    dataset of the same people and must spend from the same budget. The Python loaders and
+    the experiment files name the same data the same way, so both charge one ledger.
+    """
+    if source == "mnist1d":
+        return f"mnist1d:size={size}:generator_seed={generator_seed}"
+    if source == "parquet":
+        if not uri:
+            raise InvalidParameterError("a Parquet dataset's fingerprint needs its uri")
+        if "://" not in uri:
+            uri = "file://" + str(Path(uri).expanduser().resolve())
+        return f"parquet:{uri.rstrip('/')}"
+    return source
+
+
+def dataset_ledger_name(fingerprint: str) -> str:
+    """Name of a dataset's ledger: ``data-<source>-<12 hex of the fingerprint>`` (``source``:
+    the fingerprint up to its first ``:``, reduced to ``[A-Za-z0-9_.-]``)."""
+    import re
+
+    digest = hashlib.sha256(fingerprint.encode("utf-8")).hexdigest()[:12]
+    source = re.sub(r"[^A-Za-z0-9_.-]+", "-", fingerprint.split(":", 1)[0]).strip("-") or "data"
+    return f"data-{source[:40]}-{digest}"
 
 
 # -- loaders -----------------------------------------------------------------------------
@@ -320,7 +370,8 @@ def load_parquet(
             f"label column {label_column!r} has label {int(y.max())} outside [0, {k}); "
             "raise num_classes or fix the labels"
         )
-    return Dataset(x.astype(np.float32), y, max(k, 2), num_classes_declared=num_classes is not None)
+    return Dataset(x.astype(np.float32), y, max(k, 2), num_classes_declared=num_classes is not None,
+                   name=dataset_fingerprint("parquet", uri=uri))
 
 
 def load_digits() -> Dataset:
@@ -332,7 +383,7 @@ def load_digits() -> Dataset:
 
     bunch = _sk_digits()
     x = (np.asarray(bunch.images, dtype=np.float32) / 16.0)[:, None, :, :]
-    return Dataset(x, np.asarray(bunch.target, dtype=np.int64), 10)
+    return Dataset(x, np.asarray(bunch.target, dtype=np.int64), 10, name="digits")
 
 
 def load_mnist1d(num_samples: int = 5000, seed: int = 42) -> Dataset:
@@ -360,7 +411,8 @@ def load_mnist1d(num_samples: int = 5000, seed: int = 42) -> Dataset:
         random.setstate(py_state)
     x = np.concatenate([raw["x"], raw["x_test"]]).astype(np.float32)
     y = np.concatenate([raw["y"], raw["y_test"]]).astype(np.int64)
-    return Dataset(x, y, 10)
+    return Dataset(x, y, 10, name=dataset_fingerprint("mnist1d", size=num_samples,
+                                                      generator_seed=int(seed)))
 
 
 # -- splits and views --------------------------------------------------------------------
@@ -420,6 +472,7 @@ def split(
         train=dataset.subset(np.flatnonzero(is_train)),
         val=dataset.subset(np.flatnonzero(is_val)),
         test=dataset.subset(np.flatnonzero(is_test)),
+        name=dataset.name,
     )
 
 

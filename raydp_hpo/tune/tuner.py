@@ -6,8 +6,12 @@ trainable (``raydp_hpo.trainables``), the ledger actor and Ray Tune together.
 Data flow of :meth:`DPTuner.fit` (DESIGN.md, "Data flow of one run"):
 
 1. Ray is used if already initialised (a Ray program, a Ray task), else a local one starts.
-2. The ledger: the one given (a shared, dataset-level ledger), or a dedicated one for this
-   experiment, journaled under ``storage_path``. A dedicated ledger halts with
+2. The ledger: the one given (``ledger=``, a shared ledger); by default the **dataset's
+   ledger** (:mod:`raydp_hpo.tune.dataset_ledger`: named from the data, journaled under
+   ``storage_path/ledgers``, the same one ``raydp-hpo run`` charges, so every experiment on
+   the same data spends from one budget); or, only when asked for with
+   ``fresh_budget=True`` (logged), a dedicated one for this experiment, journaled under
+   ``storage_path/<experiment>``. A dedicated ledger halts with
    ``Adaptivity.FIXED_PLAN`` (``ADAPTIVE``, the RDP filter, when trials may be retried or the
    searcher is not a built-in one: :meth:`DPTuner._dedicated_adaptivity`) because every search here fixes its privacy plan from the
    configuration alone before any data is touched (configs are drawn from the searcher's
@@ -41,6 +45,7 @@ Tune's experiment directory are **not covered by the guarantee** and must not be
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import re
@@ -77,6 +82,8 @@ from raydp_hpo.ledger.plan_receipt import PlanReceipt
 from raydp_hpo.searchers.base import Release
 
 __all__ = ["DPTuner", "DPResult", "PrivacyCertificate"]
+
+_log = logging.getLogger(__name__)
 
 
 #: The privacy unit and neighbouring relation every bound of this project is stated for.
@@ -325,10 +332,22 @@ class DPTuner:
         data: the ``raydp_hpo.trainables.DataSplits`` (needed for the public dataset size, the default
             trainable and loading the released model).
         resources: per-trial resources, e.g. ``{"cpu": 1, "gpu": 0}``.
-        storage_path: where Tune results and the dedicated ledger journal go.
-        ledger: a shared :class:`LedgerHandle` (dataset-level budget), or ``None`` for a
-            dedicated ledger with exactly ``budget`` (its actor is stopped when ``fit``
-            returns; its journal under ``storage_path`` stays and is the record).
+        storage_path: where Tune results and the ledger journals go (the dataset's ledger at
+            ``storage_path/ledgers/<name>.journal``, as ``raydp-hpo run`` puts it).
+        ledger: a shared :class:`LedgerHandle` to charge. Default ``None``: the **dataset's
+            ledger** (the budget belongs to the data, as on the CLI): named from ``dataset``
+            or ``data.name``; the first experiment on the data creates it with ``budget`` as
+            the dataset's total, later ones spend from what is left, each at most its own
+            ``budget.epsilon`` (:mod:`raydp_hpo.tune.dataset_ledger`).
+        dataset: the identity of the data whose budget this search spends, e.g.
+            ``"census-2024"`` (default: ``data.name``, which the built-in loaders and
+            ``load_parquet`` set: ``"digits"``, ``"mnist1d:size=6000:generator_seed=42"``,
+            ``"parquet:file:///..."``). Public: it names the budget, not the records.
+        fresh_budget: ``True`` gives this experiment a dedicated ledger with exactly
+            ``budget`` that no other experiment sees (its actor is stopped when ``fit``
+            returns; its journal under ``storage_path/<experiment>`` stays and is the record).
+            An explicit choice, logged: a budget per experiment is how tuning 200
+            configurations ends up reported as one run's ε.
         experiment: experiment name (prefix of every charge id); default: a fresh unique one.
         search_kwargs: algorithm-specific keyword arguments (unknown ones raise).
         max_concurrent_trials: trials running at once (default 2).
@@ -386,6 +405,8 @@ class DPTuner:
         resources: Mapping[str, float] | None = None,
         storage_path: str | os.PathLike[str] | None = None,
         ledger: LedgerHandle | None = None,
+        dataset: str | None = None,
+        fresh_budget: bool = False,
         experiment: str | None = None,
         namespace: str = DEFAULT_NAMESPACE,
         search_kwargs: Mapping[str, Any] | None = None,
@@ -440,6 +461,8 @@ class DPTuner:
                 )
         if ledger is not None and not isinstance(ledger, LedgerHandle):
             raise InvalidParameterError(f"ledger must be a LedgerHandle, got {ledger!r}")
+        self._dataset = _whose_budget(ledger, dataset, fresh_budget, data)
+        self._fresh_budget = fresh_budget
         settings = resolve_tune_settings(
             tune_config=tune_config,
             run_config=run_config,
@@ -532,7 +555,8 @@ class DPTuner:
             "max_failures": self._max_failures, "dataset_size": dataset_size,
             "validation_size": validation_size, "test_accuracy_epsilon": test_accuracy_epsilon,
             "test_size": test_size, "verbose": self._verbose, "reuse_actors": self._reuse_actors,
-            "tensorboard": self._tensorboard,
+            "tensorboard": self._tensorboard, "dataset": self._dataset,
+            "fresh_budget": fresh_budget,
         }
         self._resume = False
 
@@ -570,8 +594,34 @@ class DPTuner:
     # ------------------------------------------------------------------ pieces
     @property
     def ledger_name(self) -> str:
-        """Name of the ledger actor trials charge/check (the shared one, or the dedicated)."""
-        return self._ledger.name if self._ledger is not None else f"ledger-{self._experiment}"
+        """Name of the ledger actor trials charge/check: the one given, the dataset's, or the
+        dedicated one (``fresh_budget=True``)."""
+        if self._ledger is not None:
+            return self._ledger.name
+        if self._dataset is not None:
+            from raydp_hpo.trainables.data import dataset_ledger_name
+
+            return dataset_ledger_name(self._dataset)
+        return f"ledger-{self._experiment}"
+
+    def _shared_ledger(self) -> LedgerHandle | None:
+        """The ledger this experiment shares with others (verified): the one given, else the
+        dataset's; ``None`` for a fresh per-experiment budget (logged here)."""
+        if self._ledger is not None:
+            return self._ledger.verify()
+        out = self._progress or _log.info
+        if self._dataset is None:
+            line = (f"[raydp-hpo] experiment {self._experiment!r} spends from a fresh budget of "
+                    f"its own (fresh_budget=True): ε={self._budget.epsilon:g}, "
+                    f"δ={self._budget.delta:g}, seen by no other experiment on this data")
+            _log.warning(line)
+            if self._progress is not None:
+                self._progress(line)
+            return None
+        from raydp_hpo.tune.dataset_ledger import open_dataset_ledger
+
+        return open_dataset_ledger(self._dataset, self._budget, self._storage,
+                                   namespace=self._namespace, out=out)
 
     def _dedicated_adaptivity(self) -> Adaptivity:
         """FIXED_PLAN only for the built-in searchers: their charges are fixed from the
@@ -745,8 +795,7 @@ class DPTuner:
         ensure_ray()
         started: list[LedgerHandle] = []  # the dedicated ledger's actor, once started
         try:
-            return self._fit(self._ledger.verify() if self._ledger is not None else None,
-                             started, resume=resume)
+            return self._fit(self._shared_ledger(), started, resume=resume)
         finally:
             for ledger in started:
                 # The dedicated ledger serves this run only: its journal is the record
@@ -806,6 +855,8 @@ class DPTuner:
         with open(exp_dir / _RESTORE_FILE, "rb") as fh:
             saved = pickle.load(fh)  # noqa: S301 - our own file in the private experiment dir
         args = dict(saved["args"])
+        # a restore file from before dataset ledgers: no ledger given meant a dedicated one
+        args.setdefault("fresh_budget", saved["ledger_name"] is None)
         saved_search = saved["search"]
         if search is None:
             if saved_search is None:
@@ -1247,6 +1298,42 @@ def _quiet_tune_output(verbose: int) -> Any:
             os.environ.pop("RAY_AIR_NEW_OUTPUT", None)
         else:
             os.environ["RAY_AIR_NEW_OUTPUT"] = old
+
+
+def _whose_budget(ledger: LedgerHandle | None, dataset: str | None, fresh_budget: bool,
+                  data: Any) -> str | None:
+    """The fingerprint of the dataset whose ledger ``DPTuner`` charges by default, or ``None``
+    when it charges the ``ledger`` given or a fresh budget (``fresh_budget=True``). Refuses
+    conflicting choices and a run that names no data and asks for no fresh budget."""
+    if not isinstance(fresh_budget, bool):
+        raise InvalidParameterError(f"fresh_budget must be True or False, got {fresh_budget!r}")
+    given = [name for name, on in (("ledger=", ledger is not None),
+                                   ("dataset=", dataset is not None),
+                                   ("fresh_budget=True", fresh_budget)) if on]
+    if len(given) > 1:
+        raise InvalidParameterError(
+            f"{' and '.join(given)} both say whose budget to spend: give one of them (ledger= "
+            "a shared ledger, dataset= the data's own ledger, fresh_budget=True a budget of "
+            "this experiment's own)"
+        )
+    if ledger is not None or fresh_budget:
+        return None
+    if dataset is not None:
+        if not isinstance(dataset, str) or not dataset.strip():
+            raise InvalidParameterError(
+                f"dataset must be a non-empty string naming the data, got {dataset!r}"
+            )
+        return dataset.strip()
+    if data.name is None:
+        raise InvalidParameterError(
+            "DPTuner does not know whose budget this search spends: the data has no name. "
+            "Name the dataset (DPTuner(dataset='census-2024'), or DataSplits(..., name=...); "
+            "the loaders load_digits, load_mnist1d and load_parquet name theirs) so every "
+            "experiment on it spends from one budget, pass a shared ledger (ledger="
+            "get_ledger(...)), or ask for a budget of this experiment's own explicitly "
+            "(fresh_budget=True)"
+        )
+    return str(data.name)
 
 
 def _halting_accountant(adaptivity: Adaptivity) -> Accountant:

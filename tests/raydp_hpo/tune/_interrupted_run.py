@@ -33,7 +33,7 @@ def make_data() -> DataSplits:
 def make_tuner(storage: str, experiment: str) -> DPTuner:
     return DPTuner(None, param_space=SPACE, search="grid_composed",
                    budget=PrivacyBudget(8.0, 1e-5), data=make_data(), storage_path=storage,
-                   experiment=experiment, max_concurrent_trials=1)
+                   experiment=experiment, max_concurrent_trials=1, fresh_budget=True)
 
 
 if __name__ == "__main__":

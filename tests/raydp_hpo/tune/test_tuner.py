@@ -45,7 +45,7 @@ def test_random_stopping_end_to_end(ray_session, data, tmp_path: Path) -> None:
                     data=data, search_kwargs={"mean": 2.0}, progress=lines.append,
                     tune_config=tune.TuneConfig(max_concurrent_trials=2, mode="max"),
                     run_config=tune.RunConfig(name=f"rs-{uuid.uuid4().hex[:6]}",
-                                              storage_path=str(tmp_path)))
+                                              storage_path=str(tmp_path)), fresh_budget=True)
     result = tuner.fit()
     assert result.experiment_path == str(tuner.experiment_path)
     assert tuner.experiment_path.parent == tmp_path.resolve()  # from the RunConfig
@@ -108,7 +108,7 @@ def test_unknown_space_key_is_refused_before_any_charge(ray_session, data, tmp_p
     release would publish a value that trained nothing. Refused before the plan charge."""
     tuner = DPTuner(None, param_space={**SPACE, "learning_rate": 0.1}, search="random_stopping",
                     budget=PrivacyBudget(4.0, 1e-5), data=data, storage_path=tmp_path,
-                    search_kwargs={"mean": 2.0})
+                    search_kwargs={"mean": 2.0}, fresh_budget=True)
     with pytest.raises(InvalidParameterError, match="did you mean 'lr'"):
         tuner.fit()
     journal = tmp_path / tuner.experiment / "ledger.journal"
@@ -121,7 +121,7 @@ def test_failed_final_model_means_no_release(ray_session, data, tmp_path: Path) 
     space = {**SPACE, "model_kwargs": tune.choice([{"hidden": ["not-a-width"]}])}
     result = DPTuner(None, param_space=space, search="one_shot_random",
                      budget=PrivacyBudget(2.0, 1e-5), data=data,
-                     storage_path=tmp_path, experiment=f"fail-{uuid.uuid4().hex[:6]}").fit()
+                     storage_path=tmp_path, experiment=f"fail-{uuid.uuid4().hex[:6]}", fresh_budget=True).fit()
     assert result.hyperparameters is None and result.model is None
     assert result.extras["final_failed"] is True
     assert len(result.certificate.charges) == 1 and result.certificate.epsilon > 0
@@ -138,7 +138,7 @@ def test_the_release_is_the_moving_average_with_ema_decay(ray_session, data, tmp
 
     result = DPTuner(None, param_space={**SPACE, "ema_decay": 0.9}, search="one_shot_random",
                      budget=PrivacyBudget(2.0, 1e-5), data=data,
-                     storage_path=tmp_path, experiment=f"ema-{uuid.uuid4().hex[:6]}").fit()
+                     storage_path=tmp_path, experiment=f"ema-{uuid.uuid4().hex[:6]}", fresh_budget=True).fit()
     assert result.model is not None and result.private_checkpoint_path is not None
     runner = load_checkpoint(result.private_checkpoint_path)["runners"][0]
     released = released_model_state(runner)
@@ -154,7 +154,7 @@ def test_tensorboard_is_opt_in(ray_session, data, tmp_path: Path) -> None:
     result = DPTuner(None, param_space=space, search="grid_composed",
                      budget=PrivacyBudget(8.0, 1e-5), data=data,
                      storage_path=tmp_path, experiment=f"tb-{uuid.uuid4().hex[:6]}",
-                     tensorboard=True).fit()
+                     tensorboard=True, fresh_budget=True).fit()
     events = list((Path(result.experiment_path) / "tune").rglob("events.out.tfevents*"))
     assert len(events) == 2  # one event file per trial, as plain Tune writes
 
@@ -198,7 +198,7 @@ def test_grid_search_halts_when_ledger_refuses(ray_session, data, tmp_path: Path
 def test_selection_on_unprivatised_metric_is_refused(ray_session, data, tmp_path: Path) -> None:
     tuner = DPTuner(None, param_space=SPACE, search="random_stopping",
                     budget=PrivacyBudget(4.0, 1e-5), metric="loss",
-                    mode="min", data=data, storage_path=tmp_path, search_kwargs={"mean": 2.0})
+                    mode="min", data=data, storage_path=tmp_path, search_kwargs={"mean": 2.0}, fresh_budget=True)
     with pytest.raises(InvalidParameterError, match="val_accuracy"):
         tuner.fit()
     # the dedicated ledger actor is gone with fit(); its journal is the record
@@ -230,7 +230,7 @@ def test_each_algorithm_in_a_real_tuner(ray_session, data, tmp_path: Path, algor
     tuner = DPTuner(None, param_space=space, search=algorithm, budget=budget,
                     data=data, storage_path=tmp_path,
                     experiment=f"{algorithm}-{uuid.uuid4().hex[:6]}", search_kwargs=kwargs,
-                    max_concurrent_trials=2)
+                    max_concurrent_trials=2, fresh_budget=True)
     result = tuner.fit()
     cert = result.certificate
     assert cert.within_budget
@@ -248,7 +248,7 @@ def test_resume_replays_the_plan_charge(ray_session, data, tmp_path: Path) -> No
     def make() -> DPTuner:
         return DPTuner(None, param_space=SPACE, search="random_stopping",
                        budget=PrivacyBudget(4.0, 1e-5), data=data,
-                       storage_path=tmp_path, experiment=experiment, search_kwargs={"mean": 2.0})
+                       storage_path=tmp_path, experiment=experiment, search_kwargs={"mean": 2.0}, fresh_budget=True)
 
     first = make().fit()
     with pytest.raises(InvalidParameterError, match="already exists"):
@@ -273,7 +273,7 @@ def test_runs_inside_a_ray_task(ray_session, tmp_path: Path) -> None:
         data = split(load_mnist1d(num_samples=600, seed=5), 0.2, 0.2, seed=0)
         result = DPTuner(None, param_space=SPACE, search="one_shot_random",
                          budget=PrivacyBudget(2.0, 1e-5), data=data,
-                         storage_path=storage).fit()
+                         storage_path=storage, fresh_budget=True).fit()
         cert = result.certificate
         return cert.epsilon, cert.budget.epsilon, result.model is not None
 
@@ -296,7 +296,7 @@ def test_dedicated_ledger_that_cannot_start_runs_nothing(ray_session, data, tmp_
     space = {**SPACE, "lr": tune.grid_search([0.1, 0.3, 1.0]), "noise_multiplier": 1.6}
     tuner = DPTuner(None, param_space=space, search="grid_composed",
                     budget=PrivacyBudget(8.0, 1e-5), data=data,
-                    storage_path=tmp_path, experiment=experiment, max_concurrent_trials=1)
+                    storage_path=tmp_path, experiment=experiment, max_concurrent_trials=1, fresh_budget=True)
     with pytest.raises(RayDPHPOError, match="failed to start: .*LedgerMismatchError.*budget"):
         tuner.fit()
     assert journal.read_bytes() == before
@@ -313,7 +313,7 @@ def test_fixed_plan_calibrates_on_the_tightest_valid_bound(ray_session, data, tm
     budget = PrivacyBudget(3.0, 1e-5)
     result = DPTuner(None, param_space=SPACE, search="one_shot_random", budget=budget,
                      data=data, storage_path=tmp_path,
-                     experiment=f"best-{uuid.uuid4().hex[:6]}").fit()
+                     experiment=f"best-{uuid.uuid4().hex[:6]}", fresh_budget=True).fit()
     (_, plan), = result.certificate.charges
     assert result.certificate.ledger_halting_rule == "fixed_plan/profile"
     eps_pld = epsilon(plan, budget.delta, Accountant.PLD)
@@ -333,7 +333,7 @@ def test_dp_test_accuracy_is_its_own_charge(ray_session, data, tmp_path: Path) -
     searcher = OneShotRandomSearch(None, metric="val_accuracy", ledger_name="not-this-one")
     result = DPTuner(None, param_space=SPACE, search=searcher, budget=budget, data=data,
                      storage_path=tmp_path, experiment=f"dptest-{uuid.uuid4().hex[:6]}",
-                     test_accuracy_epsilon=0.5).fit()
+                     test_accuracy_epsilon=0.5, fresh_budget=True).fit()
     assert searcher.budget == PrivacyBudget(2.5, 1e-5)
     assert searcher._ledger_name == result.certificate.ledger_name
     assert [cid for cid, _ in result.certificate.charges][0].endswith("/plan")
@@ -347,7 +347,7 @@ def test_dp_test_accuracy_is_its_own_charge(ray_session, data, tmp_path: Path) -
     assert public["dp_test_accuracy"]["epsilon"] == 0.5
     with pytest.raises(InvalidParameterError, match="leaves nothing"):
         DPTuner(None, param_space=SPACE, search="one_shot_random", budget=budget,
-                data=data, test_accuracy_epsilon=3.0)
+                data=data, test_accuracy_epsilon=3.0, fresh_budget=True)
 
 
 def test_resumed_dedicated_ledger_keeps_its_journal_accountant(tmp_path):
@@ -393,7 +393,7 @@ def test_a_retried_trial_pays_again(ray_session, data, tmp_path: Path) -> None:
     result = DPTuner(tune.with_resources(flaky_trainable, {"cpu": 1}), param_space=space,
                      search="grid_composed", budget=PrivacyBudget(8.0, 1e-5), data=data,
                      storage_path=tmp_path, experiment=name,
-                     run_config=tune.RunConfig(failure_config=tune.FailureConfig(max_failures=1))
+                     run_config=tune.RunConfig(failure_config=tune.FailureConfig(max_failures=1)), fresh_budget=True
                      ).fit()
     ids = [cid for cid, _ in result.certificate.charges]
     assert len(ids) == 2 and {i.rsplit("/", 1)[1] for i in ids} == {"attempt-0", "attempt-1"}

@@ -48,13 +48,13 @@ def no_ray(monkeypatch):
 
 def make(data, **kwargs) -> DPTuner:
     args = {"param_space": SPACE, "search": "random_stopping", "budget": BUDGET, "data": data,
-            **kwargs}
+            "fresh_budget": not {"ledger", "dataset"} & kwargs.keys(), **kwargs}
     return DPTuner(None, **args)
 
 
 def test_everything_after_the_trainable_is_a_keyword(data) -> None:
     with pytest.raises(TypeError, match="positional"):
-        DPTuner(None, SPACE, "random_stopping", BUDGET, data=data)  # type: ignore[misc]
+        DPTuner(None, SPACE, "random_stopping", BUDGET, data=data, fresh_budget=True)  # type: ignore[misc]
     tuner = make(data)
     assert tuner._max_concurrent == DEFAULT_MAX_CONCURRENT_TRIALS
     assert tuner._max_failures == 0 and tuner._reuse_actors is True
@@ -163,15 +163,16 @@ def test_a_value_given_twice_alike_is_accepted(data, tmp_path: Path) -> None:
 def test_constructed_searcher_lends_its_space_and_metric(data) -> None:
     searcher = OneShotRandomSearch(SPACE, metric="val_accuracy", mode="max", dataset_size=300,
                                    budget=BUDGET)
-    tuner = DPTuner(None, search=searcher, budget=BUDGET, data=data)
+    tuner = DPTuner(None, search=searcher, budget=BUDGET, data=data, fresh_budget=True)
     assert tuner._space == SPACE and tuner._metric == "val_accuracy"
     equal = pickle.loads(pickle.dumps(SPACE))  # equal values, other Domain objects
-    assert DPTuner(None, param_space=equal, search=searcher, budget=BUDGET, data=data)
+    assert DPTuner(None, param_space=equal, search=searcher, budget=BUDGET, data=data,
+                   fresh_budget=True)
     with pytest.raises(InvalidParameterError, match="give the space once"):
         DPTuner(None, param_space={**SPACE, "epochs": 2}, search=searcher, budget=BUDGET,
-                data=data)
+                data=data, fresh_budget=True)
     with pytest.raises(InvalidParameterError, match="param_space is missing"):
-        DPTuner(None, search="one_shot_random", budget=BUDGET, data=data)
+        DPTuner(None, search="one_shot_random", budget=BUDGET, data=data, fresh_budget=True)
 
 
 # ------------------------------------------------------------------ restore / can_restore

@@ -51,7 +51,7 @@ def _run(tmp_path: Path, name: str) -> Any:
                      search="random_stopping",
                      budget=PrivacyBudget(20.0, 1e-5), data=data, storage_path=tmp_path,
                      experiment=name, search_kwargs={"mean": 3.0, "distribution": "poisson"},
-                     secret_seed=1).fit()
+                     secret_seed=1, fresh_budget=True).fit()
 
 
 @pytest.mark.parametrize("driver_on_head", [True, False])

@@ -1,0 +1,80 @@
+"""The budget belongs to the data: the dataset ledger that ``DPTuner`` and ``raydp-hpo run``
+charge by default.
+
+A dataset is named by its fingerprint (:func:`raydp_hpo.trainables.data.dataset_fingerprint`:
+the built-in dataset and its generator settings, the canonical Parquet URI, or a name the
+user declares). Its ledger is the Ray actor :func:`~raydp_hpo.trainables.data.
+dataset_ledger_name` journaled at ``<storage>/ledgers/<name>.journal``, so every experiment on
+the same data, from Python or from an experiment file, spends from one budget:
+
+* the first experiment creates the ledger with its own budget as the dataset's total;
+* a later experiment on the same data attaches to it (the journal's total budget, never its
+  own): it may spend at most its own ε, and only what the dataset has left;
+* a fresh per-experiment budget is an explicit choice (``DPTuner(fresh_budget=True)``, or a
+  ``ledger:`` named in an experiment file), logged as such.
+
+Experiments on one dataset ledger are chosen adaptively (one release may shape the next), so
+the ledger halts by the adaptive RDP filter (Feldman & Zrnic 2021), the rule valid for
+charges chosen that way (:class:`~raydp_hpo.ledger.filter.Adaptivity`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from raydp_hpo.accounting.accountants import Accountant
+from raydp_hpo.accounting.budget import PrivacyBudget
+from raydp_hpo.errors import InvalidParameterError
+from raydp_hpo.ledger.actor import DEFAULT_NAMESPACE, LedgerHandle, get_ledger
+from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger
+from raydp_hpo.trainables.data import dataset_ledger_name
+
+__all__ = ["dataset_ledger_journal", "dataset_ledger_budget", "open_dataset_ledger"]
+
+#: How a dataset ledger halts (see the module docstring).
+DATASET_ADAPTIVITY = Adaptivity.ADAPTIVE
+DATASET_ACCOUNTANT = Accountant.RDP
+
+
+def dataset_ledger_journal(storage: str | Path, fingerprint: str) -> Path:
+    """The journal of the dataset's ledger under ``storage``: ``<storage>/ledgers/<name>``."""
+    name = dataset_ledger_name(fingerprint)
+    return (Path(storage).expanduser() / "ledgers" / f"{name}.journal").resolve()
+
+
+def dataset_ledger_budget(journal: Path, budget: PrivacyBudget, fingerprint: str,
+                          out: Callable[[str], None]) -> PrivacyBudget:
+    """The total budget of the dataset's ledger: the journal's, if it exists (its δ must be
+    ``budget.delta``: a ledger states ε at one δ), else ``budget`` (a new ledger). Reads the
+    journal without changing it; says on ``out`` which case it is."""
+    name = dataset_ledger_name(fingerprint)
+    if journal.exists():
+        report = PrivacyLedger.read_only(journal).report()
+        out(f"[raydp-hpo] dataset ledger {name!r} ({fingerprint}): total "
+            f"ε={report.budget.epsilon:g}, δ={report.budget.delta:g}, already spent "
+            f"ε={report.spent_epsilon:.4f}; this experiment may spend at most "
+            f"ε={budget.epsilon:g}")
+        if report.budget.delta != budget.delta:
+            raise InvalidParameterError(
+                f"budget.delta={budget.delta:g} differs from the dataset ledger's "
+                f"δ={report.budget.delta:g} ({journal}); a dataset ledger states ε at one δ: "
+                f"use delta={report.budget.delta:g}"
+            )
+        return report.budget
+    out(f"[raydp-hpo] new dataset ledger {name!r} for {fingerprint} with total budget "
+        f"ε={budget.epsilon:g}, δ={budget.delta:g} (journal {journal}); later experiments on "
+        "this data spend from it")
+    return budget
+
+
+def open_dataset_ledger(fingerprint: str, budget: PrivacyBudget, storage: str | Path, *,
+                        namespace: str = DEFAULT_NAMESPACE,
+                        out: Callable[[str], None] = print) -> LedgerHandle:
+    """Create or attach to the dataset's ledger actor (Ray must be initialised) and verify
+    it: its journal is :func:`dataset_ledger_journal`, its total budget
+    :func:`dataset_ledger_budget`."""
+    journal = dataset_ledger_journal(storage, fingerprint)
+    total = dataset_ledger_budget(journal, budget, fingerprint, out)
+    return get_ledger(dataset_ledger_name(fingerprint), total, journal, namespace=namespace,
+                      adaptivity=DATASET_ADAPTIVITY, accountant=DATASET_ACCOUNTANT)
