@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -28,34 +29,6 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = "cluster/examples/mnist1d_small.yaml"
 
 
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct ports that are free now, drawn between Ray's worker ports (10002 to
-    19999 by default, which ``ray start`` refuses to share) and the kernel's ephemeral range.
-
-    Each is checked by binding it on every interface, and all stay bound until the last is
-    chosen, so no two coincide. Asking the kernel for port 0 instead draws from the ephemeral
-    range: two draws can return the same port once the first socket is closed, and the many
-    sockets the cluster's own processes open on port 0 can take a chosen port before Ray binds
-    it. CI once saw the runtime-env agent's requests answered by the metrics exporter.
-    """
-    low, _ = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
-    draw = random.Random()  # seeded from the OS: parallel sessions draw different ports
-    held: list[socket.socket] = []
-    try:
-        while len(held) < count:
-            sock = socket.socket()
-            try:
-                sock.bind(("0.0.0.0", draw.randrange(20_000, max(low, 25_000))))
-            except OSError:
-                sock.close()
-                continue
-            held.append(sock)
-        return [int(sock.getsockname()[1]) for sock in held]
-    finally:
-        for sock in held:
-            sock.close()
-
-
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["RAY_AUTH_MODE"] = "disabled"
@@ -66,22 +39,55 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _free_port_block(size: int) -> int:
+    """The first port of ``size`` consecutive ports that are free now, drawn between Ray's
+    worker ports (10002 to 19999 by default, which ``ray start`` refuses to share) and the
+    kernel's ephemeral range.
+
+    Each is checked by binding it on every interface, and all stay bound until the last is
+    checked. Asking the kernel for port 0 instead draws from the ephemeral range, where the
+    many sockets the cluster's own processes open on port 0 can take a chosen port before Ray
+    binds it (CI once saw the runtime-env agent's requests answered by the metrics exporter).
+    """
+    low, _ = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    draw = random.Random()
+    while True:
+        base = draw.randrange(20_000, max(low, 25_000) - size)
+        held: list[socket.socket] = []
+        try:
+            for port in range(base, base + size):
+                sock = socket.socket()
+                held.append(sock)
+                sock.bind(("0.0.0.0", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in held:
+                sock.close()
+
+
+def _readme_head_command(base: int, temp_dir: str) -> str:
+    """The local-head recipe of cluster/README.md as written (``P=...`` and its ``ray start``
+    command), with the port block and temp dir of this test: what the README tells a user to
+    run is what starts this cluster."""
+    text = (ROOT / "cluster" / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"^P=\d+\n(ray start (?:.*\\\n)*.*)$", text, flags=re.M)
+    assert match, "cluster/README.md lost its local-head recipe (P=... then ray start ...)"
+    command = match.group(1).replace("--temp-dir=/tmp/raydp-head", f"--temp-dir={temp_dir}")
+    return f"P={base}\n{command}"
+
+
 def test_ray_job_submit_runs_the_example_within_budget(tmp_path: Path) -> None:
     ray_bin = str(Path(sys.executable).parent / "ray")
     temp_dir = tempfile.mkdtemp(prefix="rdhjob", dir="/tmp")  # short: socket paths
-    names = ("ray-client-server-port", "dashboard-agent-listen-port",
-             "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port",
-             "node-manager-port", "object-manager-port")
-    gcs, dash, *rest = _free_ports(2 + len(names))
-    ports = [f"--{name}={port}" for name, port in zip(names, rest, strict=True)]
+    base = _free_port_block(9)  # the README pins P..P+8
+    dash = base + 1
     env = _env()
     storage = tmp_path / "results"
     try:
         head = subprocess.run(
-            [ray_bin, "start", "--head", f"--port={gcs}", f"--temp-dir={temp_dir}",
-             "--node-ip-address=127.0.0.1", "--include-dashboard=true",
-             "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", "--num-cpus=2",
-             "--disable-usage-stats", *ports],
+            ["bash", "-c", _readme_head_command(base, temp_dir)],
             env=env, capture_output=True, text=True, timeout=120,
         )
         assert head.returncode == 0, (head.stdout + head.stderr)[-3000:]
@@ -114,5 +120,5 @@ def test_ray_job_submit_runs_the_example_within_budget(tmp_path: Path) -> None:
         assert json.loads((run_dir / "run.json").read_text())["status"] == "finished"
         print(f"job finished in {elapsed:.1f}s, ε={cert['epsilon']['best']:.4f}")
     finally:
-        stop_cluster(temp_dir, f":{gcs}")
+        stop_cluster(temp_dir, f":{base}")
         shutil.rmtree(temp_dir, ignore_errors=True)
