@@ -13,6 +13,7 @@ from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.cli.experiment import (
     ExperimentSpec,
     build_param_space,
+    load_data,
     load_experiment,
     parse_experiment,
     validate_search,
@@ -259,6 +260,41 @@ def test_dry_run_runs_the_checks_run_makes(raw: dict[str, Any], tmp_path: Path,
         assert main(["run", str(path), "--dry-run", "--storage-path", str(tmp_path)]) \
             == EXIT_BAD_INPUT, name
         assert message in capsys.readouterr().err
+
+
+def test_dry_run_prints_the_sizes_to_declare(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A Parquet file without declared sizes is refused (naming what to declare); with
+    sizes_public its dry run prints the realised sizes and class count, marked private, so
+    that the owner can declare them; declared, the run uses exactly what was declared."""
+    _write_parquet(tmp_path / "d.parquet", 300, 0)
+    raw = {"experiment": "sizes", "model": "mlp",
+           "data": {"source": "parquet", "uri": str(tmp_path / "d.parquet"), "label_column": "y",
+                    "val_fraction": 0.2, "test_fraction": 0.1},
+           "search": {"algorithm": "one_shot_random"},
+           "space": {"lr": 0.1, "epochs": 1, "sample_rate": 0.1, "noise_multiplier": 1.0},
+           "budget": {"epsilon": 8.0, "delta": 1e-5}, "storage_path": str(tmp_path / "store")}
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["run", str(path), "--dry-run"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    for key in ("data.declared_train_size", "data.declared_validation_size", "data.num_classes",
+                "data.sizes_public: true"):
+        assert key in err
+    raw["data"]["sizes_public"] = True
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["run", str(path), "--dry-run"]) == EXIT_OK
+    out = capsys.readouterr().out
+    data = load_data(parse_experiment(raw).data, 0)
+    assert ("realised sizes (private; declare public values: data.declared_train_size, "
+            "data.declared_validation_size, data.declared_test_size, data.num_classes): "
+            f"train={len(data.train)}, validation={len(data.val)}, test={len(data.test)}, "
+            "classes=3 (max label + 1)") in out
+    raw["data"].update(sizes_public=False, **_PQ_SIZES)
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["run", str(path), "--dry-run"]) == EXIT_OK
+    assert "public sizes the run uses: train=240, validation=30," in capsys.readouterr().out
+    assert not (tmp_path / "store" / "ledgers").exists()  # nothing charged, no journal
 
 
 def test_path_like_names_duplicates_and_empty_files(raw: dict[str, Any], tmp_path: Path) -> None:
