@@ -318,8 +318,9 @@ def load_parquet(
     ``feature_column`` (one list-valued column holding every row's feature vector); with
     neither, every column but the label is a feature (a single list-valued one is taken as
     ``feature_column``). ``num_classes`` defaults to ``max(label) + 1``, read off the private
-    labels: the result says so (``num_classes_declared=False``) and a certificate lists it as
-    treated as public; declare it to keep the model's shape independent of the data. ``key`` names the
+    labels: the result says so (``num_classes_declared=False``), and :class:`~raydp_hpo.tune.
+    tuner.DPTuner` refuses it unless ``sizes_public=True`` (the certificate then lists it as
+    treated as public); declare it to keep the model's shape independent of the data. ``key`` names the
     setting that gave ``uri`` in error messages. The table's number of rows is private:
     ``public_size`` declares a public one N (``Dataset.public_size``; :func:`split` then
     derives public split sizes from it), else the sizes must be declared to

@@ -634,7 +634,8 @@ class DPTuner:
             raise InvalidParameterError(f"secret_seed must be an int or None, got {secret_seed!r}")
         self._secret_seed = secret_seed
 
-        # declared public sizes (None: the realised ones, listed as treated as public)
+        # declared public sizes (None: from the searcher or data.declared_sizes, or refused;
+        # the realised ones only with sizes_public=True: _resolve_sizes)
         dataset_size, validation_size, test_size = (
             None if v is None else positive_int(name, v)
             for name, v in (("dataset_size", dataset_size), ("validation_size", validation_size),
@@ -1327,7 +1328,8 @@ class DPTuner:
         if train is None:  # a user trainable with its own data: nothing known here
             return ()
         how = ("declared" if train.num_classes_declared else "max label + 1 in the data, "
-               "treated as public (declare num_classes to make it data-independent)")
+               "treated as public: sizes_public=True (declare num_classes to make it "
+               "data-independent)")
         return (("number of classes", f"{train.num_classes} ({how})"),)
 
     @staticmethod
