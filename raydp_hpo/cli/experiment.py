@@ -613,9 +613,10 @@ def load_data(spec: DataSpec, split_seed: int) -> Any:
                      "test": files.get("test", splits.test)}
             # one label set: num_classes (default max(label) + 1) over every file
             k = max(part.num_classes for part in parts.values())
-            return DataSplits(**{name: Dataset(part.features, part.labels, k,
-                                               num_classes_declared=spec.num_classes is not None)
-                                 for name, part in parts.items()})
+            train, val, test = (Dataset(part.features, part.labels, k,
+                                        num_classes_declared=spec.num_classes is not None)
+                                for part in parts.values())
+            return DataSplits(train, val, test)  # sizes private: the spec declares them
     return split(dataset, spec.val_fraction, spec.test_fraction, seed=split_seed)
 
 
