@@ -61,9 +61,11 @@ def run_demo(*, quick: bool = False, storage_path: str | None = None) -> int:
     }
     mean_trials = 3.0 if quick else 6.0
     print("raydp-hpo demo: DP hyperparameter search on MNIST-1D (generated locally)")
-    # Declared public sizes (the expected split sizes of the public total): the realised split
-    # sizes are private and are neither printed nor used by the accounting.
-    train_size, val_size = round(samples * 0.7), round(samples * 0.15)
+    # Declared public sizes (split() declares the expected split sizes of MNIST-1D's public
+    # total): the realised split sizes are private and are neither printed nor used.
+    sizes = data.declared_sizes
+    assert sizes is not None  # load_mnist1d's size is public
+    train_size, val_size = sizes.train, sizes.validation
     print(f"  data: {samples} records, split 70/15/15 % (declared public sizes: {train_size} "
           f"train, {val_size} validation)")
     print(f"  budget: ε={budget.epsilon}, δ={budget.delta} for the whole search")
@@ -82,8 +84,6 @@ def run_demo(*, quick: bool = False, storage_path: str | None = None) -> int:
             experiment="demo",
             search_kwargs={"mean": mean_trials},
             max_concurrent_trials=2,
-            dataset_size=train_size,
-            validation_size=val_size,
             # a budget of the demo's own (logged): a second demo must not find the
             # dataset's budget spent by the first
             fresh_budget=True,

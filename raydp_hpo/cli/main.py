@@ -302,11 +302,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         # Every check `run` makes before its first charge, without Ray or a ledger: the space
         # against the trainable, the search settings and the plan against the budget.
-        from raydp_hpo.cli.experiment import preflight
+        from raydp_hpo.cli.experiment import describe_sizes, preflight
 
-        preflight(spec)  # the same checks as run, every error at once
+        checked = preflight(spec)  # the same checks as run, every error at once
         print(f"experiment file {args.experiment} is valid: {spec.experiment} -> {spec.run_dir} "
               f"(ledger {spec.ledger_name}, journal {spec.ledger_journal()})")
+        for line in describe_sizes(spec, checked):
+            print(line)
         return EXIT_OK
     try:
         outcome = run_experiment(spec, progress_interval_s=args.progress_interval,

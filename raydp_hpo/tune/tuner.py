@@ -52,6 +52,7 @@ import re
 import shutil
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -296,6 +297,135 @@ def _same_space(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class _Size:
+    """One public size a run uses: its value and where it came from (the certificate says)."""
+
+    value: int
+    how: str
+
+
+#: (DPTuner keyword, what the size normalises, the realised size of ``DataSplits``)
+_SIZE_ROLES = (
+    ("dataset_size", "training", "train", "q from batch_size and the DP-SGD normaliser q·n"),
+    ("validation_size", "validation", "val", "the normaliser of the noisy selection scores"),
+    ("test_size", "test", "test", "the normaliser of the DP test accuracy"),
+)
+_TAKEN = "taken from the data and treated as public: sizes_public=True"
+
+
+def _searcher_setting(search: Any, name: str) -> Any:
+    """The ``dataset_size`` / ``validation_size`` a constructed searcher was given (it reaches
+    its trials' configs), or ``None``."""
+    from raydp_hpo.searchers import DPSearcher
+
+    if not isinstance(search, DPSearcher):
+        return None
+    if search.has_space:
+        return getattr(search, f"_{name}", None)
+    _, kwargs = search.__dict__["_deferred"]
+    return kwargs.get(name)
+
+
+def _reads_private_scores(search: Any, search_kwargs: Mapping[str, Any]) -> bool:
+    """Whether a selection reads validation scores normalised by n_val that are not public:
+    Laplace/Gaussian-noised scores (``score_epsilon`` not ``None``) or SVT's partition utility
+    (sensitivity 1/k needs n_val >= k). One-shot random search reads no score."""
+    from raydp_hpo.searchers import (
+        DPSearcher,
+        OneShotRandomSearch,
+        SearchAlgorithm,
+        SVTThresholdSearch,
+    )
+    from raydp_hpo.trial.privacy import DEFAULT_SCORE_EPSILON
+
+    if isinstance(search, DPSearcher):
+        if isinstance(search, (SVTThresholdSearch, OneShotRandomSearch)):
+            return isinstance(search, SVTThresholdSearch)
+        if search.has_space:
+            return search.score_epsilon is not None
+        kwargs = search.__dict__["_deferred"][1]
+        return kwargs.get("score_epsilon", DEFAULT_SCORE_EPSILON) is not None
+    if search in (SearchAlgorithm.SVT_THRESHOLD, SearchAlgorithm.ONE_SHOT_RANDOM):
+        return search is SearchAlgorithm.SVT_THRESHOLD
+    return search_kwargs.get("score_epsilon", DEFAULT_SCORE_EPSILON) is not None
+
+
+def _resolve_sizes(data: Any, search: Any, search_kwargs: Mapping[str, Any], *,
+                   sizes_public: bool, declared: tuple[int | None, int | None, int | None],
+                   test_release: bool) -> tuple[_Size, _Size, _Size]:
+    """The (training, validation, test) sizes of a run, each from the first of: the
+    ``DPTuner`` keyword, a constructed searcher's own setting (training, validation), the
+    ``DataSplits``' ``declared_sizes`` (public), or — only with ``sizes_public=True``, or where
+    the run needs no such size — the realised size of ``data``.
+
+    A size the run needs (the training size always; the validation size when a selection
+    reads private scores; the test size for a DP test accuracy) that is none of these is
+    refused, naming each missing keyword but not its realised value (that value is private).
+    """
+    from raydp_hpo.searchers import DPSearcher
+
+    needed = (
+        not (isinstance(search, DPSearcher) and _searcher_setting(search, "dataset_size")),
+        _reads_private_scores(search, search_kwargs),
+        test_release,
+    )
+    public = data.declared_sizes
+    from_split = (None,) * 3 if public is None else (public.train, public.validation, public.test)
+    out: list[_Size] = []
+    missing: list[str] = []
+    taken: list[str] = []
+    for (name, what, attr, role), given, need, split_size in zip(_SIZE_ROLES, declared, needed,
+                                                                 from_split):
+        own = _searcher_setting(search, name) if name != "test_size" else None
+        if given is not None and own is not None and given != own:
+            raise InvalidParameterError(
+                f"{name}={given} conflicts with the searcher's own {name}={own} "
+                f"({type(search).__name__}); declare the {what}-set size once"
+            )
+        realised = max(1, len(getattr(data, attr)))
+        if given is not None:
+            out.append(_Size(given, "declared"))
+        elif own is not None:
+            out.append(_Size(int(own), f"declared by the searcher's {name}"))
+        elif split_size is not None:
+            out.append(_Size(split_size, "declared: the split's public size, "
+                             "DataSplits.declared_sizes"))
+        elif need and sizes_public:
+            out.append(_Size(realised, _TAKEN))
+            taken.append(f"{what}-set")
+        elif need:
+            missing.append(f"{name} ({what} set: {role})")
+            out.append(_Size(realised, ""))
+        else:
+            out.append(_Size(realised, "taken from the data; no released quantity of this run "
+                             "is normalised by it"))
+    if not data.train.num_classes_declared:
+        if sizes_public:
+            taken.append("number-of-classes")
+        else:
+            missing.append("num_classes (read off the private labels as max(label) + 1; it "
+                           "fixes the model's output width: load_parquet(num_classes=...))")
+    if missing:
+        raise InvalidParameterError(
+            f"DPTuner needs a declared public size for: {'; '.join(missing)}. The realised "
+            "sizes of `data` are private (one record added or removed changes them, and a "
+            "normaliser read off them moves what is released by more than its noise covers), "
+            "so they are not used silently. Declare the sizes as DPTuner keywords, or split() a "
+            "dataset whose size is public (load_mnist1d, load_digits, or "
+            "load_parquet(public_size=N)), or pass sizes_public=True to accept the realised "
+            "sizes as public (the certificate then lists them as treated as public)"
+        )
+    if taken:
+        warnings.warn(
+            f"sizes_public=True: the realised {', '.join(taken)} size(s) of the data are "
+            "treated as public (normalisers read off private data; the certificate lists "
+            "them). Declare public sizes to make every normaliser independent of the data.",
+            UserWarning, stacklevel=3,
+        )
+    return out[0], out[1], out[2]
+
+
 def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", text)
 
@@ -381,13 +511,24 @@ class DPTuner:
             model's count of correct test predictions is released with Laplace noise of scale
             1/ε_t (sensitivity 1 under add/remove; :func:`raydp_hpo.accounting.calibration.
             calibrate_laplace`) over the declared test size, as its own ``Laplace(ε_t)`` charge.
-        test_size: the declared public number of test records (default: the realised size,
-            listed in the certificate as treated as public).
+        test_size: the declared public number of test records, the DP test accuracy's
+            normaliser (needed with ``test_accuracy_epsilon``).
         dataset_size, validation_size: the declared **public** numbers of training and
-            validation records (q from ``batch_size``, the DP-SGD normaliser, the score
-            normaliser). Default: the realised sizes of ``data``, which the certificate then
-            lists as treated as public (a neighbouring dataset has another size: declare them
-            to make every normaliser independent of the data).
+            validation records. The training size n is needed by every run (q from
+            ``batch_size``, the DP-SGD normaliser q·n, and ``config["raydp"]["dataset_size"]``
+            of every trial), unless a searcher constructed with its own space declares it; the
+            validation size n_val when a selection reads privatised scores (``score_epsilon``
+            not ``None``, or SVT's partition utility) — the score is the noisy correct count
+            over n_val. Default: ``data.declared_sizes`` (set by :func:`raydp_hpo.trainables.
+            split` from a dataset of public size: the built-in loaders), else a needed size is
+            **refused** (:class:`~raydp_hpo.errors.InvalidParameterError` naming it): the
+            realised sizes are private — one record added or removed changes them, and a
+            normaliser read off them moves a score by more than its noise covers.
+        sizes_public: ``True`` accepts the realised sizes of ``data`` as public where none is
+            declared, and a number of classes read off the labels (``load_parquet`` without
+            ``num_classes``, refused otherwise); a warning says so and the certificate lists
+            them as taken from the data and treated as public. Declaring them is the
+            data-independent alternative.
     """
 
     def __init__(
@@ -417,6 +558,7 @@ class DPTuner:
         validation_size: int | None = None,
         test_accuracy_epsilon: float | None = None,
         test_size: int | None = None,
+        sizes_public: bool = False,
         verbose: int | None = None,
         callbacks: Sequence[Any] = (),
         progress: Callable[[str], None] | None = None,
@@ -515,7 +657,8 @@ class DPTuner:
             raise InvalidParameterError(f"secret_seed must be an int or None, got {secret_seed!r}")
         self._secret_seed = secret_seed
 
-        # declared public sizes (None: the realised ones, listed as treated as public)
+        # declared public sizes (None: from the searcher or data.declared_sizes, or refused;
+        # the realised ones only with sizes_public=True: _resolve_sizes)
         dataset_size, validation_size, test_size = (
             None if v is None else positive_int(name, v)
             for name, v in (("dataset_size", dataset_size), ("validation_size", validation_size),
@@ -534,13 +677,14 @@ class DPTuner:
             # the search gets ε − ε_t: with the Laplace(ε_t) release composed on top, the total
             # stays within ε (ε_t-DP composes additively under RDP, PLD and basic composition)
             self._search_budget = PrivacyBudget(budget.epsilon - eps_t, budget.delta)
-        self._test_size = test_size if test_size is not None else max(1, len(data.test))
-        self._declared_sizes = (dataset_size is not None, validation_size is not None,
-                                test_size is not None)
-        self._dataset_size = dataset_size if dataset_size is not None else len(data.train)
-        self._validation_size = (
-            validation_size if validation_size is not None else max(1, len(data.val))
-        )
+        if not isinstance(sizes_public, bool):
+            raise InvalidParameterError(f"sizes_public must be True or False, got {sizes_public!r}")
+        self._sizes_public = sizes_public
+        sizes = _resolve_sizes(data, search, self._search_kwargs, sizes_public=sizes_public,
+                               declared=(dataset_size, validation_size, test_size),
+                               test_release=self._test_epsilon is not None)
+        self._sizes = sizes
+        self._dataset_size, self._validation_size, self._test_size = (s.value for s in sizes)
         self._verbose = settings.verbose
         self._callbacks = list(settings.callbacks)
         self._reuse_actors = settings.reuse_actors
@@ -554,9 +698,9 @@ class DPTuner:
             "search_kwargs": self._search_kwargs, "max_concurrent_trials": self._max_concurrent,
             "max_failures": self._max_failures, "dataset_size": dataset_size,
             "validation_size": validation_size, "test_accuracy_epsilon": test_accuracy_epsilon,
-            "test_size": test_size, "verbose": self._verbose, "reuse_actors": self._reuse_actors,
-            "tensorboard": self._tensorboard, "dataset": self._dataset,
-            "fresh_budget": fresh_budget,
+            "test_size": test_size, "sizes_public": sizes_public, "verbose": self._verbose,
+            "reuse_actors": self._reuse_actors, "tensorboard": self._tensorboard,
+            "dataset": self._dataset, "fresh_budget": fresh_budget,
         }
         self._resume = False
 
@@ -723,6 +867,10 @@ class DPTuner:
                     "search_kwargs are only for a SearchAlgorithm, not a constructed searcher"
                 )
             searcher = self._search
+            if searcher.has_space and getattr(searcher, "_validation_size", None) is None:
+                # its trials normalise their scores by this run's public validation size
+                # (else each trial would fall back to the realised, private one)
+                searcher._validation_size = self._validation_size
         else:
             # every keyword but the space and what set_search_properties fills in below
             searcher = make_searcher(self._search, param_space=None, metric=self._metric,
@@ -857,6 +1005,9 @@ class DPTuner:
         args = dict(saved["args"])
         # a restore file from before dataset ledgers: no ledger given meant a dedicated one
         args.setdefault("fresh_budget", saved["ledger_name"] is None)
+        # a restore file from before sizes_public existed: that run's plan was charged with the
+        # realised sizes treated as public, so its resume keeps them (the same normalisers)
+        args.setdefault("sizes_public", True)
         saved_search = saved["search"]
         if search is None:
             if saved_search is None:
@@ -1209,15 +1360,11 @@ class DPTuner:
     def _public_quantities(self) -> tuple[tuple[str, str], ...]:
         """What the certificate's guarantee treats as public (DESIGN.md, "Released vs
         private" and "Secrets and neighbouring datasets")."""
-        n_declared, val_declared, test_declared = self._declared_sizes
-        taken = "taken from the data and treated as public (declare it to make it data-independent)"
+        train, val, test = self._sizes
         return (
-            ("training-set size", f"{self._dataset_size} ("
-             + ("declared" if n_declared else taken) + ")"),
-            ("validation-set size", f"{self._validation_size} ("
-             + ("declared" if val_declared else taken) + ")"),
-            *((("test-set size", f"{self._test_size} ("
-                + ("declared" if test_declared else taken) + ")"),)
+            ("training-set size", f"{train.value} ({train.how})"),
+            ("validation-set size", f"{val.value} ({val.how})"),
+            *((("test-set size", f"{test.value} ({test.how})"),)
               if self._test_epsilon is not None else ()),
             *self._class_count(),
             ("configuration", "the search space, search settings, budget, model, sample rates, "
@@ -1231,7 +1378,8 @@ class DPTuner:
         if train is None:  # a user trainable with its own data: nothing known here
             return ()
         how = ("declared" if train.num_classes_declared else "max label + 1 in the data, "
-               "treated as public (declare num_classes to make it data-independent)")
+               "treated as public: sizes_public=True (declare num_classes to make it "
+               "data-independent)")
         return (("number of classes", f"{train.num_classes} ({how})"),)
 
     @staticmethod
