@@ -72,15 +72,15 @@ def test_random_stopping_end_to_end(ray_session, data, tmp_path: Path) -> None:
     if result.hyperparameters is not None:
         assert "raydp" not in result.hyperparameters and "seed" not in result.hyperparameters
         assert result.model is not None
-    public = json.loads((Path(result.experiment_path) / "release.json").read_text())
-    # the release holds no per-trial metrics and no trial count
-    assert set(public) == {"hyperparameters", "model_path", "budget_exhausted",
-                           "certificate", "dp_test_accuracy"}
+    public = json.loads((Path(result.experiment_path) / "public" / "release.json").read_text())
+    # the release holds no per-trial metrics, no trial count and no path of this machine
+    assert set(public) == {"hyperparameters", "model_file", "budget_exhausted",
+                           "certificate", "dp_test_accuracy", "files", "note"}
     if result.hyperparameters is not None:
         # the released file is the model alone, never the trial's checkpoint (which holds the
         # secret noise generator's state and unnoised metrics)
-        assert public["model_path"] == result.model_path
-        assert Path(result.model_path).parent == Path(result.experiment_path)
+        assert public["model_file"] == "released_model.pt"
+        assert Path(result.model_path).parent == Path(result.experiment_path) / "public"
         payload = torch.load(result.model_path, map_location="cpu", weights_only=True)
         assert set(payload) == {"format", "model", "model_kwargs", "feature_shape",
                                 "num_classes", "state_dict"}
@@ -125,7 +125,7 @@ def test_failed_final_model_means_no_release(ray_session, data, tmp_path: Path) 
     assert result.hyperparameters is None and result.model is None
     assert result.extras["final_failed"] is True
     assert len(result.certificate.charges) == 1 and result.certificate.epsilon > 0
-    public = json.loads((Path(result.experiment_path) / "release.json").read_text())
+    public = json.loads((Path(result.experiment_path) / "public" / "release.json").read_text())
     assert public["hyperparameters"] is None
 
 
@@ -342,7 +342,7 @@ def test_dp_test_accuracy_is_its_own_charge(ray_session, data, tmp_path: Path) -
     assert result.certificate.charges[-1][1] == Laplace(0.5)
     assert result.dp_test_accuracy is not None and 0.0 <= result.dp_test_accuracy <= 1.0
     assert result.certificate.epsilon <= budget.epsilon
-    public = json.loads((Path(result.experiment_path) / "release.json").read_text())
+    public = json.loads((Path(result.experiment_path) / "public" / "release.json").read_text())
     assert public["dp_test_accuracy"]["covered_by_certificate"] is True
     assert public["dp_test_accuracy"]["epsilon"] == 0.5
     with pytest.raises(InvalidParameterError, match="leaves nothing"):
