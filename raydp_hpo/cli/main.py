@@ -320,6 +320,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from raydp_hpo.cli.experiment import preflight
 
         preflight(spec)  # the same checks as run, every error at once
+        from raydp_hpo._storage import warn_if_ephemeral
+
+        warn_if_ephemeral(spec.storage_path, "storage_path", print)
+        warn_if_ephemeral(spec.ledger_journal(), "ledger journal", print)
         print(f"experiment file {args.experiment} is valid: {spec.experiment} -> {spec.run_dir} "
               f"(ledger {spec.ledger_name}, journal {spec.ledger_journal()})")
         return EXIT_OK
