@@ -129,6 +129,47 @@ def test_failed_final_model_means_no_release(ray_session, data, tmp_path: Path) 
     assert public["hyperparameters"] is None
 
 
+def test_default_storage_public_folder_and_publication(ray_session, data, tmp_path: Path,
+                                                      monkeypatch, capsys) -> None:
+    """No storage_path: the experiment goes to $RAYDP_HPO_STORAGE (default ~/raydp_results),
+    `ledger list` finds its dedicated journal there, public/ holds exactly what may be
+    published with no path of this machine, and save_public / `raydp-hpo publish` copy it."""
+    from raydp_hpo.cli.main import main
+
+    storage = tmp_path / "store"
+    monkeypatch.setenv("RAYDP_HPO_STORAGE", str(storage))
+    name = f"pub-{uuid.uuid4().hex[:6]}"
+    result = DPTuner(None, param_space=SPACE, search="one_shot_random",
+                     budget=PrivacyBudget(2.0, 1e-5), data=data, experiment=name).fit()
+    exp = storage.resolve() / name
+    assert result.experiment_path == str(exp) and result.hyperparameters is not None
+    assert main(["ledger", "list"]) == 0
+    assert str(exp / "ledger.journal") in capsys.readouterr().out
+    files = {"release.json", "certificate.json", "released_model.pt"}
+    assert {p.name for p in (exp / "public").iterdir()} == files
+    assert (exp / "PRIVATE_README.txt").is_file() and (exp / "tune").is_dir()
+    assert Path(result.model_path) == exp / "public" / "released_model.pt"
+    out = tmp_path / "published"
+    assert {p.name for p in result.save_public(out)} == files
+    assert main(["publish", str(exp), str(tmp_path / "cli")]) == 0
+    for folder in (exp / "public", out, tmp_path / "cli"):
+        for path in folder.glob("*.json"):
+            stack = [json.loads(path.read_text())]
+            while stack:  # every string of the JSON: no machine path
+                item = stack.pop()
+                if isinstance(item, dict):
+                    stack.extend([*item.keys(), *item.values()])
+                elif isinstance(item, list):
+                    stack.extend(item)
+                elif isinstance(item, str):
+                    assert not item.startswith("/") and str(Path.home()) not in item, item
+                    assert str(storage) not in item and str(tmp_path) not in item, item
+        assert (folder / "released_model.pt").read_bytes() == Path(result.model_path
+                                                                   ).read_bytes()
+    with pytest.raises(InvalidParameterError, match="inside the experiment folder"):
+        result.save_public(exp / "public-copy")
+
+
 def test_the_release_is_the_moving_average_with_ema_decay(ray_session, data, tmp_path: Path
                                                           ) -> None:
     """With ``ema_decay`` the released model is the trial's moving average of the iterates
