@@ -180,7 +180,8 @@ class DPResult:
     experiment directory's ``public/`` folder holds exactly these (``release.json`` — the
     manifest, :meth:`public` —, ``certificate.json``, ``released_model.pt``), with no path of
     this machine: publish it as it is, or copy it with :meth:`save_public`; everything else in
-    the experiment directory is private (:mod:`raydp_hpo.tune.publish`). ``hyperparameters`` is ``None`` when nothing is released: the selection
+    the experiment directory is private (:mod:`raydp_hpo.tune.publish`).
+    ``hyperparameters`` is ``None`` when nothing is released: the selection
     chose nothing, or the model that would be released was not trained (a failed final run;
     ``extras["final_failed"]``) — a release always describes a model that was trained.
     ``test_accuracy`` is computed on the held-out test split **without noise**: an evaluation

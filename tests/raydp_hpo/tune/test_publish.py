@@ -196,3 +196,20 @@ def test_cli_publish_an_older_run_dir_drops_its_machine_path(tmp_path: Path) -> 
     assert {p.name for p in out.iterdir()} == PUBLIC_FILES
     assert_no_machine_paths(out, run.resolve())
     assert (out / RELEASED_MODEL_FILE).read_bytes() == Path(model_path).read_bytes()
+
+
+def test_cli_summary_says_what_to_publish_and_what_is_private(tmp_path: Path) -> None:
+    """The summary of `raydp-hpo run` names public/ as the folder to publish and the rest of
+    the run dir as private (before: it listed release.json, with its machine path, and
+    certificate.json at the top of the run dir)."""
+    from raydp_hpo.cli.experiment import RunOutcome, format_summary
+
+    result = _experiment(tmp_path / "storage")
+    exp = Path(result.experiment_path)
+    text = format_summary(RunOutcome(run_dir=exp, result=result, journal=exp / "ledger.journal",
+                                     trial_errors=0))
+    assert (f"Publish: {exp / 'public'} (release.json, certificate.json, released_model.pt)"
+            in text)
+    assert f"raydp-hpo publish {exp} OUT_DIR" in text
+    assert f"Run dir: {exp} — PRIVATE except public/" in text
+    assert {p.name for p in (exp / "public").iterdir()} == PUBLIC_FILES  # what it says is there
