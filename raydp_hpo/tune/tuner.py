@@ -36,6 +36,9 @@ Released vs private: :class:`DPResult` exposes ``hyperparameters``, ``model`` an
 test split for the operator, not covered by the certificate); ``private_trials`` and
 ``private_result_grid`` (per-trial metrics, Tune's ``ResultGrid``), the number of trials and
 Tune's experiment directory are **not covered by the guarantee** and must not be published.
+The experiment directory ``<storage_path>/<experiment>`` (default storage ``~/raydp_results``)
+is private except its ``public/`` folder, which holds exactly the release
+(:mod:`raydp_hpo.tune.publish`; :meth:`DPResult.save_public` copies it).
 """
 
 from __future__ import annotations

@@ -213,3 +213,16 @@ def test_cli_summary_says_what_to_publish_and_what_is_private(tmp_path: Path) ->
     assert f"raydp-hpo publish {exp} OUT_DIR" in text
     assert f"Run dir: {exp} — PRIVATE except public/" in text
     assert {p.name for p in (exp / "public").iterdir()} == PUBLIC_FILES  # what it says is there
+
+
+def test_find_release_reads_public_then_older_run_dirs(tmp_path: Path) -> None:
+    """`run` (already released?) and `report` find the release in public/, and in the top of
+    run dirs written before it."""
+    result = _experiment(tmp_path / "storage")
+    exp = Path(result.experiment_path)
+    assert publish.find_release(exp) == exp / "public" / "release.json"
+    old = tmp_path / "old"
+    old.mkdir()
+    assert publish.find_release(old) is None
+    (old / "release.json").write_text("{}")
+    assert publish.find_release(old) == old / "release.json"
