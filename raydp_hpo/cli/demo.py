@@ -13,6 +13,7 @@ tuning, and a journaled ledger admitting a plan and refusing what does not fit.
 from __future__ import annotations
 
 import tempfile
+import warnings
 from pathlib import Path
 
 from raydp_hpo._ray_runtime import ensure_ray
@@ -24,6 +25,7 @@ from raydp_hpo.accounting.mechanisms import (
     SubsampledGaussian,
     SubsampledTuning,
 )
+from raydp_hpo.errors import EphemeralStorageWarning
 from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger
 from raydp_hpo.trial.privacy import dpsgd_steps
 
@@ -74,26 +76,29 @@ def run_demo(*, quick: bool = False, storage_path: str | None = None) -> int:
     started_ray = ensure_ray(num_cpus=os.cpu_count() or 2)
     try:
         root = storage_path or tempfile.mkdtemp(prefix="raydp-demo-")
-        tuner = DPTuner(
-            None,
-            param_space=space,
-            search="random_stopping",
-            budget=budget,
-            data=data,
-            storage_path=root,
-            experiment="demo",
-            search_kwargs={"mean": mean_trials},
-            max_concurrent_trials=2,
-            # a budget of the demo's own (logged): a second demo must not find the
-            # dataset's budget spent by the first
-            fresh_budget=True,
-        )
+        with warnings.catch_warnings():
+            if storage_path is None:  # the demo's own throw-away folder: temporary on purpose
+                warnings.simplefilter("ignore", EphemeralStorageWarning)
+            tuner = DPTuner(
+                None,
+                param_space=space,
+                search="random_stopping",
+                budget=budget,
+                data=data,
+                storage_path=root,
+                experiment="demo",
+                search_kwargs={"mean": mean_trials},
+                max_concurrent_trials=2,
+                # a budget of the demo's own (logged): a second demo must not find the
+                # dataset's budget spent by the first
+                fresh_budget=True,
+            )
         result = tuner.fit()
     finally:
         if started_ray:
             ray.shutdown()
     print(f"\nFinished in {time.time() - start:.0f} s. Run directory (private): "
-          f"{result.experiment_path}")
+          f"{result.experiment_path}; what may be published: {result.experiment_path}/public")
     if result.hyperparameters is None:
         print(f"Nothing released: {result.extras.get('reason', 'no configuration selected')}.")
     else:

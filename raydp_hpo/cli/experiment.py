@@ -55,7 +55,8 @@ experiment files. Schema (``?`` = optional)::
     test_accuracy_epsilon?: 0.1      # release a DP test accuracy (Laplace, its own charge,
                                      # taken from the budget); omit: a noiseless one, NOT covered
     resources?: {cpu: 1, gpu: 0}     # per trial
-    storage_path?: ./raydp_results   # local dir or NFS mount shared by every node
+    storage_path?: ~/raydp_results   # local dir or NFS mount shared by every node; default
+                                     # ~/raydp_results, or $RAYDP_HPO_STORAGE when set
     tensorboard?: false              # also write Tune's per-trial TensorBoard files
     ledger?:                         # omit: the dataset's own ledger (see below)
       name: mnist1d-dataset          # shared dataset-level ledger actor (one per dataset)
@@ -86,8 +87,12 @@ or name one shared ``ledger:`` for every experiment that reads it.
 
 :func:`run_experiment` executes a spec: connects to ``RAY_ADDRESS`` when set (a cluster, or
 the cluster a ``ray job submit`` job runs on), else starts a local Ray; runs
-:class:`~raydp_hpo.tune.tuner.DPTuner` with a progress monitor; writes ``release.json``,
-``certificate.json`` and ``run.json`` into the run dir ``<storage_path>/<experiment>``.
+:class:`~raydp_hpo.tune.tuner.DPTuner` with a progress monitor. The run dir
+``<storage_path>/<experiment>`` is private except its ``public/`` folder, which DPTuner fills
+with exactly what may be published (``release.json``, ``certificate.json``,
+``released_model.pt``; :mod:`raydp_hpo.tune.publish`); ``run.json`` and the rest stay private.
+A storage path or ledger journal in a temporary directory or a Ray working dir is warned
+about (a deleted journal resets the budget).
 """
 
 from __future__ import annotations
@@ -102,6 +107,7 @@ from typing import Any
 
 from raydp_hpo._atomic_io import atomic_write_json
 from raydp_hpo._ray_runtime import ensure_ray
+from raydp_hpo._storage import default_storage_path, warn_if_ephemeral
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.cli.experiment_schema import (
     DATA_SOURCES,
@@ -323,7 +329,7 @@ class ExperimentSpec:
     split_seed: int = 0
     secret_seed: int | None = field(default=None, repr=False)
     resources: Mapping[str, float] = field(default_factory=lambda: {"cpu": 1.0, "gpu": 0.0})
-    storage_path: str = "raydp_results"
+    storage_path: str = field(default_factory=lambda: str(default_storage_path()))
     ledger: LedgerSpec | None = None
     source_path: str | None = None
     tensorboard: bool = False
@@ -486,8 +492,9 @@ def _spec_of(file: ExperimentFile, source_path: str | None) -> ExperimentSpec:
         split_seed=file.split_seed,
         secret_seed=file.secret_seed,
         resources=resources,
-        # relative: to the working dir
-        storage_path=str(Path(file.storage_path).expanduser().resolve()),
+        # relative: to the working dir; none: ~/raydp_results or $RAYDP_HPO_STORAGE
+        storage_path=str(Path(file.storage_path).expanduser().resolve()
+                         if file.storage_path is not None else default_storage_path()),
         ledger=ledger,
         source_path=source_path,
         tensorboard=file.tensorboard,
@@ -819,10 +826,11 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
     from raydp_hpo.accounting.accountants import Accountant
     from raydp_hpo.ledger.actor import get_ledger
     from raydp_hpo.ledger.filter import Adaptivity
+    from raydp_hpo.tune.publish import find_release
     from raydp_hpo.tune.tuner import DPTuner
 
     run_dir = spec.run_dir
-    if (run_dir / "release.json").exists():
+    if find_release(run_dir) is not None:
         raise ConfigError(
             f"experiment {spec.experiment!r} already has a release in {run_dir}; pick a new "
             "experiment name (a finished experiment is never re-run)"
@@ -843,6 +851,8 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
     data = checked.data
     train_size, val_size = spec.data.public_sizes()
     ledger_budget = _dataset_ledger_budget(spec, out)
+    warn_if_ephemeral(spec.storage_path, "storage_path", out)
+    warn_if_ephemeral(spec.ledger_journal(), "ledger journal", out)
     start_ray()
     import ray
 
@@ -899,7 +909,7 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
         meta.update(status="failed", error=repr(exc)[:500], finished=time.time())
         atomic_write_json(run_dir / "run.json", meta)
         raise
-    atomic_write_json(run_dir / "certificate.json", result.certificate.to_dict())
+    # DPTuner wrote the release into run_dir/public/ (release.json, certificate.json, model)
     errors = sum(1 for t in result.private_trials if t.get("error"))
     meta.update(
         status="budget_exhausted" if result.budget_exhausted else "finished",
@@ -932,8 +942,10 @@ def format_summary(outcome: RunOutcome) -> str:
         lines.append("Evaluation (NOT covered by the certificate: computed without noise on the "
                      "private test split; publish it only if that split is public)")
         lines.append(f"  test accuracy      {acc}")
-    lines.append(f"Run dir: {outcome.run_dir} (release.json, released_model.pt, "
-                 "certificate.json)")
-    lines.append("Private (never publish): the Tune experiment dir tune/, audit.jsonl, "
-                 "evaluation_private.json, the progress lines above.")
+    lines.append(f"Publish: {outcome.run_dir / 'public'} (release.json, certificate.json"
+                 + (", released_model.pt" if r.model_path is not None else "")
+                 + f"), as it is, or: raydp-hpo publish {outcome.run_dir} OUT_DIR")
+    lines.append(f"Run dir: {outcome.run_dir} — PRIVATE except public/ (never publish the Tune "
+                 "dir tune/, the ledger journal, audit.jsonl, evaluation_private.json, run.json, "
+                 "the progress lines above)")
     return "\n".join(lines)

@@ -651,8 +651,9 @@ class ExperimentFile(_Strict):
         None, description="release a DP test accuracy (Laplace, its own charge, taken from the "
                           "budget); omit: a noiseless one, NOT covered by the certificate")
     resources: ResourcesModel = Field(default_factory=lambda: ResourcesModel.model_validate({}))
-    storage_path: Annotated[Text, AfterValidator(_storage_path)] = Field(
-        "raydp_results", description="local dir or NFS mount shared by every node")
+    storage_path: Annotated[Text, AfterValidator(_storage_path)] | None = Field(
+        None, description="local dir or NFS mount shared by every node; default "
+                          "~/raydp_results, or $RAYDP_HPO_STORAGE when set")
     ledger: Annotated[LedgerModel, BeforeValidator(_name_shorthand), _OrName] | None = Field(
         None, description="omit: the dataset's own ledger")
     tensorboard: Bool = Field(False, description="also write Tune's per-trial TensorBoard files")

@@ -40,6 +40,9 @@ Released vs private: :class:`DPResult` exposes ``hyperparameters``, ``model`` an
 test split for the operator, not covered by the certificate); ``private_trials`` and
 ``private_result_grid`` (per-trial metrics, Tune's ``ResultGrid``), the number of trials and
 Tune's experiment directory are **not covered by the guarantee** and must not be published.
+The experiment directory ``<storage_path>/<experiment>`` (default storage ``~/raydp_results``)
+is private except its ``public/`` folder, which holds exactly the release
+(:mod:`raydp_hpo.tune.publish`; :meth:`DPResult.save_public` copies it).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ import ray
 
 from raydp_hpo._atomic_io import atomic_write_json
 from raydp_hpo._ray_runtime import ensure_ray
+from raydp_hpo._storage import default_storage_path, warn_if_ephemeral
 from raydp_hpo.accounting.accountants import Accountant, epsilon, epsilon_or_inf
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import Mechanism, mechanism_to_dict
@@ -81,6 +85,7 @@ from raydp_hpo.ledger.actor import (
 from raydp_hpo.ledger.filter import Adaptivity
 from raydp_hpo.ledger.plan_receipt import PlanReceipt
 from raydp_hpo.searchers.base import Release
+from raydp_hpo.tune.publish import PUBLIC_DIR
 
 __all__ = ["DPTuner", "DPResult", "PrivacyCertificate"]
 
@@ -180,15 +185,20 @@ class DPResult:
     """The result of :meth:`DPTuner.fit`.
 
     Public (covered by the certificate): ``hyperparameters``, ``model``, ``model_path`` (the
-    released model's weights and architecture alone, ``released_model.pt`` in the experiment
-    directory; read it with :func:`~raydp_hpo.trainables.release.load_released_model`),
-    ``certificate``. ``hyperparameters`` is ``None`` when nothing is released: the selection
+    released model's weights and architecture alone, ``public/released_model.pt`` in the
+    experiment directory; read it with
+    :func:`~raydp_hpo.trainables.release.load_released_model`), ``certificate``. The
+    experiment directory's ``public/`` folder holds exactly these (``release.json`` — the
+    manifest, :meth:`public` —, ``certificate.json``, ``released_model.pt``), with no path of
+    this machine: publish it as it is, or copy it with :meth:`save_public`; everything else in
+    the experiment directory is private (:mod:`raydp_hpo.tune.publish`).
+    ``hyperparameters`` is ``None`` when nothing is released: the selection
     chose nothing, or the model that would be released was not trained (a failed final run;
     ``extras["final_failed"]``) — a release always describes a model that was trained.
     ``test_accuracy`` is computed on the held-out test split **without noise**: an evaluation
-    for the operator, NOT covered by the certificate. It is not in ``release.json`` (the file
-    to publish, :meth:`public`) but in ``evaluation_private.json`` beside it
-    (:meth:`private_evaluation`).
+    for the operator, NOT covered by the certificate. It is not in ``public/release.json`` (the
+    file to publish, :meth:`public`) but in the private ``evaluation_private.json`` at the top
+    of the experiment directory (:meth:`private_evaluation`).
     ``dp_test_accuracy`` (with ``DPTuner(test_accuracy_epsilon=ε_t)``) is the released model's
     test accuracy released with the Laplace mechanism — its own ``Laplace(ε_t)`` charge, in the
     certificate — so it *is* covered and may be published.
@@ -218,20 +228,39 @@ class DPResult:
     private_checkpoint_path: str | None = field(default=None, repr=False)
 
     def public(self) -> dict[str, Any]:
-        """The releasable part as a JSON-able dict, what ``release.json`` holds: only what the
-        certificate covers (no per-trial metrics, no trial count, no unnoised test accuracy —
-        that is :meth:`private_evaluation`)."""
-        return {
-            "hyperparameters": self.hyperparameters,
-            "model_path": self.model_path,
-            "budget_exhausted": self.budget_exhausted,
-            "certificate": self.certificate.to_dict(),
-            "dp_test_accuracy": None if self.dp_test_accuracy is None else {
+        """The releasable part as a JSON-able dict, what ``public/release.json`` holds: only
+        what the certificate covers (no per-trial metrics, no trial count, no unnoised test
+        accuracy — that is :meth:`private_evaluation` —, no path of this machine: the model is
+        named relative to the folder, ``model_file``)."""
+        from raydp_hpo.tune.publish import public_manifest
+
+        return public_manifest(
+            hyperparameters=self.hyperparameters,
+            certificate=self.certificate.to_dict(),
+            budget_exhausted=self.budget_exhausted,
+            dp_test_accuracy=None if self.dp_test_accuracy is None else {
                 "value": self.dp_test_accuracy,
                 "epsilon": self.dp_test_accuracy_epsilon,
                 "covered_by_certificate": True,
             },
-        }
+            model_released=self.model_path is not None,
+        )
+
+    def save_public(self, directory: str | os.PathLike[str]) -> list[Path]:
+        """Write exactly what may be published into ``directory`` (created; it must be new or
+        empty and outside the experiment directory, which is private): ``release.json`` (the
+        manifest, :meth:`public`: hyperparameters, certificate, DP test accuracy),
+        ``certificate.json`` and ``released_model.pt`` when a model is released — nothing else,
+        and no path of this machine in them. Returns the files written; raises
+        :class:`~raydp_hpo.errors.InvalidParameterError` (and writes nothing) for a directory
+        that is inside the experiment directory or holds files, or a release that would name a
+        path of this machine."""
+        from raydp_hpo.tune.publish import check_publication_dir, write_public_files
+
+        private = self.experiment_path
+        target = check_publication_dir(directory, private)
+        guarded = () if private is None else (private, Path(private).parent)
+        return write_public_files(target, self.public(), self.model_path, private=guarded)
 
     def private_evaluation(self) -> dict[str, Any]:
         """The unnoised test accuracy of the released model, what ``evaluation_private.json``
@@ -262,9 +291,11 @@ def completed_release(searcher: Any) -> Release:
     })
 
 
-#: The file in an experiment directory with what may be published (:meth:`DPResult.public`).
+#: The file in an experiment directory's ``public/`` folder with what may be published
+#: (:meth:`DPResult.public`).
 RELEASE_FILE = "release.json"
-#: The file beside it with the unnoised evaluation (:meth:`DPResult.private_evaluation`).
+#: The private file at the top of the experiment directory with the unnoised evaluation
+#: (:meth:`DPResult.private_evaluation`).
 PRIVATE_EVALUATION_FILE = "evaluation_private.json"
 PRIVATE_EVALUATION_NOTE = (
     "PRIVATE: computed without noise on the private test split; not covered by the "
@@ -462,8 +493,14 @@ class DPTuner:
         data: the ``raydp_hpo.trainables.DataSplits`` (needed for the public dataset size, the default
             trainable and loading the released model).
         resources: per-trial resources, e.g. ``{"cpu": 1, "gpu": 0}``.
-        storage_path: where Tune results and the ledger journals go (the dataset's ledger at
-            ``storage_path/ledgers/<name>.journal``, as ``raydp-hpo run`` puts it).
+        storage_path: where the experiment directory ``<storage_path>/<experiment>`` goes
+            (Tune results, the dedicated ledger journal, the release in its ``public/``
+            folder) and the dataset ledgers' journals (``<storage_path>/ledgers/<name>``, as
+            ``raydp-hpo run`` puts them). Default ``~/raydp_results``, or
+            ``$RAYDP_HPO_STORAGE`` when set — never the working directory, which in a Ray Job
+            is Ray's temporary copy of the job's files. A path under a temporary directory or
+            a Ray working/session dir gets an :class:`~raydp_hpo.errors.
+            EphemeralStorageWarning`: a deleted journal resets the budget.
         ledger: a shared :class:`LedgerHandle` to charge. Default ``None``: the **dataset's
             ledger** (the budget belongs to the data, as on the CLI): named from ``dataset``
             or ``data.name``; the first experiment on the data creates it with ``budget`` as
@@ -640,8 +677,12 @@ class DPTuner:
         self._mode = mode if mode is not None else "max"
         self._data = data
         self._resources = dict(resources or {"cpu": 1})
-        self._storage = Path(settings.storage_path or Path.cwd() / "raydp_results"
-                             ).expanduser().resolve()
+        # default ~/raydp_results ($RAYDP_HPO_STORAGE), never the working dir: inside a Ray
+        # Job that is Ray's temporary copy of the job's files, deleted with the job
+        self._storage = (Path(settings.storage_path).expanduser().resolve()
+                         if settings.storage_path else default_storage_path())
+        warn_if_ephemeral(self._storage, "DPTuner storage_path (results and the dedicated "
+                          "ledger journal)")
         self._ledger = ledger
         self._experiment = _safe_name(settings.experiment or f"exp-{time.strftime('%Y%m%d-%H%M%S')}-"
                                       f"{uuid.uuid4().hex[:6]}")
@@ -1172,6 +1213,9 @@ class DPTuner:
                 restored.stop = stopper
         else:
             self._write_restore_file(exp_dir)
+            from raydp_hpo.tune.publish import write_private_note
+
+            write_private_note(exp_dir)  # the folder says that all but public/ is private
             tuner = tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
         # The ledger actor started in the background meanwhile (unless the plan is charged
         # first, just below); nothing has run yet.
@@ -1256,7 +1300,7 @@ class DPTuner:
             if result is not None and result.checkpoint is not None:
                 ckpt_path = result.checkpoint.path
                 model = self._load_model(ckpt_path, result.config or {})
-                model_path = self._write_released_model(Path(exp_dir), model,
+                model_path = self._write_released_model(Path(exp_dir) / PUBLIC_DIR, model,
                                                         result.config or {})
                 test_acc = (result.metrics or {}).get("test_accuracy")
         extras = dict(release.extras)
@@ -1318,9 +1362,35 @@ class DPTuner:
             private_checkpoint_path=ckpt_path,
         )
         Path(exp_dir).mkdir(parents=True, exist_ok=True)
-        atomic_write_json(Path(exp_dir) / RELEASE_FILE, out.public())
+        self._write_public(Path(exp_dir), out)
         atomic_write_json(Path(exp_dir) / PRIVATE_EVALUATION_FILE, out.private_evaluation())
         return out
+
+    def _write_public(self, exp_dir: Path, out: DPResult) -> None:
+        """``exp_dir/public/``: exactly what may be published (:mod:`raydp_hpo.tune.publish`),
+        and the note that the rest of ``exp_dir`` is private. A release naming a path of this
+        machine (a search-space constant) is still written, with a warning: the search has
+        run and spent its budget, and :meth:`DPResult.save_public` refuses to copy it."""
+        import warnings
+
+        from raydp_hpo.tune.publish import (
+            machine_paths,
+            write_private_note,
+            write_public_files,
+        )
+
+        manifest = out.public()
+        private = (exp_dir, self._storage)
+        found = machine_paths(manifest, private=private)
+        if found:
+            warnings.warn(
+                f"the public release of {self._experiment!r} names paths of this machine "
+                f"({', '.join(found[:3])}): remove them from the search space's constants "
+                "before publishing it", UserWarning, stacklevel=3,
+            )
+        write_public_files(exp_dir / PUBLIC_DIR, manifest, out.model_path, private=private,
+                           strict=False)
+        write_private_note(exp_dir)
 
     def _dp_test_accuracy(self, model: Any, ledger: LedgerHandle, extras: dict[str, Any]
                           ) -> float | None:
@@ -1391,16 +1461,17 @@ class DPTuner:
                 return result
         return None
 
-    def _write_released_model(self, exp_dir: Path, model: Any, config: Mapping[str, Any]
+    def _write_released_model(self, public_dir: Path, model: Any, config: Mapping[str, Any]
                               ) -> str:
-        """Write the released model alone (:mod:`raydp_hpo.trainables.release`): never the
-        trial's checkpoint, which holds the secret generators' states."""
+        """Write the released model alone (:mod:`raydp_hpo.trainables.release`) into the
+        experiment's ``public/`` folder: never the trial's checkpoint, which holds the secret
+        generators' states."""
         from raydp_hpo.trainables.release import RELEASED_MODEL_FILE, save_released_model
 
         train = self._data.train
-        exp_dir.mkdir(parents=True, exist_ok=True)
+        public_dir.mkdir(parents=True, exist_ok=True)
         return str(save_released_model(
-            exp_dir / RELEASED_MODEL_FILE,
+            public_dir / RELEASED_MODEL_FILE,
             model,
             model_name=config.get("model", "mlp"),
             model_kwargs=dict(config.get("model_kwargs", {})),
