@@ -247,7 +247,7 @@ PRESETS: dict[LinearScalingPreset, dict[str, Any]] = {
     },
     LinearScalingPreset.PAPER: {
         "full_batch": True, "runs_per_sweep": 5, "sweep_epsilons": (0.1, 0.2),
-        "fit_variable": "epsilon", "line_fit": "two_point", "sweep_draw": "uniform",
+        "steps_range": (10, 100), "fit_variable": "epsilon", "line_fit": "two_point", "sweep_draw": "uniform",
         "sweep_estimate": "best", "max_extrapolation": 2.0,
     },
 }
