@@ -291,17 +291,19 @@ def _sample_rate_from(space: Mapping[str, Any], dataset_size: int, used: set[str
     )
 
 
-def _steps_from(space: Mapping[str, Any], q: float | None, used: set[str]) -> tuple[int, int]:
+def _steps_from(space: Mapping[str, Any], q: float, used: set[str]) -> tuple[int, int]:
     """(T, T) with T = ⌈epochs/q⌉ from the space's constant ``epochs``."""
-    if "epochs" not in space or q is None:
+    if "epochs" not in space:
         raise InvalidParameterError(
             "linear scaling trains every DP-SGD run for one number of steps T: add the "
             "setting steps_range=(T, T) (search_kwargs / search.settings), or a constant "
             "epochs to the search space (T = ⌈epochs / sample_rate⌉)"
         )
     epochs = _constant(space, "epochs")
+    if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not epochs > 0:
+        raise InvalidParameterError(f"search space 'epochs' must be a number > 0, got {epochs!r}")
     used.add("epochs")
-    steps = dpsgd_steps(float(epochs), float(q))
+    steps = dpsgd_steps(float(epochs), q)
     return steps, steps
 
 
@@ -426,7 +428,13 @@ class LinearScalingSearch(DPSearcher):
         used: set[str] = set()
         if not full_batch and sample_rate is None:
             sample_rate = _sample_rate_from(space, self._dataset_size, used)
-        q = 1.0 if full_batch else sample_rate
+        if not full_batch and (isinstance(sample_rate, bool)
+                               or not isinstance(sample_rate, (int, float))
+                               or not 0 < sample_rate < 1):
+            raise InvalidParameterError(
+                f"full_batch=False needs sample_rate in (0, 1), got {sample_rate=!r}"
+            )
+        q = 1.0 if full_batch else float(sample_rate)  # type: ignore[arg-type]
         if steps_range is None:
             steps_range = (10, 100) if full_batch else _steps_from(space, q, used)
         if lr_range is None:
@@ -453,15 +461,10 @@ class LinearScalingSearch(DPSearcher):
                 f"steps_range must be integers 1 <= T_min <= T_max, got {steps_range=!r}"
             )
         self._optimizer = Optimizer.GD if full_batch else Optimizer(str(getattr(optimizer, "value", optimizer)).lower())
-        if not full_batch:
-            if sample_rate is None or not 0 < sample_rate < 1:
-                raise InvalidParameterError(
-                    f"full_batch=False needs sample_rate in (0, 1), got {sample_rate=!r}"
-                )
-            if self._optimizer in (Optimizer.GD, Optimizer.ADADP):
-                raise InvalidParameterError(
-                    f"optimizer must be sgd, momentum or adam with full_batch=False, got {optimizer!r}"
-                )
+        if not full_batch and self._optimizer in (Optimizer.GD, Optimizer.ADADP):
+            raise InvalidParameterError(
+                f"optimizer must be sgd, momentum or adam with full_batch=False, got {optimizer!r}"
+            )
         if max_extrapolation is not None and (
             isinstance(max_extrapolation, bool)
             or not isinstance(max_extrapolation, (int, float))
@@ -475,7 +478,7 @@ class LinearScalingSearch(DPSearcher):
         self._max_extrapolation = None if max_extrapolation is None else float(max_extrapolation)
         self._n = runs_per_sweep
         self._full_batch = full_batch
-        self._q = 1.0 if full_batch else float(sample_rate)  # type: ignore[arg-type]
+        self._q = q
         self._lr_key = lr_key
         self._lr_range = (lr_min, lr_max)
         self._steps_range = (t_min, t_max)

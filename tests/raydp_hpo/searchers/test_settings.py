@@ -191,6 +191,9 @@ def test_linear_scaling_defaults_from_the_space_and_what_to_add_otherwise() -> N
         make_searcher("linear_scaling", {"batch_size": tune.choice([32, 64]), "epochs": 1}, **KW)
     with pytest.raises(InvalidParameterError, match=r"add the setting steps_range=\(T, T\)"):
         make_searcher("linear_scaling", {"sample_rate": 0.1}, **KW)
+    for bad in (0, 1.5, True, "0.1"):  # refused by name before it is used for T
+        with pytest.raises(InvalidParameterError, match="needs sample_rate in"):
+            make_searcher("linear_scaling", {"epochs": 1}, sample_rate=bad, **KW)
     with pytest.warns(UserWarning, match="sets 'sample_rate' itself"):
         s = make_searcher("linear_scaling", {"sample_rate": 0.1}, sample_rate=0.2,
                           steps_range=(30, 30), **KW)
