@@ -38,6 +38,8 @@ experiment files. Schema (``?`` = optional)::
     search:
       algorithm: random_stopping     # a raydp_hpo.searchers.SearchAlgorithm value
       settings?: {distribution: geometric, mean: 3}   # -> DPTuner(search_kwargs=...)
+      preset?: tnb20                 # named settings (raydp_hpo.searchers.PRESETS), which
+                                     # settings override: linear_scaling refined | paper
       # settings also take the selection score's noise: score_epsilon: 0.1 (default),
       # score_noise: gaussian + score_delta: 1.0e-6 (default score_noise: laplace)
       metric?: val_accuracy
@@ -482,7 +484,8 @@ def _spec_of(file: ExperimentFile, source_path: str | None) -> ExperimentSpec:
         model=ModelSpec(file.model.name, dict(file.model.kwargs)),
         search=SearchSpec(
             algorithm=file.search.algorithm,
-            settings=dict(file.search.settings),
+            settings={**({"preset": file.search.preset} if file.search.preset else {}),
+                      **file.search.settings},
             metric=file.search.metric,
             mode=file.search.mode,
             max_concurrent_trials=file.search.max_concurrent_trials,

@@ -412,9 +412,31 @@ class SearchModel(_Strict):
         description="keyword arguments of the searcher (checked when it is built), e.g. "
                     "{distribution: geometric, mean: 3}; also score_epsilon, score_noise "
                     "(laplace | gaussian) and score_delta")
+    preset: Text | None = Field(
+        None,
+        description="named settings of the algorithm (raydp_hpo.searchers.PRESETS): "
+                    "linear_scaling refined (its default) | paper, random_stopping tnb20; "
+                    "search.settings override the preset's values")
     metric: Text = Field("val_accuracy", description="the trial metric the search optimises")
     mode: Annotated[Literal["max", "min"], BeforeValidator(_mode)] = "max"
     max_concurrent_trials: PositiveInt = 2
+
+    @model_validator(mode="after")
+    def _known_preset(self) -> SearchModel:
+        if self.preset is None:
+            return self
+        if "preset" in self.settings:
+            _fail("{path}: give the preset once, as search.preset or search.settings.preset")
+        from raydp_hpo.searchers import PRESETS, SearchAlgorithm
+
+        presets = PRESETS.get(SearchAlgorithm(self.algorithm))
+        names = [str(p.value) for p in presets] if presets is not None else []
+        if self.preset not in names:
+            _fail(f"{{path}}.preset {self.preset!r}: "
+                  + (f"{self.algorithm} has no presets" if not names else
+                     f"not a preset of {self.algorithm}; use one of {', '.join(names)}"
+                     f"{did_you_mean(self.preset, names)}"))
+        return self
 
 
 # ------------------------------------------------------------------------------ space

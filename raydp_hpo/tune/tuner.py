@@ -516,7 +516,9 @@ class DPTuner:
             An explicit choice, logged: a budget per experiment is how tuning 200
             configurations ends up reported as one run's ε.
         experiment: experiment name (prefix of every charge id); default: a fresh unique one.
-        search_kwargs: algorithm-specific keyword arguments (unknown ones raise).
+        search_kwargs: algorithm-specific keyword arguments, ``preset`` included (e.g.
+            ``{"preset": "tnb20"}``, :data:`raydp_hpo.searchers.PRESETS`); unknown ones are
+            refused here, all at once.
         max_concurrent_trials: trials running at once (default 2).
         max_failures: how often Tune retries a failed trial (default 0). **Every retry that
             starts from scratch pays again**: a trial that charges itself (``grid_composed``)
@@ -604,7 +606,7 @@ class DPTuner:
         tensorboard: bool = False,
     ) -> None:
         from raydp_hpo._validation import positive_float, positive_int
-        from raydp_hpo.searchers import DPSearcher, SearchAlgorithm
+        from raydp_hpo.searchers import DPSearcher, SearchAlgorithm, check_search_settings
         from raydp_hpo.trainables.data import DataSplits
         from raydp_hpo.tune.config import resolve_tune_settings
 
@@ -688,6 +690,8 @@ class DPTuner:
                                       f"{uuid.uuid4().hex[:6]}")
         self._namespace = namespace
         self._search_kwargs = dict(search_kwargs or {})
+        if not isinstance(search, DPSearcher):  # a misspelled setting fails here, not in fit
+            check_search_settings(search, self._search_kwargs)
         self._max_concurrent = settings.max_concurrent_trials
         self._max_failures = settings.max_failures
         if self._max_failures > 0:

@@ -257,9 +257,16 @@ ALGORITHM_CASES = {
         {**SPACE, "lr": tune.grid_search([0.1, 0.5])},
         {"num_partitions": 3, "max_rounds": 2, "round_epsilon": 0.5},
     ),
+    # the default since issue #31 (refined DP-SGD: q, T and the optimizer from the space)
     "linear_scaling": (
+        {"max_grad_norm": 1.0, "model": "mlp", "sample_rate": 0.25, "epochs": 1,
+         "optimizer": "sgd"},
+        {"runs_per_sweep": 1, "sweep_epsilons": (0.3, 0.6)},
+    ),
+    "linear_scaling_paper": (
         {"max_grad_norm": 1.0, "model": "mlp"},
-        {"runs_per_sweep": 1, "sweep_epsilons": (0.3, 0.6), "steps_range": (2, 4)},
+        {"preset": "paper", "runs_per_sweep": 1, "sweep_epsilons": (0.3, 0.6),
+         "steps_range": (2, 4)},
     ),
     "one_shot_random": (SPACE, {}),
 }
@@ -269,7 +276,8 @@ ALGORITHM_CASES = {
 def test_each_algorithm_in_a_real_tuner(ray_session, data, tmp_path: Path, algorithm) -> None:
     space, kwargs = ALGORITHM_CASES[algorithm]
     budget = PrivacyBudget(6.0, 1e-5)
-    tuner = DPTuner(None, param_space=space, search=algorithm, budget=budget,
+    tuner = DPTuner(None, param_space=space, search=algorithm.removesuffix("_paper"),
+                    budget=budget,
                     data=data, storage_path=tmp_path,
                     experiment=f"{algorithm}-{uuid.uuid4().hex[:6]}", search_kwargs=kwargs,
                     max_concurrent_trials=2, fresh_budget=True)
