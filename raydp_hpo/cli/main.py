@@ -190,7 +190,7 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
     and (unless ``--quick``) every stored RDP curve against a recomputation."""
     from raydp_hpo.errors import LedgerCorruptedError
     from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
-    from raydp_hpo.ledger.journal import read_seal, scan_journal, seal_path
+    from raydp_hpo.ledger.journal import inspect_seal, read_seal, scan_journal, seal_path
 
     path = Path(args.journal)
     result: dict[str, object] = {"journal": str(path)}
@@ -203,13 +203,16 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
         print(json.dumps(result) if args.json else f"journal {path}: CORRUPTED\n  {exc}")
         return EXIT_BAD_INPUT
     claim = read_seal(path)
+    seal_problems = inspect_seal(path).problems()
+    ok = not issues and not seal_problems
     stored = scan.header.get("rdp_orders") is not None
     result.update(
-        ok=not issues,
+        ok=ok,
         version=scan.version,
         charges=len(scan.records),
         bytes=scan.end + (scan.torn.length if scan.torn else 0),
         seal_records=None if claim is None else claim.records,
+        seal_problems=seal_problems,
         torn_tail=None if scan.torn is None else {"offset": scan.torn.offset,
                                                   "length": scan.torn.length},
         curves="not checked (--quick)" if args.quick else (
@@ -223,10 +226,11 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
     else:
         chain = "hash-chained" if scan.version >= 2 else "CRC-32 per record, no chain"
         lines = [
-            f"journal {path}: {'ok' if not issues else 'CORRUPTED'}",
+            f"journal {path}: {'ok' if ok else 'CORRUPTED'}",
             f"  format      version {scan.version} ({chain}), {len(scan.records)} charge records",
             "  seal        " + (f"vouches for {claim.records} records ({seal_path(path)})"
                                 if claim else "none (no truncation check)"),
+            *(f"    DAMAGED: {problem}" for problem in seal_problems),
             "  torn tail   " + ("none" if scan.torn is None else
                                 f"{scan.torn.length} bytes at byte offset {scan.torn.offset}: an "
                                 "interrupted, never-acknowledged write (opening the ledger moves "
@@ -237,7 +241,9 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
             f"(δ={ledger.budget.delta:g})",
         ]
         print("\n".join(lines))
-    return EXIT_OK if not issues else EXIT_BAD_INPUT
+    if seal_problems:  # also on stderr, where the CLI's errors go
+        print(f"raydp-hpo: error: {'; '.join(seal_problems)}", file=sys.stderr)
+    return EXIT_OK if ok else EXIT_BAD_INPUT
 
 
 def _cmd_ledger_list(args: argparse.Namespace) -> int:

@@ -393,6 +393,10 @@ CASES: list[Case] = [
          ("FIXED_PLAN",)),
     _api("PLD halting without a fixed plan", "pld_adaptive", "InvalidParameterError",
          ("fixed",)),
+    # -- issue #31: inputs that were accepted silently or reported badly ------------------------
+    _led("ledger verify both seal slots damaged", "verify", "{tmp}/sealbroken.journal",
+         words=("sealbroken.journal.seal", "no valid slot"),
+         files=(("sealbroken.journal", "@sealbroken"),)),
 ]
 
 assert len({c.name for c in CASES}) == len(CASES), "case names must be unique"
@@ -413,7 +417,8 @@ def _seed_ledger(path: Path) -> Any:
 
 def _special_journal(kind: str, path: Path) -> None:
     """A damaged copy of a 3-charge journal: forged (record 2 rewritten, chain kept),
-    flipped (a byte of record 1), cut (records 2-3 removed at a line boundary)."""
+    flipped (a byte of record 1), cut (records 2-3 removed at a line boundary), sealbroken
+    (the journal intact, both slots of its seal damaged)."""
     from raydp_hpo.accounting.mechanisms import Gaussian
 
     ledger = _seed_ledger(path)
@@ -427,6 +432,13 @@ def _special_journal(kind: str, path: Path) -> None:
         lines[1] = lines[1].replace(b'"seed"', b'"seeD"')
     elif kind == "@cut":
         lines = lines[:2]
+    elif kind == "@sealbroken":  # the journal intact, both seal slots damaged
+        from raydp_hpo.ledger.journal import seal_path
+
+        seal = bytearray(seal_path(path).read_bytes())
+        for k in range(0, len(seal), 256):
+            seal[k + 10] ^= 0x01
+        seal_path(path).write_bytes(bytes(seal))
     path.write_bytes(b"".join(lines))
 
 
