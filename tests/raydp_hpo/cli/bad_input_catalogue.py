@@ -323,9 +323,9 @@ CASES: list[Case] = [
     # -- account arguments ----------------------------------------------------------------------
     _acc("account no arguments", words=("--noise-multiplier",)),
     _acc("account negative noise", "--noise-multiplier", "-1", "--sample-rate", "0.01",
-         "--steps", "100", "--delta", "1e-5", words=("noise_multiplier", "-1")),
+         "--steps", "100", "--delta", "1e-5", words=("--noise-multiplier", "-1")),
     _acc("account sample rate above 1", "--noise-multiplier", "1", "--sample-rate", "2",
-         "--steps", "100", "--delta", "1e-5", words=("sample_rate", "2")),
+         "--steps", "100", "--delta", "1e-5", words=("--sample-rate", "2")),
     _acc("account steps zero", "--noise-multiplier", "1", "--sample-rate", "0.01",
          "--steps", "0", "--delta", "1e-5", words=("steps", "0")),
     _acc("account steps text", "--noise-multiplier", "1", "--sample-rate", "0.01",
@@ -335,7 +335,7 @@ CASES: list[Case] = [
     _acc("account delta above 1", "--noise-multiplier", "1", "--sample-rate", "0.01",
          "--steps", "100", "--delta", "1.5", words=("delta", "1.5")),
     _acc("account nan noise", "--noise-multiplier", "nan", "--sample-rate", "0.01",
-         "--steps", "100", "--delta", "1e-5", words=("noise_multiplier", "nan")),
+         "--steps", "100", "--delta", "1e-5", words=("--noise-multiplier", "nan")),
     _acc("account laplace without epsilon", "--mechanism", "laplace", "--sensitivity", "1",
          words=("--epsilon",)),
     _acc("account laplace negative sensitivity", "--mechanism", "laplace", "--epsilon", "1",
@@ -397,6 +397,17 @@ CASES: list[Case] = [
     _led("ledger verify both seal slots damaged", "verify", "{tmp}/sealbroken.journal",
          words=("sealbroken.journal.seal", "no valid slot"),
          files=(("sealbroken.journal", "@sealbroken"),)),
+    # argparse read "-1e-5" (not a plain "-1") as an option: "expected one argument"
+    _acc("account delta negative exponent", "--noise-multiplier", "1", "--sample-rate", "0.01",
+         "--steps", "100", "--delta", "-1e-5", words=("--delta", "'-1e-5'", "(0, 1)")),
+    _acc("account epsilon negative exponent", "--mechanism", "laplace", "--epsilon", "-1e-3",
+         words=("--epsilon", "'-1e-3'", "> 0")),
+    _acc("account sensitivity negative infinity", "--mechanism", "laplace", "--epsilon", "1",
+         "--sensitivity", "-inf", words=("--sensitivity", "'-inf'", "> 0")),
+    _acc("account delta zero", "--mechanism", "gaussian", "--epsilon", "1", "--delta", "0",
+         words=("--delta", "'0'", "(0, 1)")),
+    _cli("run progress interval negative exponent", "run", "{tmp}/exp.yaml",
+         "--progress-interval", "-1e-3", words=("--progress-interval", "'-1e-3'", "> 0")),
 ]
 
 assert len({c.name for c in CASES}) == len(CASES), "case names must be unique"
