@@ -729,13 +729,34 @@ def _problem(error: Mapping[str, Any]) -> tuple[str, str]:
     return path, f"{path or _FILE}: {error['msg']} (got {error['input']!r})"
 
 
+def _unknown_data_keys(error: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Without ``data.source`` pydantic cannot pick the data model, so it reports only the
+    missing source: name each key no data source has too (``data.sorce`` -> 'source')."""
+    given = error.get("input")
+    if not isinstance(given, Mapping):
+        return []
+    known = ["source", *dict.fromkeys(k for m in _DATA_MODELS.values() for k in m.model_fields
+                                      if k != "source")]
+    path = _dotted(tuple(error["loc"]))
+    return [(f"{path}.{key}", f"{path}.{key} is not a key{did_you_mean(str(key), known)} "
+                              f"(valid keys: {', '.join(known)})")
+            for key in given if key not in known]
+
+
+def _problems(error: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(dotted path, message) pairs of one pydantic error (an unknown-key hint added to a
+    missing data source)."""
+    extra = _unknown_data_keys(error) if error["type"] == "union_tag_not_found" else []
+    return [*extra, _problem(error)]
+
+
 def validate_experiment_file(raw: Any, what: str = "the experiment") -> ExperimentFile:
     """``raw`` (a parsed YAML mapping) as a validated :class:`ExperimentFile`; else one
     :class:`ConfigError` naming every problem with its path (``what`` names the file)."""
     try:
         return ExperimentFile.model_validate(raw)
     except ValidationError as exc:
-        problems = [_problem(e) for e in exc.errors(include_url=False)]
+        problems = [p for e in exc.errors(include_url=False) for p in _problems(e)]
         raise config_error(problems, what) from None
 
 

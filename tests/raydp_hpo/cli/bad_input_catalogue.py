@@ -408,6 +408,8 @@ CASES: list[Case] = [
          words=("--delta", "'0'", "(0, 1)")),
     _cli("run progress interval negative exponent", "run", "{tmp}/exp.yaml",
          "--progress-interval", "-1e-3", words=("--progress-interval", "'-1e-3'", "> 0")),
+    _exp("data source key misspelled", ("data.sorce", "mnist1d"), ("data.source", _D),
+         words=("data.sorce is not a key", "did you mean 'source'", "needs the key 'source'")),
 ]
 
 assert len({c.name for c in CASES}) == len(CASES), "case names must be unique"
