@@ -111,12 +111,6 @@ def _number(value: Any) -> float:
     return float(value)
 
 
-def _nonnegative(value: float) -> float:
-    if value < 0:
-        _fail(f"must be >= 0, got {value:g}")
-    return value
-
-
 def _integer(minimum: int | None = None) -> Callable[[Any], int]:
     def check(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -140,43 +134,56 @@ def _boolean(value: Any) -> bool:
     return value
 
 
-def _fraction(value: float) -> float:
-    if not 0.0 <= value < 1.0:
-        _fail(f"must be in [0, 1), got {value!r}")
-    return value
-
-
 #: A numeric string, as PyYAML reads ``1e-5`` (no dot); a leading sign only where allowed.
 _NUMERIC_STRING = r"^{sign}(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$"
 
 
-@dataclass(frozen=True)
+#: pydantic's numeric constraints and their JSON Schema keywords.
+_BOUND_KEYWORDS = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum",
+                   "lt": "exclusiveMaximum"}
+_BOUND_WORDS = {"greater_than": ("gt", ">"), "greater_than_equal": ("ge", ">="),
+                "less_than": ("lt", "<"), "less_than_equal": ("le", "<=")}
+
+
+def _bounds_of(schema: Mapping[str, Any]) -> dict[str, float]:
+    """The ge/gt/le/lt constraints of a (validator-wrapped) float core schema."""
+    while schema.get("type", "").startswith("function-") and "schema" in schema:
+        schema = schema["schema"]
+    return {key: schema[key] for key in _BOUND_KEYWORDS if key in schema}
+
+
+def number_json(bounds: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """JSON Schema of a number within ``bounds`` (pydantic's ge/gt/le/lt), or a numeric
+    string (how PyYAML reads ``1e-5``; its value is checked by the parser only)."""
+    bounds = dict(bounds or {})
+    number: dict[str, Any] = {"type": "number"}
+    number.update({_BOUND_KEYWORDS[key]: value for key, value in bounds.items()})
+    low = bounds.get("ge", bounds.get("gt"))
+    sign = "[-+]?" if low is None or low < 0 else "[+]?"
+    return {"anyOf": [number, {"type": "string", "pattern": _NUMERIC_STRING.format(sign=sign)}]}
+
+
 class _NumberJson:
-    """JSON Schema of a number field: a number (within the bounds), or a numeric string."""
+    """JSON Schema of a number field: :func:`number_json` with the field's own constraints
+    (``Field(gt=0)`` etc. on the float: one bound, enforced by the parser and published)."""
 
-    minimum: float | None = None
-    exclusive_maximum: float | None = None
-
-    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema,
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: core_schema.CoreSchema,
                                      handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        return self.json()
-
-    def json(self) -> dict[str, Any]:
-        number: dict[str, Any] = {"type": "number"}
-        if self.minimum is not None:
-            number["minimum"] = self.minimum
-        if self.exclusive_maximum is not None:
-            number["exclusiveMaximum"] = self.exclusive_maximum
-        sign = "[-+]?" if self.minimum is None or self.minimum < 0 else "[+]?"
-        return {"anyOf": [number, {"type": "string",
-                                   "pattern": _NUMERIC_STRING.format(sign=sign)}]}
+        return number_json(_bounds_of(schema))
 
 
-Number = Annotated[float, BeforeValidator(_number), _NumberJson()]
-NonNegative = Annotated[float, BeforeValidator(_number), AfterValidator(_nonnegative),
-                        _NumberJson(minimum=0)]
-Fraction = Annotated[float, BeforeValidator(_number), AfterValidator(_fraction),
-                     _NumberJson(minimum=0, exclusive_maximum=1)]
+def _bounded(**bounds: float) -> Any:
+    """A number type (numeric strings accepted) within pydantic bounds (ge, gt, le, lt), which
+    both the parser and the JSON Schema carry."""
+    return Annotated[float, Field(**bounds), BeforeValidator(_number), _NumberJson]  # type: ignore[arg-type]
+
+
+Number = Annotated[float, BeforeValidator(_number), _NumberJson]
+NonNegative = _bounded(ge=0)
+Positive = _bounded(gt=0)
+Fraction = _bounded(ge=0, lt=1)
+Probability = _bounded(gt=0, lt=1)
 Int = Annotated[int, BeforeValidator(_integer())]
 NonNegativeInt = Annotated[int, Field(ge=0), BeforeValidator(_integer(0))]
 PositiveInt = Annotated[int, Field(ge=1), BeforeValidator(_integer(1))]
@@ -224,8 +231,8 @@ def _lazy_enum(values: Callable[[], Iterable[str]], *, or_pattern: str | None = 
 class BudgetModel(_Strict):
     """A total (ε, δ) budget."""
 
-    epsilon: Number = Field(description="ε > 0")
-    delta: Number = Field(description="δ in (0, 1), well below 1/n")
+    epsilon: Positive = Field(description="ε > 0")
+    delta: Probability = Field(description="δ in (0, 1), well below 1/n")
 
     @model_validator(mode="after")
     def _valid(self) -> BudgetModel:
@@ -516,7 +523,10 @@ def _space(space: dict[str, Any]) -> dict[str, Any]:
 
 
 def _domain_json(kind: str) -> dict[str, Any]:
-    number = _NumberJson().json()
+    """JSON Schema of one ``{kind: args}`` domain: what :func:`parse_domain` checks item by
+    item (low > 0 for the log domains, sd > 0 for randn); low < high relates two items and is
+    the parser's alone."""
+    number = number_json()
     args: dict[str, Any]
     if kind in ("choice", "grid"):
         args = {"type": "array", "minItems": 1}
@@ -525,6 +535,11 @@ def _domain_json(kind: str) -> dict[str, Any]:
     else:
         n = 3 if kind in ("quniform", "qloguniform") else 2
         args = {"type": "array", "items": number, "minItems": n, "maxItems": n}
+        positive = number_json({"gt": 0})
+        if kind in ("loguniform", "qloguniform"):
+            args["prefixItems"] = [positive]  # low > 0 (and high > low)
+        elif kind == "randn":
+            args["prefixItems"] = [number, positive]  # a positive standard deviation
     properties: dict[str, Any] = {kind: args}
     if kind in POINT_DOMAIN_KINDS:
         properties["points"] = {
@@ -578,6 +593,10 @@ class LedgerModel(_Strict):
     namespace: Text = "raydp_hpo"
 
 
+#: What :func:`_experiment_name` accepts, as a JSON Schema pattern: no leading '.', no slash.
+_EXPERIMENT_NAME = r"^[^./\\][^/\\]*$"
+
+
 def _experiment_name(name: str) -> str:
     if name.strip(".") == "" or any(c in name for c in "/\\") or name.startswith("."):
         _fail(f"{{path}} {name!r} must be a plain name (no '/', no leading '.'): it names the run "
@@ -605,8 +624,10 @@ class ExperimentFile(_Strict):
 
     model_config = ConfigDict(title="raydp-hpo experiment file")
 
+    # the validators give the messages; json_schema_extra publishes the same rules
     experiment: Annotated[Text, AfterValidator(_experiment_name)] = Field(
-        description="name: run dir <storage_path>/<experiment>, charge-id prefix")
+        description="name: run dir <storage_path>/<experiment>, charge-id prefix",
+        json_schema_extra={"pattern": _EXPERIMENT_NAME})
     split_seed: NonNegativeInt = Field(
         0, description="PUBLIC: makes the train/val/test split reproducible")
     secret_seed: NonNegativeInt | None = Field(
@@ -618,12 +639,13 @@ class ExperimentFile(_Strict):
     search: SearchModel
     space: Space
     budget: BudgetModel
-    test_accuracy_epsilon: Number | None = Field(
+    test_accuracy_epsilon: Positive | None = Field(
         None, description="release a DP test accuracy (Laplace, its own charge, taken from the "
                           "budget); omit: a noiseless one, NOT covered by the certificate")
     resources: ResourcesModel = Field(default_factory=lambda: ResourcesModel.model_validate({}))
     storage_path: Annotated[Text, AfterValidator(_storage_path)] = Field(
-        "raydp_results", description="local dir or NFS mount shared by every node")
+        "raydp_results", description="local dir or NFS mount shared by every node",
+        json_schema_extra={"not": {"pattern": "://"}})
     ledger: Annotated[LedgerModel, BeforeValidator(_name_shorthand), _OrName] | None = Field(
         None, description="omit: the dataset's own ledger")
     tensorboard: Bool = Field(False, description="also write Tune's per-trial TensorBoard files")
@@ -724,6 +746,11 @@ def _problem(error: Mapping[str, Any]) -> tuple[str, str]:
             f"{did_you_mean(str(source), DATA_SOURCES)}")
     if kind == "union_tag_not_found":
         return f"{path}.source", f"{path} needs the key 'source' ({', '.join(DATA_SOURCES)})"
+    if kind in _BOUND_WORDS:
+        key, op = _BOUND_WORDS[kind]
+        got = error["input"]
+        shown = f"{got:g}" if isinstance(got, float) else repr(got)
+        return path, f"{path or _FILE} must be {op} {ctx.get(key)}, got {shown}"
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         return path, f"{path or _FILE} must be a mapping, got {error['input']!r}"
     return path, f"{path or _FILE}: {error['msg']} (got {error['input']!r})"

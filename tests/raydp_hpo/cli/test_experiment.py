@@ -304,7 +304,7 @@ def test_every_error_of_a_file_is_reported_at_once_with_its_path(raw: dict[str, 
     with pytest.raises(ConfigError) as info:
         parse_experiment(raw)
     paths = {path for path, _ in info.value.problems}
-    assert {"budget", "search.algorithm", "space.lr", "resources.cpu", "tensorbord"} <= paths
+    assert {"budget.delta", "search.algorithm", "space.lr", "resources.cpu", "tensorbord"} <= paths
     message = str(info.value)
     assert "5 errors" in message
     for words in ("delta", "random_stoping", "space.lr", "resources.cpu", "tensorbord"):
