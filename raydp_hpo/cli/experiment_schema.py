@@ -750,7 +750,9 @@ def _problem(error: Mapping[str, Any]) -> tuple[str, str]:
         key, op = _BOUND_WORDS[kind]
         got = error["input"]
         shown = f"{got:g}" if isinstance(got, float) else repr(got)
-        return path, f"{path or _FILE} must be {op} {ctx.get(key)}, got {shown}"
+        bound = ctx.get(key)
+        limit = f"{bound:g}" if isinstance(bound, (int, float)) else repr(bound)
+        return path, f"{path or _FILE} must be {op} {limit}, got {shown}"
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         return path, f"{path or _FILE} must be a mapping, got {error['input']!r}"
     return path, f"{path or _FILE}: {error['msg']} (got {error['input']!r})"
