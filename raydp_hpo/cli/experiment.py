@@ -103,6 +103,7 @@ from raydp_hpo.cli.experiment_schema import (
     DATA_SOURCES,
     DOMAIN_KINDS,
     ExperimentFile,
+    canonical_uri,
     config_error,
     domain_of,
     validate_experiment_file,
@@ -258,10 +259,7 @@ class DataSpec:
             return f"mnist1d:size={self.size or 5000}:generator_seed={self.generator_seed}"
         if self.source == "parquet":
             assert self.uri is not None
-            uri = self.uri
-            if "://" not in uri:
-                uri = "file://" + str(Path(uri).expanduser().resolve())
-            return f"parquet:{uri.rstrip('/')}"
+            return f"parquet:{canonical_uri(self.uri)}"
         return self.source
 
     def ledger_name(self) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, Literal, NoReturn
 
 from pydantic import (
@@ -55,6 +56,7 @@ __all__ = [
     "parse_domain",
     "domain_of",
     "config_error",
+    "canonical_uri",
 ]
 
 DATA_SOURCES = ("mnist1d", "digits", "parquet")
@@ -323,7 +325,34 @@ class ParquetData(_DataBase):
             ):
                 _fail(f"{{path}}: data.{split}_uri is the {name} split, so data.{split}_fraction "
                       "(a share of data.uri) does not apply; drop one of them")
+        self._disjoint()
         return self
+
+    def _disjoint(self) -> None:
+        """Refuse a validation or test file that is the training file (or each other): the
+        splits must be disjoint, or the selection and its evaluation see training records."""
+        files = {"uri": self.uri, "val_uri": self.val_uri, "test_uri": self.test_uri}
+        seen: dict[str, str] = {}
+        for key, uri in files.items():
+            if uri is None:
+                continue
+            canonical = canonical_uri(uri)
+            if canonical in seen:
+                other = seen[canonical]
+                _fail(f"{{path}}.{key} {uri!r} is the same file as {{path}}.{other} "
+                      f"{files[other]!r} ({canonical}): validation and test data must be "
+                      f"disjoint from the training data and from each other. Name a separate "
+                      f"file in {{path}}.{key}, or drop it to split "
+                      f"{{path}}.{key.replace('_uri', '_fraction')} off {{path}}.uri")
+            seen[canonical] = key
+
+
+def canonical_uri(uri: str) -> str:
+    """The identity of a Parquet location: a local path as an absolute ``file://`` URI
+    (``~`` expanded, symlinks and ``..`` resolved), any URI without its trailing ``/``."""
+    if "://" not in uri:
+        uri = "file://" + str(Path(uri).expanduser().resolve())
+    return uri.rstrip("/")
 
 
 DataModel = Annotated[Mnist1dData | DigitsData | ParquetData, Field(discriminator="source")]

@@ -410,6 +410,14 @@ CASES: list[Case] = [
          "--progress-interval", "-1e-3", words=("--progress-interval", "'-1e-3'", "> 0")),
     _exp("data source key misspelled", ("data.sorce", "mnist1d"), ("data.source", _D),
          words=("data.sorce is not a key", "did you mean 'source'", "needs the key 'source'")),
+    _pq("parquet val_uri is the training file", {"uri": "{data}/good.parquet",
+                                                 "label_column": "y", "val_fraction": _DELETE,
+                                                 "val_uri": "{data}/./good.parquet"},
+        words=("data.val_uri", "same file as data.uri", "disjoint")),
+    _pq("parquet test_uri is the training file", {"uri": "{data}/good.parquet",
+                                                  "label_column": "y", "test_fraction": _DELETE,
+                                                  "test_uri": "file://{data}/good.parquet"},
+        words=("data.test_uri", "same file as data.uri", "disjoint")),
 ]
 
 assert len({c.name for c in CASES}) == len(CASES), "case names must be unique"

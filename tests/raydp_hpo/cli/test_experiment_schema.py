@@ -135,6 +135,8 @@ SCHEMA_CANNOT_EXPRESS = {
     "data fractions sum": "cross-field: val_fraction + test_fraction < 1",
     "parquet both column kinds given": "cross-field: feature_columns or feature_column",
     "parquet val_uri with val_fraction": "cross-field: val_uri or val_fraction",
+    "parquet val_uri is the training file": "cross-field, after resolving paths: val_uri != uri",
+    "parquet test_uri is the training file": "cross-field, after resolving paths: test_uri != uri",
 }
 
 
