@@ -729,6 +729,7 @@ class RunOutcome:
     result: Any
     journal: Path
     trial_errors: int
+    test_split: bool = True  # False: no test records (test_fraction 0), nothing evaluated
 
 
 def _dataset_ledger_budget(spec: ExperimentSpec, out: Callable[[str], None]) -> PrivacyBudget:
@@ -872,7 +873,8 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
         selected=result.hyperparameters is not None,
     )
     atomic_write_json(run_dir / "run.json", meta)
-    return RunOutcome(run_dir=run_dir, result=result, journal=journal, trial_errors=errors)
+    return RunOutcome(run_dir=run_dir, result=result, journal=journal, trial_errors=errors,
+                      test_split=len(data.test) > 0)
 
 
 def format_summary(outcome: RunOutcome) -> str:
@@ -892,7 +894,11 @@ def format_summary(outcome: RunOutcome) -> str:
             lines.append(f"  test accuracy      {r.dp_test_accuracy:.4f}  (DP: Laplace, "
                          f"ε={r.dp_test_accuracy_epsilon:g}, in the certificate)")
     lines.append(r.certificate.format())
-    if r.hyperparameters is not None:
+    if r.hyperparameters is not None and not outcome.test_split:
+        lines.append("Evaluation: there is no test split (data.test_fraction: 0), so the "
+                     "released model was not evaluated; set data.test_fraction (or "
+                     "data.test_uri) for a test accuracy")
+    elif r.hyperparameters is not None:
         acc = "-" if r.test_accuracy is None else f"{r.test_accuracy:.4f}"
         lines.append("Evaluation (NOT covered by the certificate: computed without noise on the "
                      "private test split; publish it only if that split is public)")

@@ -686,6 +686,13 @@ class ExperimentFile(_Strict):
         if value is not None and budget is not None and not 0 < value < budget.epsilon:
             _fail(f"{{path}}={value:g} must be in (0, budget.epsilon={budget.epsilon:g}): it is "
                   "taken from the experiment's budget")
+        data = info.data.get("data")
+        if value is not None and data is not None and data.test_fraction == 0 and (
+            getattr(data, "test_uri", None) is None
+        ):
+            _fail(f"{{path}}={value:g} releases a test accuracy, but there is no test split "
+                  "(data.test_fraction: 0); set data.test_fraction (or data.test_uri), or drop "
+                  "{path}")
         return value
 
     @field_validator("ledger")

@@ -418,6 +418,8 @@ CASES: list[Case] = [
                                                   "label_column": "y", "test_fraction": _DELETE,
                                                   "test_uri": "file://{data}/good.parquet"},
         words=("data.test_uri", "same file as data.uri", "disjoint")),
+    _exp("test epsilon without a test split", ("data.test_fraction", 0),
+         ("test_accuracy_epsilon", 0.5), words=("test_accuracy_epsilon", "no test split")),
 ]
 
 assert len({c.name for c in CASES}) == len(CASES), "case names must be unique"

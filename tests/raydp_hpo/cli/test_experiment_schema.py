@@ -137,6 +137,7 @@ SCHEMA_CANNOT_EXPRESS = {
     "parquet val_uri with val_fraction": "cross-field: val_uri or val_fraction",
     "parquet val_uri is the training file": "cross-field, after resolving paths: val_uri != uri",
     "parquet test_uri is the training file": "cross-field, after resolving paths: test_uri != uri",
+    "test epsilon without a test split": "cross-field: data.test_fraction > 0",
 }
 
 
