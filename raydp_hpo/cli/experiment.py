@@ -658,8 +658,10 @@ def _validate_search(spec: ExperimentSpec, dataset_size: int, validation_size: i
         validate_trial_space(space)
     except ValueError as exc:
         problems.add("space", f"space: {exc}")
+    search_budget = PrivacyBudget(spec.budget.epsilon - (spec.test_accuracy_epsilon or 0.0),
+                                  spec.budget.delta)
     try:
-        make_searcher(
+        searcher = make_searcher(
             spec.search.algorithm,
             param_space=space,
             metric=spec.search.metric,
@@ -667,11 +669,11 @@ def _validate_search(spec: ExperimentSpec, dataset_size: int, validation_size: i
             dataset_size=dataset_size,
             validation_size=validation_size,
             # the search's share: a DP test accuracy takes its ε_t from the budget first
-            budget=PrivacyBudget(spec.budget.epsilon - (spec.test_accuracy_epsilon or 0.0),
-                                 spec.budget.delta),
+            budget=search_budget,
             experiment=spec.experiment,
             **dict(spec.search.settings),
         )
+        _check_whole_grid(searcher, search_budget, problems)
     except TypeError as exc:
         problems.add("search.settings", f"search.settings: {exc}")
     except BudgetTooSmallError as exc:
@@ -687,6 +689,29 @@ def _validate_search(spec: ExperimentSpec, dataset_size: int, validation_size: i
         problems.add("space", f"space ({spec.search.algorithm}): {exc}{hint}")
     except (RayDPHPOError, ValueError) as exc:
         problems.add("search.settings", str(exc))
+
+
+def _check_whole_grid(searcher: Any, budget: PrivacyBudget, problems: _Problems) -> None:
+    """A composed grid's whole cost is known before any charge: refuse a grid whose
+    composition the budget cannot pay (the ledger would stop it after a few trials, having
+    spent the budget on an arbitrary prefix of the grid)."""
+    from raydp_hpo.searchers.base import plan_epsilon
+
+    composed = getattr(searcher, "composed_mechanism", None)
+    if composed is None:
+        return
+    eps = plan_epsilon(composed(), budget.delta)
+    if eps <= budget.epsilon:
+        return
+    exc = BudgetTooSmallError(
+        f"the budget cannot pay for the whole grid: grid_composed trains all "
+        f"{searcher.grid_size} grid points and their composition needs ε={eps:.4g} at "
+        f"δ={budget.delta:g} (RDP accountant), but the search's budget is ε={budget.epsilon:g}. "
+        "Take fewer points (space.<key>.points, shorter choice lists), more noise "
+        f"(space.noise_multiplier), or a budget of at least ε={eps:.4g}; nothing was charged"
+    )
+    problems.too_small = exc
+    problems.add("budget", str(exc))
 
 
 @dataclass(frozen=True)

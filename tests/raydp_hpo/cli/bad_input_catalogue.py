@@ -420,6 +420,13 @@ CASES: list[Case] = [
         words=("data.test_uri", "same file as data.uri", "disjoint")),
     _exp("test epsilon without a test split", ("data.test_fraction", 0),
          ("test_accuracy_epsilon", 0.5), words=("test_accuracy_epsilon", "no test split")),
+    # the whole grid's cost is known before any charge: 3 trials ran, then the ledger stopped it
+    _exp("grid of 10000 points the budget cannot pay",
+         ("search", {"algorithm": "grid_composed", "settings": {}}),
+         ("space.lr", {"loguniform": [0.01, 1.0], "points": 100}),
+         ("space.max_grad_norm", {"uniform": [0.5, 2.0], "points": 100}),
+         ("space.batch_size", 32),
+         words=("the budget cannot pay", "10000 grid points", "ε=8"), exit_code=EXIT_BUDGET),
 ]
 
 assert len({c.name for c in CASES}) == len(CASES), "case names must be unique"

@@ -401,3 +401,31 @@ def test_a_retried_trial_pays_again(ray_session, data, tmp_path: Path) -> None:
     assert result.certificate.epsilon_rdp == pytest.approx(
         epsilon([m for _, m in result.certificate.charges], 1e-5, Accountant.RDP))
     assert not any(t["error"] for t in result.private_trials)
+
+
+def test_a_ledger_refusal_is_logged_without_a_traceback(caplog) -> None:
+    """Issue #31: a grid the ledger stops mid-search printed Tune's "Trial task failed"
+    record with a full traceback for the refused trial (the documented halting rule, nothing
+    charged). The refusal is one line naming it; any other trial error keeps its traceback."""
+    import logging
+
+    from ray.exceptions import RayTaskError
+
+    from raydp_hpo.errors import BudgetExhaustedError
+    from raydp_hpo.tune.tuner import _TUNE_CONTROLLER_LOGGER, _ledger_refusals_without_traceback
+
+    refused = RayTaskError("train", "Traceback ...",
+                           BudgetExhaustedError("g/t1", 1.7, 1.3, 1.5, 1e-5))
+    refused = refused.as_instanceof_cause()
+    crash = RayTaskError("train", "Traceback ...", ZeroDivisionError("boom"))
+    logger = logging.getLogger(_TUNE_CONTROLLER_LOGGER)
+    with caplog.at_level(logging.INFO, logger=_TUNE_CONTROLLER_LOGGER), \
+            _ledger_refusals_without_traceback():
+        logger.error("Trial task failed for trial t1", exc_info=refused)
+        logger.error("Trial task failed for trial t2", exc_info=crash)
+    first, second = caplog.records
+    assert first.exc_info is None and first.levelname == "WARNING"
+    assert "refused by the ledger" in first.getMessage() and "'g/t1'" in first.getMessage()
+    assert "Traceback" not in caplog.text.split("t2")[0]
+    assert second.exc_info is not None  # a real crash keeps its traceback
+    assert not logger.filters  # removed after the search
