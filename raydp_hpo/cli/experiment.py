@@ -784,6 +784,31 @@ def _dataset_ledger_budget(spec: ExperimentSpec, out: Callable[[str], None]) -> 
     return spec.budget
 
 
+def _require_earlier_charges(spec: ExperimentSpec, run_dir: Path) -> None:
+    """A resume attaches to ``spec.ledger_journal()``: refuse unless that journal holds the
+    experiment's earlier charges (:func:`raydp_hpo.tune.tuner.require_earlier_charges`);
+    the message also names the journal ``run.json`` recorded, when it is another."""
+    import json
+
+    from raydp_hpo.errors import LedgerMismatchError
+    from raydp_hpo.tune.tuner import require_earlier_charges
+
+    journal = spec.ledger_journal()
+    try:
+        require_earlier_charges(journal, spec.experiment)
+    except LedgerMismatchError as exc:
+        try:
+            recorded = json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get(
+                "ledger_journal")
+        except (OSError, ValueError, AttributeError):
+            recorded = None
+        if recorded and Path(recorded) != journal:
+            raise LedgerMismatchError(
+                f"{exc} (its run.json records that it charged the journal {recorded}: "
+                "resume with the storage_path / ledger it started with)") from None
+        raise
+
+
 def run_experiment(spec: ExperimentSpec, *, progress_interval_s: float = 5.0,
                    out: Callable[[str], None] = print, resume: bool = False,
                    num_cpus: int | None = None, ray_temp_dir: str | None = None) -> RunOutcome:
@@ -831,6 +856,8 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
             f"nothing to resume: experiment {spec.experiment!r} has no run in {run_dir}; run "
             "it without --resume"
         )
+    if resume:  # before Ray and the ledger actor, which would create a fresh journal
+        _require_earlier_charges(spec, run_dir)
     checked = preflight(spec)  # every check, all errors at once: before Ray and any ledger
     data = checked.data
     train_size, val_size = spec.data.public_sizes()
@@ -877,7 +904,8 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
         "experiment": spec.experiment,
         "spec": spec.to_dict(),
         "ledger_name": spec.ledger_name,
-        "ledger_journal": str(journal),
+        "ledger_journal": str(journal),  # a resume proves its charges are there
+        "charge_prefix": f"{spec.experiment}/",
         "started": time.time(),
         "status": "running",
     }

@@ -77,7 +77,7 @@ from raydp_hpo.ledger.filter import Adaptivity
 from raydp_hpo.ledger.plan_receipt import PlanReceipt
 from raydp_hpo.searchers.base import Release
 
-__all__ = ["DPTuner", "DPResult", "PrivacyCertificate"]
+__all__ = ["DPTuner", "DPResult", "PrivacyCertificate", "require_earlier_charges"]
 
 
 #: The privacy unit and neighbouring relation every bound of this project is stated for.
@@ -896,6 +896,17 @@ class DPTuner:
                 "DPTuner.restore(path) or fit(resume=True) to continue it, or another "
                 "experiment name"
             )
+        if resume:
+            if not tune.Tuner.can_restore(str(tune_dir)):
+                raise RayDPHPOError(
+                    f"nothing to resume at {tune_dir}; run fit() without resume=True"
+                )
+            # before the dedicated ledger's actor starts: it would create a fresh journal
+            if shared is None:
+                require_earlier_charges(self._dedicated_journal(), self._experiment)
+            else:
+                require_earlier_charges(None, self._experiment, shared.charges(),
+                                        where=f"the shared ledger {shared.name!r}")
         # The dedicated ledger: a fresh experiment with a plan charges it in this process
         # before the ledger's actor starts (below, once Tune's inputs are built), so the
         # actor's start (a new worker that loads the accountants, ~0.5-1 s) runs beside the
@@ -1316,6 +1327,43 @@ def _halting_accountant(adaptivity: Adaptivity) -> Accountant:
     from raydp_hpo.ledger.filter import tightest_halting_accountant
 
     return tightest_halting_accountant(adaptivity)
+
+
+def require_earlier_charges(journal: Path | None, experiment: str,
+                            charges: Sequence[Any] | None = None, *,
+                            where: str | None = None) -> None:
+    """Refuse to resume ``experiment`` unless the ledger it attaches to holds its earlier
+    charges (ids ``<experiment>/...``): the journal at ``journal`` (read-only, nothing
+    created), or ``charges`` of a live ledger (``where`` names it).
+
+    A resume replays the plan charge by its id and continues trials inside their admitted
+    charges. On a ledger without them — the journal and its seal moved away, another storage
+    path, another ledger — the replay would be a fresh charge of the whole plan on a fresh
+    budget: the experiment's first charges would be forgotten, and its spend counted
+    nowhere. Raises :class:`LedgerMismatchError` naming the journal it expected."""
+    prefix = f"{experiment}/"
+    if charges is None:
+        assert journal is not None
+        if not journal.exists():
+            raise LedgerMismatchError(
+                f"cannot resume experiment {experiment!r}: its charges should be in the ledger "
+                f"journal {journal}, which does not exist (moved or deleted?). Put the journal "
+                "and its .seal back where they were; resuming on a fresh ledger would charge "
+                "the experiment again on a budget that does not know its earlier spend. "
+                "Nothing was charged"
+            )
+        from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
+
+        charges = PrivacyLedger.read_only(journal, curve_check=CurveCheck.ON_DEMAND).charges()
+        where = f"the ledger journal {journal}"
+    if not any(c.charge_id.startswith(prefix) for c in charges):
+        raise LedgerMismatchError(
+            f"cannot resume experiment {experiment!r}: {where} holds no charge of it (no "
+            f"charge id starting with {prefix!r}), so it is not the ledger the experiment "
+            "charged. Resume with the ledger (journal, storage path) it started on; resuming "
+            "here would charge it again on a budget that does not know its earlier spend. "
+            "Nothing was charged"
+        )
 
 
 def _resumed_accountant(journal: Path, adaptivity: Adaptivity) -> Accountant:

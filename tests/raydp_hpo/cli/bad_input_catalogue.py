@@ -427,6 +427,22 @@ CASES: list[Case] = [
          ("space.max_grad_norm", {"uniform": [0.5, 2.0], "points": 100}),
          ("space.batch_size", 32),
          words=("the budget cannot pay", "10000 grid points", "ε=8"), exit_code=EXIT_BUDGET),
+    # a started run (its tune/ dir) whose ledger journal and seal were moved away: resuming
+    # re-charged the whole plan on a fresh ledger
+    Case("resume after the journal was moved", "experiment",
+         ("run", "{tmp}/exp.yaml", "--resume"),
+         (("exp.yaml", yaml.safe_dump(BASE, sort_keys=False)),
+          ("store/bad-input/tune/.started", ""),
+          ("store/bad-input/run.json", '{"experiment": "bad-input", "status": "failed"}')),
+         EXIT_BAD_INPUT,
+         ("cannot resume", "'bad-input'", "store/ledgers/data-mnist1d-", "does not exist")),
+    Case("resume on a ledger without its charges", "experiment",
+         ("run", "{tmp}/exp.yaml", "--resume"),
+         (("exp.yaml", yaml.safe_dump(_set(BASE, "ledger", {"name": "seeded",
+                                                            "journal": "{journal}"}),
+                                      sort_keys=False)),
+          ("store/bad-input/tune/.started", "")),
+         EXIT_BAD_INPUT, ("cannot resume", "seed.journal", "holds no charge", "'bad-input/'")),
 ]
 
 assert len({c.name for c in CASES}) == len(CASES), "case names must be unique"
@@ -513,6 +529,7 @@ def prepare(case: Case, tmp: Path, data: Path) -> tuple[list[str], Path]:
 
     for name, content in case.files:
         target = tmp / name
+        target.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(content, str) and content.startswith("@"):
             _special_journal(content, target)
         elif isinstance(content, bytes):
