@@ -12,7 +12,7 @@ from ray import tune
 
 from raydp_hpo.accounting.accountants import Accountant, epsilon
 from raydp_hpo.accounting.budget import PrivacyBudget
-from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
+from raydp_hpo.errors import InvalidParameterError, LedgerMismatchError, RayDPHPOError
 from raydp_hpo.ledger.actor import get_ledger
 from raydp_hpo.ledger.filter import PrivacyLedger
 from raydp_hpo.searchers import OneShotRandomSearch
@@ -259,6 +259,15 @@ def test_resume_replays_the_plan_charge(ray_session, data, tmp_path: Path) -> No
     assert again.certificate.charges == first.certificate.charges
     assert again.certificate.epsilon == pytest.approx(first.certificate.epsilon)
     assert again.hyperparameters == first.hyperparameters
+    # issue #31: the journal and its seal moved away, a resume would charge the plan afresh on
+    # a new ledger: it is refused, naming the journal, before the ledger's actor starts
+    journal = Path(first.experiment_path) / "ledger.journal"
+    seal = journal.with_name(journal.name + ".seal")
+    journal.rename(tmp_path / "moved.journal")
+    seal.rename(tmp_path / "moved.journal.seal")
+    with pytest.raises(LedgerMismatchError, match=f"cannot resume .*{journal}.*does not exist"):
+        DPTuner.restore(first.experiment_path, data=data).fit()
+    assert not journal.exists() and not seal.exists()  # no fresh ledger was started
 
 
 def test_runs_inside_a_ray_task(ray_session, tmp_path: Path) -> None:
@@ -429,3 +438,28 @@ def test_a_ledger_refusal_is_logged_without_a_traceback(caplog) -> None:
     assert "Traceback" not in caplog.text.split("t2")[0]
     assert second.exc_info is not None  # a real crash keeps its traceback
     assert not logger.filters  # removed after the search
+
+
+def test_resume_needs_the_experiments_charges_on_its_ledger(tmp_path: Path) -> None:
+    """require_earlier_charges (issue #31): a missing journal, or one without a charge of the
+    experiment, is refused by name and read only (nothing created); one with them passes."""
+    from raydp_hpo.accounting.mechanisms import SubsampledGaussian
+    from raydp_hpo.tune.tuner import require_earlier_charges
+
+    journal = tmp_path / "ledger.journal"
+    with pytest.raises(LedgerMismatchError, match=f"{journal}, which does not exist"):
+        require_earlier_charges(journal, "exp")
+    assert not journal.exists()
+    with PrivacyLedger(PrivacyBudget(3.0, 1e-5), journal) as ledger:
+        ledger.charge("other/plan", SubsampledGaussian(2.0, 0.01, 10))
+    before = journal.read_bytes()
+    with pytest.raises(LedgerMismatchError, match="holds no charge of it .*'exp/'"):
+        require_earlier_charges(journal, "exp")
+    with pytest.raises(LedgerMismatchError, match="'exp/'"):
+        require_earlier_charges(journal, "exp", ())  # a live ledger's charges
+    with PrivacyLedger.open(journal) as ledger:
+        ledger.charge("exp/plan", SubsampledGaussian(2.0, 0.01, 10))
+        charges = ledger.charges()
+    require_earlier_charges(journal, "exp")
+    require_earlier_charges(None, "exp", charges, where="the shared ledger 'x'")
+    assert journal.read_bytes().startswith(before)
