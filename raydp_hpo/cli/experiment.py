@@ -65,7 +65,8 @@ finite set is needed: for every key under grid and SVT search, which enumerate t
 for the privacy keys (noise, batch size, epochs, ...) under every searcher, which charge the
 worst case over their values; elsewhere it is sampled as usual. The points are a function of
 the file alone (public). Linear scaling sets ``lr``, the steps and the noise itself and
-ignores those keys with a warning.
+ignores those keys with a warning. A ``grid_composed`` search whose whole grid the budget
+cannot pay is refused before any charge (``--dry-run`` too, exit 3).
 
 **The budget belongs to the data.** Without a ``ledger:`` block an experiment charges the
 dataset's default ledger, named from a fingerprint of the data source
@@ -75,7 +76,9 @@ on the same data — a re-run under a new name after a crash, say — spends fro
 instead of getting a fresh one. The first experiment on a dataset creates its ledger with its
 ``budget`` (logged); later ones attach to it, their own ``budget`` being a cap on what they
 spend. A fresh budget on the same data is an explicit, logged act: name another ledger in
-``ledger:``. A crashed run continues with ``raydp-hpo run --resume`` (same experiment name).
+``ledger:``. A crashed run continues with ``raydp-hpo run --resume`` (same experiment name), which first
+checks that the ledger journal it attaches to holds the experiment's earlier charges (a moved
+or replaced journal is refused, never silently a fresh budget).
 Parquet ``val_uri`` / ``test_uri`` files are private data of the same dataset: they are
 accounted on the ledger of ``uri``. Use a validation or test file with one training file only,
 or name one shared ``ledger:`` for every experiment that reads it.

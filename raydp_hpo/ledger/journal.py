@@ -47,7 +47,9 @@ false alarm, since it is written only after the records it vouches for are durab
 or reading a journal that has fewer records than its seal claims, or other records up to that
 point, or another header, is an error. A seal with a valid slot and no journal beside it
 stops a new ledger from starting a fresh budget under that name. Readers read the seal before
-the journal. Deleting the seal removes this check (and only this check).
+the journal. Deleting the seal removes this check (and only this check). ``raydp-hpo ledger
+verify`` reports a damaged slot (:func:`inspect_seal`) as corruption; with both slots damaged
+the seal vouches for nothing.
 
 Locking: the writer holds an exclusive POSIX record lock on the whole file
 (``fcntl`` ``F_OFD_SETLK`` open-file-description lock on Linux; ``fcntl.lockf`` elsewhere,

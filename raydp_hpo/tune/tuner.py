@@ -740,7 +740,9 @@ class DPTuner:
         the plan charge: this assumes the interruption of the driver did not depend on the
         data (trials run in their own processes, so their outputs cannot stop the driver; an
         operator or an out-of-memory kill that correlates with the data is outside it). A
-        tuner from :meth:`restore` resumes by default.
+        tuner from :meth:`restore` resumes by default. A resume is refused unless the ledger
+        it attaches to holds the experiment's earlier charges
+        (:func:`require_earlier_charges`): a moved journal is never a fresh budget.
         """
         resume = self._resume if resume is None else bool(resume)
         ensure_ray()
