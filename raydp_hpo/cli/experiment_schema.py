@@ -175,17 +175,13 @@ class _NumberJson:
         return number_json(_bounds_of(schema))
 
 
-def _bounded(**bounds: float) -> Any:
-    """A number type (numeric strings accepted) within pydantic bounds (ge, gt, le, lt), which
-    both the parser and the JSON Schema carry."""
-    return Annotated[float, Field(**bounds), BeforeValidator(_number), _NumberJson]  # type: ignore[arg-type]
-
-
+# Numbers (numeric strings accepted) within pydantic bounds, which both the parser and the
+# JSON Schema carry: the bound is written once, in Field.
 Number = Annotated[float, BeforeValidator(_number), _NumberJson]
-NonNegative = _bounded(ge=0)
-Positive = _bounded(gt=0)
-Fraction = _bounded(ge=0, lt=1)
-Probability = _bounded(gt=0, lt=1)
+NonNegative = Annotated[float, Field(ge=0), BeforeValidator(_number), _NumberJson]
+Positive = Annotated[float, Field(gt=0), BeforeValidator(_number), _NumberJson]
+Fraction = Annotated[float, Field(ge=0, lt=1), BeforeValidator(_number), _NumberJson]
+Probability = Annotated[float, Field(gt=0, lt=1), BeforeValidator(_number), _NumberJson]
 Int = Annotated[int, BeforeValidator(_integer())]
 NonNegativeInt = Annotated[int, Field(ge=0), BeforeValidator(_integer(0))]
 PositiveInt = Annotated[int, Field(ge=1), BeforeValidator(_integer(1))]
