@@ -192,7 +192,7 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
     and (unless ``--quick``) every stored RDP curve against a recomputation."""
     from raydp_hpo.errors import LedgerCorruptedError
     from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
-    from raydp_hpo.ledger.journal import read_seal, scan_journal, seal_path
+    from raydp_hpo.ledger.journal import inspect_seal, read_seal, scan_journal, seal_path
 
     path = Path(args.journal)
     result: dict[str, object] = {"journal": str(path)}
@@ -205,13 +205,16 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
         print(json.dumps(result) if args.json else f"journal {path}: CORRUPTED\n  {exc}")
         return EXIT_BAD_INPUT
     claim = read_seal(path)
+    seal_problems = inspect_seal(path).problems()
+    ok = not issues and not seal_problems
     stored = scan.header.get("rdp_orders") is not None
     result.update(
-        ok=not issues,
+        ok=ok,
         version=scan.version,
         charges=len(scan.records),
         bytes=scan.end + (scan.torn.length if scan.torn else 0),
         seal_records=None if claim is None else claim.records,
+        seal_problems=seal_problems,
         torn_tail=None if scan.torn is None else {"offset": scan.torn.offset,
                                                   "length": scan.torn.length},
         curves="not checked (--quick)" if args.quick else (
@@ -225,10 +228,11 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
     else:
         chain = "hash-chained" if scan.version >= 2 else "CRC-32 per record, no chain"
         lines = [
-            f"journal {path}: {'ok' if not issues else 'CORRUPTED'}",
+            f"journal {path}: {'ok' if ok else 'CORRUPTED'}",
             f"  format      version {scan.version} ({chain}), {len(scan.records)} charge records",
             "  seal        " + (f"vouches for {claim.records} records ({seal_path(path)})"
                                 if claim else "none (no truncation check)"),
+            *(f"    DAMAGED: {problem}" for problem in seal_problems),
             "  torn tail   " + ("none" if scan.torn is None else
                                 f"{scan.torn.length} bytes at byte offset {scan.torn.offset}: an "
                                 "interrupted, never-acknowledged write (opening the ledger moves "
@@ -239,7 +243,9 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
             f"(δ={ledger.budget.delta:g})",
         ]
         print("\n".join(lines))
-    return EXIT_OK if not issues else EXIT_BAD_INPUT
+    if seal_problems:  # also on stderr, where the CLI's errors go
+        print(f"raydp-hpo: error: {'; '.join(seal_problems)}", file=sys.stderr)
+    return EXIT_OK if ok else EXIT_BAD_INPUT
 
 
 def _default_ledger_roots(actor_root: Path) -> list[Path]:
@@ -473,6 +479,52 @@ _positive_int = _argument_type(int, lambda v: v >= 1, "an integer >= 1")
 _positive_float = _argument_type(float, lambda v: math.isfinite(v) and v > 0,
                                  "a finite number > 0")
 _probability = _argument_type(float, lambda v: 0 < v < 1, "a number in (0, 1)")
+_rate = _argument_type(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
+_at_least_one = _argument_type(float, lambda v: math.isfinite(v) and v >= 1,
+                               "a finite number >= 1")
+_finite_float = _argument_type(float, math.isfinite, "a finite number")
+
+
+def _looks_like_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _value_flags(parser: argparse.ArgumentParser) -> set[str]:
+    """Every ``--flag`` of ``parser`` and its subcommands that takes exactly one value."""
+    flags: set[str] = set()
+    for action in parser._actions:  # noqa: SLF001 - argparse has no public walk
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            for sub in action.choices.values():
+                flags |= _value_flags(sub)
+        elif action.nargs is None and action.option_strings:
+            flags.update(f for f in action.option_strings if f.startswith("--"))
+    return flags
+
+
+def _attach_negative_values(argv: list[str], flags: set[str]) -> list[str]:
+    """``--delta -1e-5`` as ``--delta=-1e-5``: argparse takes a value that starts with '-'
+    for an option unless it looks like a plain negative number (``-1``, ``-.5``; not
+    ``-1e-5`` or ``-inf``), and then answers "expected one argument" without naming the value.
+    Attached, the value reaches the flag's type check, which names the flag, the value and
+    the valid range."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":  # the rest are positionals
+            return out + argv[i:]
+        if (token in flags and i + 1 < len(argv) and argv[i + 1].startswith("-")
+                and _looks_like_number(argv[i + 1])):
+            out.append(f"{token}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(token)
+        i += 1
+    return out
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -487,24 +539,28 @@ def _build_parser() -> argparse.ArgumentParser:
     acc = sub.add_parser(
         "account", help="ε of DP-SGD settings under every accountant, or (--mechanism) the "
                         "noise of a one-shot Laplace/Gaussian release")
-    acc.add_argument("--noise-multiplier", type=float, default=None, help="DP-SGD only")
-    acc.add_argument("--sample-rate", type=float, default=None, help="DP-SGD only")
-    acc.add_argument("--steps", type=int, default=None, help="DP-SGD only")
-    acc.add_argument("--delta", type=float, default=None,
+    # every numeric flag checks its range here: the error names the flag, the value and the
+    # range (a negative value such as `--delta -1e-5` included, see _attach_negative_values)
+    acc.add_argument("--noise-multiplier", type=_positive_float, default=None,
+                     help="DP-SGD only (> 0)")
+    acc.add_argument("--sample-rate", type=_rate, default=None, help="DP-SGD only, in (0, 1]")
+    acc.add_argument("--steps", type=_positive_int, default=None, help="DP-SGD only (>= 1)")
+    acc.add_argument("--delta", type=_probability, default=None,
                      help="target δ (DP-SGD and --mechanism gaussian)")
     acc.add_argument("--mechanism", choices=["laplace", "gaussian"], default=None,
                      help="calibrate a one-shot release instead: Laplace b or analytic Gaussian σ")
-    acc.add_argument("--epsilon", type=float, default=None, help="target ε of --mechanism")
-    acc.add_argument("--sensitivity", type=float, default=None,
+    acc.add_argument("--epsilon", type=_positive_float, default=None,
+                     help="target ε of --mechanism (> 0)")
+    acc.add_argument("--sensitivity", type=_positive_float, default=None,
                      help="ℓ₁ (laplace) / ℓ₂ (gaussian) sensitivity of the release (default 1)")
     acc.add_argument("--search", choices=["random_stopping"], default=None,
                      help="price a Papernot–Steinke search over these trials instead of one run")
-    acc.add_argument("--mean", type=float, default=None, help="E[K] of the search")
+    acc.add_argument("--mean", type=_at_least_one, default=None, help="E[K] of the search (>= 1)")
     acc.add_argument("--distribution", default="geometric",
                      choices=["geometric", "logarithmic", "poisson", "truncated_negative_binomial",
                               "binomial"],
                      help="law of the secret number of trials K")
-    acc.add_argument("--shape", type=float, default=None,
+    acc.add_argument("--shape", type=_finite_float, default=None,
                      help="η of the truncated negative binomial, or m (draws) of the binomial")
     acc.add_argument("--json", action="store_true")
     acc.set_defaults(func=_cmd_account)
@@ -602,7 +658,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["federated"]:  # its own options (python -m raydp_hpo.trainables.federated)
         argv = ["federated", "--", *argv[1:]]
     parser = _build_parser()
-    args = parser.parse_args(argv)
+    if argv[:1] != ["federated"]:
+        argv = _attach_negative_values(argv, _value_flags(parser))
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse printed usage and the error (or --help): its code
+        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
     try:
         return int(args.func(args))
     except (BudgetExhaustedError, BudgetTooSmallError) as exc:

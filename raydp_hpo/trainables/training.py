@@ -714,7 +714,9 @@ def train_dp(
         if privacy.optimizer is Optimizer.ADADP:
             metrics["learning_rate"] = float(np.mean([r.lr for r in runners]))
         if epoch + 1 == epochs:
-            metrics["test_accuracy"] = float(np.mean([r.accuracy(data.test) for r in runners]))
+            if len(data.test) > 0:  # no test split (test_fraction 0): no test accuracy, not NaN
+                metrics["test_accuracy"] = float(np.mean([r.accuracy(data.test)
+                                                          for r in runners]))
             if score is not None:
                 # The selection score: the count plus Laplace(1/ε_s) or N(0, σ_s²) (sensitivity
                 # 1), over the public validation size, clipped to [0, 1] (post-processing).

@@ -87,7 +87,7 @@ from raydp_hpo.ledger.plan_receipt import PlanReceipt
 from raydp_hpo.searchers.base import Release
 from raydp_hpo.tune.publish import PUBLIC_DIR
 
-__all__ = ["DPTuner", "DPResult", "PrivacyCertificate"]
+__all__ = ["DPTuner", "DPResult", "PrivacyCertificate", "require_earlier_charges"]
 
 _log = logging.getLogger(__name__)
 
@@ -982,7 +982,9 @@ class DPTuner:
         the plan charge: this assumes the interruption of the driver did not depend on the
         data (trials run in their own processes, so their outputs cannot stop the driver; an
         operator or an out-of-memory kill that correlates with the data is outside it). A
-        tuner from :meth:`restore` resumes by default.
+        tuner from :meth:`restore` resumes by default. A resume is refused unless the ledger
+        it attaches to holds the experiment's earlier charges
+        (:func:`require_earlier_charges`): a moved journal is never a fresh budget.
         """
         resume = self._resume if resume is None else bool(resume)
         ensure_ray()
@@ -1142,6 +1144,17 @@ class DPTuner:
                 "DPTuner.restore(path) or fit(resume=True) to continue it, or another "
                 "experiment name"
             )
+        if resume:
+            if not tune.Tuner.can_restore(str(tune_dir)):
+                raise RayDPHPOError(
+                    f"nothing to resume at {tune_dir}; run fit() without resume=True"
+                )
+            # before the dedicated ledger's actor starts: it would create a fresh journal
+            if shared is None:
+                require_earlier_charges(self._dedicated_journal(), self._experiment)
+            else:
+                require_earlier_charges(None, self._experiment, shared.charges(),
+                                        where=f"the shared ledger {shared.name!r}")
         # The dedicated ledger: a fresh experiment with a plan charges it in this process
         # before the ledger's actor starts (below, once Tune's inputs are built), so the
         # actor's start (a new worker that loads the accountants, ~0.5-1 s) runs beside the
@@ -1267,7 +1280,7 @@ class DPTuner:
                 with contextlib.suppress(OSError):
                     (exp_dir / _RESTORE_FILE).unlink()
             raise
-        with _quiet_tune_output(self._verbose):
+        with _quiet_tune_output(self._verbose), _ledger_refusals_without_traceback():
             grid = tuner.fit()
         ledger.verify()  # raises the reason if the ledger never came up
         if resume:
@@ -1557,6 +1570,54 @@ def _whose_budget(ledger: LedgerHandle | None, dataset: str | None, fresh_budget
             "(fresh_budget=True)"
         )
     return str(data.name)
+#: Tune's logger that prints a failed trial's error with its traceback.
+_TUNE_CONTROLLER_LOGGER = "ray.tune.execution.tune_controller"
+
+
+class _LedgerRefusalFilter(logging.Filter):
+    """A trial the ledger refused (``BudgetExhaustedError`` at admission: nothing charged,
+    nothing trained) is the search's documented halting rule, not a crash: Tune's "Trial task
+    failed" record for it becomes one line naming the refusal, without the traceback. Every
+    other trial error keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        cause = _ledger_refusal(exc) if exc is not None else None
+        if cause is not None:
+            record.msg = f"{record.getMessage()}: refused by the ledger: {cause}"
+            record.args = ()
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def _ledger_refusal(err: BaseException) -> BudgetExhaustedError | None:
+    """The ledger's own refusal inside ``err`` (Ray wraps it in a ``RayTaskError`` that is
+    also an instance of the cause's class, with the task's traceback as its text)."""
+    from ray.exceptions import RayTaskError
+
+    seen: BaseException | None = err
+    found = None
+    for _ in range(10):
+        if seen is None:
+            break
+        if isinstance(seen, BudgetExhaustedError) and not isinstance(seen, RayTaskError):
+            found = seen
+        seen = getattr(seen, "cause", None) or seen.__cause__
+    return found
+
+
+@contextlib.contextmanager
+def _ledger_refusals_without_traceback() -> Any:
+    """:class:`_LedgerRefusalFilter` on Tune's trial-failure logger while a search runs."""
+    logger = logging.getLogger(_TUNE_CONTROLLER_LOGGER)
+    refusals = _LedgerRefusalFilter()
+    logger.addFilter(refusals)
+    try:
+        yield
+    finally:
+        logger.removeFilter(refusals)
 
 
 def _halting_accountant(adaptivity: Adaptivity) -> Accountant:
@@ -1575,6 +1636,43 @@ def _halting_accountant(adaptivity: Adaptivity) -> Accountant:
     from raydp_hpo.ledger.filter import tightest_halting_accountant
 
     return tightest_halting_accountant(adaptivity)
+
+
+def require_earlier_charges(journal: Path | None, experiment: str,
+                            charges: Sequence[Any] | None = None, *,
+                            where: str | None = None) -> None:
+    """Refuse to resume ``experiment`` unless the ledger it attaches to holds its earlier
+    charges (ids ``<experiment>/...``): the journal at ``journal`` (read-only, nothing
+    created), or ``charges`` of a live ledger (``where`` names it).
+
+    A resume replays the plan charge by its id and continues trials inside their admitted
+    charges. On a ledger without them — the journal and its seal moved away, another storage
+    path, another ledger — the replay would be a fresh charge of the whole plan on a fresh
+    budget: the experiment's first charges would be forgotten, and its spend counted
+    nowhere. Raises :class:`LedgerMismatchError` naming the journal it expected."""
+    prefix = f"{experiment}/"
+    if charges is None:
+        assert journal is not None
+        if not journal.exists():
+            raise LedgerMismatchError(
+                f"cannot resume experiment {experiment!r}: its charges should be in the ledger "
+                f"journal {journal}, which does not exist (moved or deleted?). Put the journal "
+                "and its .seal back where they were; resuming on a fresh ledger would charge "
+                "the experiment again on a budget that does not know its earlier spend. "
+                "Nothing was charged"
+            )
+        from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
+
+        charges = PrivacyLedger.read_only(journal, curve_check=CurveCheck.ON_DEMAND).charges()
+        where = f"the ledger journal {journal}"
+    if not any(c.charge_id.startswith(prefix) for c in charges):
+        raise LedgerMismatchError(
+            f"cannot resume experiment {experiment!r}: {where} holds no charge of it (no "
+            f"charge id starting with {prefix!r}), so it is not the ledger the experiment "
+            "charged. Resume with the ledger (journal, storage path) it started on; resuming "
+            "here would charge it again on a budget that does not know its earlier spend. "
+            "Nothing was charged"
+        )
 
 
 def _resumed_accountant(journal: Path, adaptivity: Adaptivity) -> Accountant:

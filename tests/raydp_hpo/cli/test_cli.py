@@ -71,7 +71,7 @@ def test_account_bad_input_exit_code(capsys) -> None:
     rc = main(["account", "--noise-multiplier", "1.1", "--sample-rate", "1.5",
                "--steps", "10", "--delta", "1e-5"])
     assert rc == EXIT_BAD_INPUT
-    assert "sample_rate" in capsys.readouterr().err
+    assert "--sample-rate" in capsys.readouterr().err
 
 
 def test_ledger_show_and_list_in_subprocess(tmp_path: Path) -> None:
@@ -145,8 +145,9 @@ def test_account_mechanism_wrong_combinations_exit_2(capsys) -> None:
         (["--mechanism", "laplace", "--epsilon", "1", "--search", "random_stopping"], "--search"),
         (["--epsilon", "1", "--delta", "1e-5"], "--mechanism"),
         (["--noise-multiplier", "1", "--delta", "1e-5"], "--sample-rate, --steps"),
-        (["--mechanism", "gaussian", "--epsilon", "0", "--delta", "1e-5"], "epsilon=0.0"),
-        (["--mechanism", "laplace", "--epsilon", "1", "--sensitivity", "nan"], "sensitivity=nan"),
+        (["--mechanism", "gaussian", "--epsilon", "0", "--delta", "1e-5"], "--epsilon: must be a finite number > 0, got '0'"),
+        (["--mechanism", "laplace", "--epsilon", "1", "--sensitivity", "nan"],
+         "--sensitivity: must be a finite number > 0, got 'nan'"),
     ]
     for argv, needle in cases:
         assert main(["account", *argv]) == EXIT_BAD_INPUT, argv

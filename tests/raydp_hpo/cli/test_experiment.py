@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -346,7 +347,7 @@ def test_every_error_of_a_file_is_reported_at_once_with_its_path(raw: dict[str, 
     with pytest.raises(ConfigError) as info:
         parse_experiment(raw)
     paths = {path for path, _ in info.value.problems}
-    assert {"budget", "search.algorithm", "space.lr", "resources.cpu", "tensorbord"} <= paths
+    assert {"budget.delta", "search.algorithm", "space.lr", "resources.cpu", "tensorbord"} <= paths
     message = str(info.value)
     assert "5 errors" in message
     for words in ("delta", "random_stoping", "space.lr", "resources.cpu", "tensorbord"):
@@ -505,3 +506,25 @@ def test_search_preset_in_an_experiment_file(raw: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match=r"'shap' \(did you mean 'shape'\?\), 'meen' \(did "
                                           r"you mean 'mean'\?\)"):
         validate_search(parse_experiment(raw), 1600, 200)
+
+
+def test_no_test_split_is_said_not_nan(raw: dict[str, Any]) -> None:
+    """data.test_fraction: 0 (issue #31): a DP test accuracy is refused up front (there is no
+    split to release it from), and the summary says there is no test split instead of NaN."""
+    from raydp_hpo.accounting.mechanisms import Gaussian
+    from raydp_hpo.cli.experiment import RunOutcome, format_summary
+    from raydp_hpo.tune.tuner import DPResult, PrivacyCertificate
+
+    raw["data"]["test_fraction"] = 0
+    spec = parse_experiment(raw)  # fine without a test accuracy
+    with pytest.raises(ConfigError, match=r"no test split \(data.test_fraction: 0\)"):
+        parse_experiment({**raw, "test_accuracy_epsilon": 0.5})
+    data = load_data(spec.data, spec.split_seed)
+    assert len(data.test) == 0
+    certificate = PrivacyCertificate("random_stopping", "P&S 2022", "RDP", spec.budget,
+                                     (("e/plan", Gaussian(5.0)),), 1.0, 1.0, "l", 1.0, "rdp")
+    result = DPResult({"lr": 0.5}, None, None, certificate, None, False)
+    text = format_summary(RunOutcome(Path("run"), result, Path("j"), 0,
+                                     test_split=len(data.test) > 0))
+    assert "no test split" in text and "nan" not in text.lower()
+    assert "nan" not in json.dumps(result.private_evaluation()).lower()

@@ -451,3 +451,14 @@ def test_validation_count_has_sensitivity_n_val_over_k_and_1() -> None:
         assert abs(validation_count(moved, n_val) - validation_count(counts, n_val)) <= 1 + 1e-9
     # the case the clip is for: one model all right on a realised split larger than declared
     assert validation_count([realised] + [0] * (k - 1), n_val) == n_val / k
+
+
+def test_no_test_split_means_no_test_accuracy_not_nan(ledger):
+    """test_fraction 0 (issue #31): the trial reports no test_accuracy at all; before, the
+    accuracy of an empty split was NaN and the final summary printed `test accuracy nan`."""
+    data = split(load_digits(), val_fraction=0.1, test_fraction=0.0, seed=0)
+    assert len(data.test) == 0
+    r = _train(_config(), data, ledger=ledger)
+    assert "test_accuracy" not in r.metrics
+    assert all(np.isfinite(v) for m in r.history for v in m.values()
+               if isinstance(v, float)), r.history
