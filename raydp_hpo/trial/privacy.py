@@ -317,11 +317,11 @@ def privacy_from_config(config: Mapping[str, Any], dataset_size: int) -> DPSGDPr
             sigma = math.sqrt(steps) / mu  # exact: T Gaussian steps are (√T/σ)-GDP
         else:
             delta = unit_interval_float("target_delta", config.get("target_delta", 1e-5))
-            from raydp_hpo.accounting.accountants import calibrate_noise
+            from raydp_hpo.accounting.accountants import Accountant, calibrate_noise
 
-            sigma = calibrate_noise(gdp_epsilon(mu, delta), delta, q, evals)
+            sigma = calibrate_noise(gdp_epsilon(mu, delta), delta, q, evals, Accountant.RDP)
     elif "target_epsilon" in config:
-        from raydp_hpo.accounting.accountants import calibrate_noise
+        from raydp_hpo.accounting.accountants import Accountant, calibrate_noise
 
         delta = unit_interval_float("target_delta", config.get("target_delta", 1e-5))
         target = positive_float("target_epsilon", config["target_epsilon"])
@@ -334,7 +334,9 @@ def privacy_from_config(config: Mapping[str, Any], dataset_size: int) -> DPSGDPr
             while gdp_epsilon(math.sqrt(steps) / sigma, delta) > target:
                 sigma *= 1.0 + 1e-9
         else:
-            sigma = calibrate_noise(target, delta, q, evals)
+            # RDP, as the ledger's adaptive filter prices a trial's own charge (the library
+            # default, the tightest fixed-plan figure, would give a σ the filter prices higher)
+            sigma = calibrate_noise(target, delta, q, evals, Accountant.RDP)
     else:
         raise InvalidParameterError(
             "config needs 'noise_multiplier', 'target_epsilon' or 'mu' to set the DP noise"
