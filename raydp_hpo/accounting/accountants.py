@@ -253,6 +253,8 @@ def smallest_noise_multiplier(
             return hi
     while (hi - lo) > tolerance * hi:
         mid = (lo + hi) / 2.0
+        if not lo < mid < hi:  # adjacent floats: a tolerance below float resolution
+            break
         if fits(mid):
             hi = mid
         else:

@@ -73,8 +73,16 @@ from raydp_hpo.errors import InvalidParameterError
 #: set it too, or the searcher does not read the score (:meth:`DPSearcher.on_trial_complete`).
 NOISY_SCORE_KEY = "score_epsilon"
 
+#: Result key of the built-in trainable's per-epoch ε: **this trial's own ε under RDP, not the
+#: search's** — the RDP figure of the trial's training so far (and, on the final result, its
+#: released score), at the budget's δ. The search's cost is the privacy certificate's ε (the
+#: plan, the selection, every charge); one trial's figure is neither. (Named ``epsilon``
+#: before, which read as the search's ε.)
+TRIAL_EPSILON_KEY = "trial_epsilon_rdp"
+
 __all__ = [
     "NOISY_SCORE_KEY",
+    "TRIAL_EPSILON_KEY",
     "Optimizer",
     "DPSGDPrivacy",
     "dpsgd_steps",
