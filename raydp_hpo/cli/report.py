@@ -145,10 +145,11 @@ def _plot_trials(trials: list[dict[str, Any]], metric: str, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
     for i, trial in enumerate(trials):
-        rows = [r for r in trial["rows"] if metric in r and _trial_epsilon(r) is not None]
-        if not rows:
+        points = [(eps, r[metric]) for r in trial["rows"]
+                  if metric in r and (eps := _trial_epsilon(r)) is not None]
+        if not points:
             continue
-        ax.plot([_trial_epsilon(r) for r in rows], [r[metric] for r in rows], "o-", markersize=4,
+        ax.plot([p[0] for p in points], [p[1] for p in points], "o-", markersize=4,
                 label=f"trial {i + 1}", alpha=0.8)
     ax.set_xlabel("ε of the trial's own training so far (not the search's cost)")
     ax.set_ylabel(metric)
