@@ -558,7 +558,7 @@ def _claims(mech: Mechanism, delta: float) -> dict[str, float]:
     """ε of ``mech`` at ``delta`` by RDP, PLD and privacy profiles (nan where an accountant
     does not apply) and their minimum, ``claim``."""
     out = {"rdp": epsilon(mech, delta, Accountant.RDP)}
-    for name, accountant in (("pld", Accountant.PLD), ("profile", Accountant.PROFILE)):
+    for name, accountant in (("pld", Accountant.PLD), ("profile", Accountant.TIGHTEST)):
         try:
             out[name] = epsilon(mech, delta, accountant)
         except RayDPHPOError:

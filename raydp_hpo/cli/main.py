@@ -2,7 +2,10 @@
 
 Subcommands:
 
-* ``account``  — ε of DP-SGD settings under every accountant; with ``--mechanism laplace|gaussian``
+* ``account``  — ε of DP-SGD settings (or a ``--search random_stopping`` plan over them) under
+  every accountant, the headline being the tightest valid figure; with ``--epsilon E`` instead
+  of ``--noise-multiplier``, the smallest σ whose run / plan is within E
+  (:func:`~raydp_hpo.accounting.calibration.calibrate_search`); with ``--mechanism laplace|gaussian``
   the noise scale that makes a one-shot release (ε[, δ])-DP (:mod:`raydp_hpo.accounting.calibration`).
 * ``ledger show JOURNAL`` / ``ledger list [DIR]`` — a ledger's budget, spend and charges.
 * ``ledger verify JOURNAL`` — integrity of a journal, read-only (exit 0 intact, 2 corrupted).
@@ -31,9 +34,12 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from raydp_hpo.errors import BudgetExhaustedError, BudgetTooSmallError, RayDPHPOError
+
+if TYPE_CHECKING:
+    from raydp_hpo.accounting.mechanisms import Mechanism
 
 __all__ = ["main", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_BUDGET_EXHAUSTED"]
 
@@ -41,7 +47,6 @@ EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_BUDGET_EXHAUSTED = 0, 1, 2, 3
 
 
 _SGD_ARGS = ("noise_multiplier", "sample_rate", "steps")
-_RELEASE_ARGS = ("epsilon", "sensitivity")
 
 
 def _flag(name: str) -> str:
@@ -100,75 +105,139 @@ def _cmd_account_release(args: argparse.Namespace) -> int:
 
 def _cmd_account(args: argparse.Namespace) -> int:
     """ε of DP-SGD settings, or of a random-stopping search over them (``--search``); with
+    ``--epsilon`` instead of ``--noise-multiplier``, the smallest σ that meets that target; with
     ``--mechanism``, the calibrated noise of a one-shot release instead."""
     if args.mechanism is not None:
         extra = [_flag(n) for n in _SGD_ARGS if getattr(args, n) is not None]
         if args.search is not None or args.mean is not None or args.shape is not None:
             extra.append("--search/--mean/--shape")
+        if args.accountant is not None:
+            extra.append("--accountant")
         if extra:
             raise RayDPHPOError(f"--mechanism {args.mechanism} prices a one-shot release: "
                                 f"{', '.join(extra)} belong to DP-SGD accounting; drop them")
         if args.epsilon is None:
             raise RayDPHPOError(f"--mechanism {args.mechanism} needs --epsilon (> 0)")
         return _cmd_account_release(args)
-    given = [_flag(n) for n in _RELEASE_ARGS if getattr(args, n) is not None]
-    if given:
-        raise RayDPHPOError(f"{', '.join(given)} calibrate a one-shot release: add "
+    if args.sensitivity is not None:
+        raise RayDPHPOError("--sensitivity calibrates a one-shot release: add "
                             "--mechanism laplace|gaussian")
-    missing = [_flag(n) for n in (*_SGD_ARGS, "delta") if getattr(args, n) is None]
+    invert = args.epsilon is not None
+    if invert and args.noise_multiplier is not None:
+        raise RayDPHPOError(f"give --noise-multiplier (to get ε) or --epsilon (to get σ), not "
+                            f"both: got --noise-multiplier {args.noise_multiplier:g} and "
+                            f"--epsilon {args.epsilon:g}")
+    if args.accountant is not None and not invert:
+        raise RayDPHPOError("--accountant chooses the figure --epsilon calibrates σ on: add "
+                            "--epsilon (ε under every accountant is printed anyway)")
+    needed = ("sample_rate", "steps") if invert else _SGD_ARGS
+    missing = [_flag(n) for n in (*needed, "delta") if getattr(args, n) is None]
     if missing:
-        raise RayDPHPOError(f"DP-SGD accounting needs {', '.join(missing)} (or use --mechanism "
+        what = "σ for a target --epsilon" if invert else "DP-SGD accounting"
+        raise RayDPHPOError(f"{what} needs {', '.join(missing)} (or use --mechanism "
                             "laplace|gaussian to calibrate a one-shot release)")
-    from raydp_hpo.accounting.accountants import Accountant, epsilon, epsilon_or_inf
-    from raydp_hpo.accounting.mechanisms import (
-        Gaussian,
-        Mechanism,
-        RandomStopping,
-        StoppingDistribution,
-        SubsampledGaussian,
-    )
-    from raydp_hpo.accounting.rdp import classic_rdp_to_epsilon, rdp_profile
-
-    trial: Gaussian | SubsampledGaussian
-    if args.sample_rate == 1.0:
-        trial = Gaussian(args.noise_multiplier, args.steps)
-    else:
-        trial = SubsampledGaussian(args.noise_multiplier, args.sample_rate, args.steps)
-    mech: Mechanism = trial
-    if args.search == "random_stopping":
-        if args.mean is None:
-            raise RayDPHPOError("--search random_stopping needs --mean (E[K], >= 1)")
-        mech = RandomStopping(trial, StoppingDistribution(args.distribution), args.mean,
-                              args.shape)
-    elif args.mean is not None or args.shape is not None:
-        raise RayDPHPOError("--mean/--shape/--distribution price a search: add "
-                            "--search random_stopping")
-
-    # PLD in bounded memory for every valid input (raydp_hpo.accounting.pld.discretisation_interval);
-    # inf (no claim) where an accountant cannot bound the mechanism
-    rows = {
-        "rdp": epsilon(mech, args.delta, Accountant.RDP),
-        "rdp_classic": classic_rdp_to_epsilon(rdp_profile(mech).values, args.delta),
-        "pld": epsilon_or_inf(mech, args.delta, Accountant.PLD),
-    }
-    if isinstance(mech, RandomStopping):
-        rows["profile"] = epsilon_or_inf(mech, args.delta, Accountant.PROFILE)
-    rows["best"] = min(rows.values())  # every row is a valid upper bound
+    plan_of = _account_plan(args)
+    if invert:
+        return _cmd_account_invert(args, plan_of)
+    mech = plan_of(args.noise_multiplier)
+    rows = _account_rows(mech, args.delta)
     if args.json:
         print(json.dumps({"mechanism": repr(mech), "delta": args.delta, "epsilon": rows}))
         return EXIT_OK
     print(f"{mech!r} at δ={args.delta:g}")
+    _print_account_rows(mech, rows)
+    return EXIT_OK
+
+
+def _account_plan(args: argparse.Namespace) -> Callable[[float], Mechanism]:
+    """The priced plan as a function of σ: one DP-SGD run, or a random-stopping search over
+    such runs (``--search random_stopping``). Checks the search flags up front."""
+    from raydp_hpo.accounting.mechanisms import (
+        Gaussian,
+        RandomStopping,
+        StoppingDistribution,
+        SubsampledGaussian,
+    )
+
+    if args.search == "random_stopping":
+        if args.mean is None:
+            raise RayDPHPOError("--search random_stopping needs --mean (E[K], >= 1)")
+    elif args.mean is not None or args.shape is not None:
+        raise RayDPHPOError("--mean/--shape/--distribution price a search: add "
+                            "--search random_stopping")
+    law = StoppingDistribution(args.distribution)
+
+    def plan_of(sigma: float) -> Mechanism:
+        trial: Gaussian | SubsampledGaussian
+        if args.sample_rate == 1.0:
+            trial = Gaussian(sigma, args.steps)
+        else:
+            trial = SubsampledGaussian(sigma, args.sample_rate, args.steps)
+        if args.search == "random_stopping":
+            return RandomStopping(trial, law, args.mean, args.shape)
+        return trial
+
+    return plan_of
+
+
+def _account_rows(mech: Mechanism, delta: float) -> dict[str, float]:
+    """ε of ``mech`` at ``delta`` under each accountant and the headline ``tightest`` (their
+    minimum: every row is a valid upper bound for the fixed plan)."""
+    from raydp_hpo.accounting.accountants import Accountant, epsilon, epsilon_or_inf
+    from raydp_hpo.accounting.mechanisms import RandomStopping
+    from raydp_hpo.accounting.rdp import classic_rdp_to_epsilon, rdp_profile
+
+    # PLD in bounded memory for every valid input (raydp_hpo.accounting.pld.discretisation_interval);
+    # inf (no claim) where an accountant cannot bound the mechanism
+    rows = {
+        "rdp": epsilon(mech, delta, Accountant.RDP),
+        "rdp_classic": classic_rdp_to_epsilon(rdp_profile(mech).values, delta),
+        "pld": epsilon_or_inf(mech, delta, Accountant.PLD),
+    }
+    if isinstance(mech, RandomStopping):
+        rows["profile"] = epsilon_or_inf(mech, delta, Accountant.TIGHTEST)
+    rows["tightest"] = min(rows.values())
+    return rows
+
+
+def _print_account_rows(mech: Mechanism, rows: dict[str, float]) -> None:
+    from raydp_hpo.accounting.mechanisms import RandomStopping
+
+    selection = isinstance(mech, RandomStopping)
     labels = {
         "rdp": "RDP (Canonne–Kamath–Steinke conversion)"
-        + (", P&S 2022 selection" if isinstance(mech, RandomStopping) else ""),
+        + (", P&S 2022 selection" if selection else ""),
         "rdp_classic": "RDP (classic conversion, Mironov 2017)",
         "pld": "PLD (dp-accounting, pessimistic)"
-        + (": selection via its RDP (ε, δ) point" if isinstance(mech, RandomStopping) else ""),
+        + (": selection via its RDP (ε, δ) point" if selection else ""),
         "profile": "privacy profiles (Koskela, Redberg & Wang 2024)",
-        "best": "best valid bound",
+        "tightest": "tightest valid bound (Accountant.TIGHTEST)",
     }
     for key, value in rows.items():
         print(f"  {labels[key]:<58} ε = {value:.4f}")
+
+
+def _cmd_account_invert(args: argparse.Namespace, plan_of: Callable[[float], Mechanism]) -> int:
+    """``account --epsilon E``: the smallest σ whose plan (one DP-SGD run, or the whole
+    random-stopping search) is within ε = E at δ (:func:`~raydp_hpo.accounting.calibration.calibrate_search`)."""
+    from raydp_hpo.accounting.accountants import Accountant
+    from raydp_hpo.accounting.calibration import calibrate_search
+
+    accountant = Accountant(args.accountant or Accountant.TIGHTEST.value)
+    sigma = calibrate_search(plan_of, args.epsilon, args.delta, accountant)
+    mech = plan_of(sigma)
+    rows = _account_rows(mech, args.delta)
+    if args.json:
+        print(json.dumps({"mechanism": repr(mech), "delta": args.delta,
+                          "target_epsilon": args.epsilon, "accountant": accountant.value,
+                          "noise_multiplier": sigma, "epsilon": rows}))
+        return EXIT_OK
+    what = "the whole search" if args.search is not None else "one DP-SGD run"
+    print(f"σ for {what} within ε={args.epsilon:g} at δ={args.delta:g} "
+          f"(accountant {accountant.value}):")
+    print(f"  noise multiplier σ = {_round_up(sigma)}  (rounded up; --json gives the exact float)")
+    print(f"{mech!r} at δ={args.delta:g}")
+    _print_account_rows(mech, rows)
     return EXIT_OK
 
 
@@ -537,8 +606,8 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     acc = sub.add_parser(
-        "account", help="ε of DP-SGD settings under every accountant, or (--mechanism) the "
-                        "noise of a one-shot Laplace/Gaussian release")
+        "account", help="ε of DP-SGD settings under every accountant, σ for a target --epsilon, "
+                        "or (--mechanism) the noise of a one-shot Laplace/Gaussian release")
     # every numeric flag checks its range here: the error names the flag, the value and the
     # range (a negative value such as `--delta -1e-5` included, see _attach_negative_values)
     acc.add_argument("--noise-multiplier", type=_positive_float, default=None,
@@ -550,7 +619,12 @@ def _build_parser() -> argparse.ArgumentParser:
     acc.add_argument("--mechanism", choices=["laplace", "gaussian"], default=None,
                      help="calibrate a one-shot release instead: Laplace b or analytic Gaussian σ")
     acc.add_argument("--epsilon", type=_positive_float, default=None,
-                     help="target ε of --mechanism (> 0)")
+                     help="target ε (> 0): of --mechanism, or (instead of --noise-multiplier) "
+                          "the DP-SGD run / --search plan whose smallest σ is printed")
+    acc.add_argument("--accountant", choices=["tightest", "rdp", "pld"], default=None,
+                     help="with --epsilon: the figure σ is calibrated on (default tightest, the "
+                          "tightest valid one for a plan fixed up front; rdp for a ledger that "
+                          "halts on the adaptive RDP filter)")
     acc.add_argument("--sensitivity", type=_positive_float, default=None,
                      help="ℓ₁ (laplace) / ℓ₂ (gaussian) sensitivity of the release (default 1)")
     acc.add_argument("--search", choices=["random_stopping"], default=None,

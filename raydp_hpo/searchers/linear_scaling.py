@@ -99,7 +99,7 @@ import numpy as np
 from ray.tune.search import Searcher
 
 from raydp_hpo._validation import coerce_enum, positive_float
-from raydp_hpo.accounting.accountants import calibrate_noise
+from raydp_hpo.accounting.accountants import Accountant, calibrate_noise
 from raydp_hpo.accounting.gdp import compose_mu, gdp_epsilon, gdp_mu
 from raydp_hpo.accounting.mechanisms import Composition, Gaussian, Mechanism, SubsampledGaussian
 from raydp_hpo.errors import BudgetTooSmallError, InvalidParameterError, SearchSpaceError
@@ -525,7 +525,8 @@ class LinearScalingSearch(DPSearcher):
             final_eps = gdp_epsilon(self._mu_f, delta)
         else:
             self._sigmas = tuple(  # type: ignore[assignment]
-                calibrate_noise(e, delta, self._q, t_max) for e in self._sweep_eps
+                calibrate_noise(e, delta, self._q, t_max, Accountant.RDP)
+                for e in self._sweep_eps
             )
             self._sigma_f = self._choose_final_subsampled()
             self._mu_f = math.nan

@@ -14,7 +14,7 @@ release only the best trial (its hyperparameters and its model). D is one of
 * binomial(m, p) with p = E[K]/m (``shape`` = m): at most m trials, K = 0 with probability
   (1 − p)^m. It is priced by privacy profiles (:mod:`raydp_hpo.accounting.profiles`, whose binomial
   PGF is the law sampled here); its RDP figure is the m-fold composition of the base (valid,
-  loose), so a plan fixed up front gains from it only on ``Accountant.PROFILE``.
+  loose), so a plan fixed up front gains from it only on ``Accountant.TIGHTEST``.
 
 Privacy: one :class:`~raydp_hpo.accounting.mechanisms.RandomStopping` charge over the worst-case base
 trial, whose base is the trial's *whole* mechanism Q of P&S (model and score):

@@ -52,6 +52,7 @@ from raydp_hpo.trainables.privacy_gate import RaydpSettings, admit, ledger_delta
 from raydp_hpo.trainables.secret_rng import derive_seed, secret_generator
 from raydp_hpo.trial.privacy import (
     NOISY_SCORE_KEY,
+    TRIAL_EPSILON_KEY,
     DPSGDPrivacy,
     Optimizer,
     dpsgd_steps,
@@ -706,7 +707,8 @@ def train_dp(
             "steps": steps,
             "loss": loss_sum / max(count, 1),
             "val_accuracy": min(1.0, mean_correct / n_val_public),
-            "epsilon": 0.0
+            # this trial's own ε under RDP, not the search's (TRIAL_EPSILON_KEY)
+            TRIAL_EPSILON_KEY: 0.0
             if settings.nonprivate
             else epsilon(privacy.mechanism_of_evaluations(steps * evals_per_step), delta, Accountant.RDP),
             "delta": delta,
@@ -726,7 +728,7 @@ def train_dp(
                 metrics["val_accuracy"] = min(1.0, max(0.0, noisy / n_val_public))
                 metrics[NOISY_SCORE_KEY] = score.epsilon
                 metrics["score_noise"] = score.noise.value
-                metrics["epsilon"] = epsilon(
+                metrics[TRIAL_EPSILON_KEY] = epsilon(
                     trial_mechanism(privacy.mechanism_of_evaluations(steps * evals_per_step), score),
                     delta,
                     Accountant.RDP,

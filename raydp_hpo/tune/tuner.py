@@ -103,6 +103,15 @@ ADJACENCY = (
 class PrivacyCertificate:
     """What the released output costs: every charge of the experiment and the total ε.
 
+    ``epsilon`` is the **certified** figure, the one the ledger's halting rule
+    (``ledger_halting_rule``, ``"<adaptivity>/<accountant>"``) stands behind
+    (:attr:`certified_accountant`): on a ledger that halts with ``fixed_plan`` every figure is a
+    valid bound for the fixed charges, so it is the tightest (``Accountant.TIGHTEST``: the
+    minimum of ``epsilon_rdp``, ``epsilon_pld`` and ``epsilon_profile``); on one that halts on
+    the adaptive RDP filter it is ``epsilon_rdp`` — the PLD and profile figures are valid only
+    for a plan fixed in advance and are then references, not claims. :meth:`format` and
+    :meth:`to_dict` name the certified figure and mark the others.
+
     ``adjacency`` states the privacy unit and neighbouring relation (add/remove one record);
     ``public`` lists every quantity the guarantee treats as public (declared sizes, the
     configuration) — anything computed from the records that is not listed there reaches the
@@ -124,15 +133,48 @@ class PrivacyCertificate:
     epsilon_profile: float = math.inf
 
     @property
+    def fixed_plan(self) -> bool:
+        """Whether the ledger halts with ``Adaptivity.FIXED_PLAN`` (standard composition of a
+        plan fixed in advance), read from ``ledger_halting_rule``."""
+        return self.ledger_halting_rule.split("/", 1)[0] == Adaptivity.FIXED_PLAN.value
+
+    @property
+    def certified_accountant(self) -> Accountant:
+        """The accountant of the certified figure :attr:`epsilon`: ``TIGHTEST`` under a
+        fixed-plan halting rule, ``RDP`` under the adaptive RDP filter."""
+        return Accountant.TIGHTEST if self.fixed_plan else Accountant.RDP
+
+    @property
     def epsilon(self) -> float:
-        """The tightest valid bound: RDP, PLD and privacy-profile figures are each an upper
-        bound for the fixed set of charges (the profile one accounts random stopping by
-        Koskela, Redberg & Wang 2024; :mod:`raydp_hpo.accounting.profiles`)."""
-        return min(self.epsilon_rdp, self.epsilon_pld, self.epsilon_profile)
+        """The certified ε (:attr:`certified_accountant`): with a fixed plan the tightest valid
+        bound — RDP, PLD and privacy-profile figures are each an upper bound for the fixed set
+        of charges (the profile one accounts random stopping by Koskela, Redberg & Wang 2024;
+        :mod:`raydp_hpo.accounting.profiles`); under the adaptive RDP filter the RDP figure."""
+        if self.fixed_plan:
+            return min(self.epsilon_rdp, self.epsilon_pld, self.epsilon_profile)
+        return self.epsilon_rdp
 
     @property
     def within_budget(self) -> bool:
         return self.epsilon <= self.budget.epsilon
+
+    def _figures(self) -> list[tuple[str, str, float]]:
+        """``(key, label, value)`` of each figure, the certified one first."""
+        figures = [("rdp", "RDP", self.epsilon_rdp), ("pld", "PLD", self.epsilon_pld),
+                   ("profile", "profile", self.epsilon_profile)]
+        if self.fixed_plan:
+            return [("tightest", "tightest", self.epsilon), *figures]
+        return figures
+
+    def _role(self, key: str, value: float) -> str:
+        """How a figure is to be read: ``certified``, or a reference (looser, or not valid
+        for adaptive charges)."""
+        if key == self.certified_accountant.value:
+            return "certified"
+        if self.fixed_plan:
+            return ("reference; the certified minimum" if value == self.epsilon
+                    else "looser reference")
+        return "reference only: valid for a fixed plan, not for adaptive charges"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -143,8 +185,11 @@ class PrivacyCertificate:
             "charges": [
                 {"charge_id": cid, "mechanism": mechanism_to_dict(m)} for cid, m in self.charges
             ],
+            # "best" is the certified figure, under its former name (readers of older files)
             "epsilon": {"rdp": self.epsilon_rdp, "pld": self.epsilon_pld,
-                        "profile": self.epsilon_profile, "best": self.epsilon},
+                        "profile": self.epsilon_profile, "certified": self.epsilon,
+                        "certified_accountant": self.certified_accountant.value,
+                        "best": self.epsilon},
             "ledger": {
                 "name": self.ledger_name,
                 "spent_epsilon": self.ledger_spent_epsilon,
@@ -161,10 +206,17 @@ class PrivacyCertificate:
             f"  paper         {self.paper}",
             f"  accounting    {self.description}",
             f"  budget        ε={self.budget.epsilon:g}, δ={self.budget.delta:g}",
-            f"  ε (RDP)       {self.epsilon_rdp:.4f}",
-            f"  ε (PLD)       {self.epsilon_pld:.4f}",
-            f"  ε (profile)   {self.epsilon_profile:.4f}",
-            f"  ε (released)  {self.epsilon:.4f}  ≤ budget: {self.within_budget}",
+            f"  admitted on   ledger halting rule {self.ledger_halting_rule}; certified figure: "
+            f"{self.certified_accountant.value}",
+        ]
+        for key, label, value in self._figures():
+            role = self._role(key, value)
+            if role == "certified":
+                lines.append(f"  ε ({label}){' ' * max(1, 10 - len(label))}{value:.4f}  "
+                             f"certified, ≤ budget: {self.within_budget}")
+            else:
+                lines.append(f"  ε ({label}){' ' * max(1, 10 - len(label))}{value:.4f}  ({role})")
+        lines += [
             f"  ledger        {self.ledger_name} ({self.ledger_halting_rule}), "
             f"spent ε={self.ledger_spent_epsilon:.4f}",
             f"  privacy unit  {self.adjacency}",

@@ -66,7 +66,7 @@ def test_declared_mechanism_matches_opacus_accountant(digits, ledger, optimizer)
     eps_opacus = opacus.get_epsilon(1e-5)
     eps_ours = epsilon(result.mechanism, 1e-5, Accountant.RDP)
     assert eps_ours == pytest.approx(eps_opacus, rel=0.02)
-    assert result.metrics["epsilon"] == pytest.approx(eps_ours, rel=1e-12)
+    assert result.metrics["trial_epsilon_rdp"] == pytest.approx(eps_ours, rel=1e-12)
     expected = {"sgd": 23, "adadp": 46, "gd": 2}[optimizer]  # ⌈2/q⌉ steps, q = 128/1439
     assert log.releases == expected
 
@@ -216,7 +216,7 @@ def test_covered_trial_checks_plan_charge_and_domination(digits, ledger):
 
 def test_nonprivate_oracle_needs_no_ledger(digits):
     result = _train(_config(raydp={"nonprivate": True}), digits)
-    assert result.charge_id is None and result.metrics["epsilon"] == 0.0
+    assert result.charge_id is None and result.metrics["trial_epsilon_rdp"] == 0.0
     assert result.releases[0].releases == 0
 
 
