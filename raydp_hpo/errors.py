@@ -20,6 +20,7 @@ __all__ = [
     "JournalReplacedError",
     "LedgerClosedError",
     "LedgerMismatchError",
+    "LedgerUnavailableError",
     "DataValidationError",
     "SearchSpaceError",
     "ConfigError",
@@ -116,6 +117,11 @@ class LedgerClosedError(RayDPHPOError):
 
 class LedgerMismatchError(RayDPHPOError):
     """A ledger was attached with a budget or settings that differ from its journal."""
+
+
+class LedgerUnavailableError(RayDPHPOError):
+    """The ledger's storage (a PostgreSQL server) could not be reached, timed out or failed
+    to commit: the charge is refused (fail closed; there is never a local fallback)."""
 
 
 class DataValidationError(RayDPHPOError, ValueError):

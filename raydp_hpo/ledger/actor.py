@@ -26,6 +26,7 @@ from raydp_hpo.accounting.accountant_kind import Accountant
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import Mechanism
 from raydp_hpo.errors import LedgerMismatchError, RayDPHPOError
+from raydp_hpo.ledger.pg import is_postgres_uri
 from raydp_hpo.ledger.plan_receipt import PlanReceipt, receipt_for
 from raydp_hpo.ledger.records import Adaptivity, Charge, ChargeDecision, LedgerReport
 
@@ -78,7 +79,7 @@ class _LedgerActor:
     def settings(self) -> dict[str, Any]:
         return {
             "budget": self._ledger.budget,
-            "journal": str(self._ledger.journal_path),
+            "journal": str(self._ledger.location),
             "adaptivity": self._ledger.adaptivity.value,
             "accountant": self._ledger.halting_accountant.value,
         }
@@ -309,8 +310,11 @@ def start_ledger(
     if handle.actor is not None:
         raise RayDPHPOError(f"ledger handle {handle.name!r} is already started")
     name, namespace = handle.name, handle.namespace
-    journal_path = Path(journal).expanduser().resolve() if journal else default_journal_path(
-        name, namespace
+    # a PostgreSQL URI is passed as it is (the actor connects; libpq supplies credentials)
+    journal_path: Path | str = (
+        str(journal) if is_postgres_uri(journal)
+        else Path(journal).expanduser().resolve() if journal
+        else default_journal_path(name, namespace)
     )
     remote_cls = _remote_ledger_class().options(
         name=name,

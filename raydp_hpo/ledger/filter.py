@@ -86,6 +86,7 @@ from raydp_hpo.errors import (
     UnsupportedMechanismError,
 )
 from raydp_hpo.ledger.journal import Journal, JournalScan, read_header, scan_journal
+from raydp_hpo.ledger.pg import PgJournal, is_postgres_uri, scan_ledger
 from raydp_hpo.ledger.records import Adaptivity, Charge, ChargeDecision, LedgerReport
 
 if TYPE_CHECKING:
@@ -311,8 +312,9 @@ class PrivacyLedger:
         self._replayed_chains: tuple[str, ...] = ()  # chain hashes of the replayed journal
         self._pld_snapshot_seq = 0  # charges covered by the last PLD snapshot written/read
         self._pure: float | None = 0.0
-        self._journal: Journal | None = None
-        self._source: Path | None = None  # the journal replayed (for messages)
+        self._journal: Journal | PgJournal | None = None
+        self._source: Path | str | None = None  # the journal (or ledger URI) replayed
+        self._admitting = 0  # depth of the open admission (PostgreSQL: one transaction)
         self._closed = False
         self._curve_check = curve_check
         # stored curves not yet recomputed: charge index -> stored profile
@@ -323,7 +325,10 @@ class PrivacyLedger:
         self._curve_issues: list[str] = []
         if journal is not None:
             header = {**self._settings(), "created": time.time(), "rdp_orders": ORDERS_FINGERPRINT}
-            self._journal = Journal.open(journal, create_header=header)
+            if is_postgres_uri(journal):
+                self._journal = PgJournal.open(str(journal), create_header=header)
+            else:
+                self._journal = Journal.open(journal, create_header=header)
             self._source = self._journal.path
             try:
                 self._load()
@@ -519,7 +524,9 @@ class PrivacyLedger:
     def open(cls, journal: str | Path, *, curve_check: CurveCheck = CurveCheck.BACKGROUND
              ) -> PrivacyLedger:
         """Open an existing journal for writing, with the settings stored in its header."""
-        budget, adaptivity, accountant = cls._settings_of(journal, read_header(journal))
+        header = (scan_ledger(journal).header if is_postgres_uri(journal)
+                  else read_header(journal))
+        budget, adaptivity, accountant = cls._settings_of(journal, header)
         return cls(
             budget, journal, adaptivity=adaptivity, accountant=accountant, curve_check=curve_check
         )
@@ -529,7 +536,7 @@ class PrivacyLedger:
                   ) -> PrivacyLedger:
         """An in-memory copy of a journal's ledger: no lock, no writes, so it can inspect a
         journal that a live ledger holds open. Charges made on it are not persisted."""
-        scan = scan_journal(journal)
+        scan = scan_ledger(journal) if is_postgres_uri(journal) else scan_journal(journal)
         if scan.torn is not None:
             warnings.warn(
                 f"journal {scan.path}: skipping an incomplete final line ({scan.torn.length} "
@@ -680,7 +687,7 @@ class PrivacyLedger:
     def _pld_binding(self, seq: int) -> dict[str, Any] | None:
         """What a PLD snapshot of the first ``seq`` charges is bound to: the journal's header
         hash and its chain hash after ``seq`` records (None without a version-2 journal)."""
-        if self._journal is not None:
+        if isinstance(self._journal, Journal):
             if self._journal.version != 2:
                 return None
             chains = self._journal.scan.chains
@@ -700,7 +707,7 @@ class PrivacyLedger:
         ignored (the PLD is then rebuilt from every charge)."""
         from raydp_hpo.accounting.pld import PldComposer, has_pld
 
-        if self._source is None or self._curve_check is CurveCheck.EAGER:
+        if not isinstance(self._source, Path) or self._curve_check is CurveCheck.EAGER:
             return None, 0  # EAGER trusts nothing derived: the PLD is rebuilt from the charges
         try:
             data = pld_snapshot_path(self._source).read_bytes()
@@ -721,8 +728,9 @@ class PrivacyLedger:
 
     def _write_pld_snapshot(self) -> None:
         """Store the folded PLD beside the journal (atomically; a cache: failures only warn)."""
-        if self._journal is None or self._pld_composer is None or self._journal.closed:
-            return
+        if (not isinstance(self._journal, Journal) or self._pld_composer is None
+                or self._journal.closed):
+            return  # a PostgreSQL ledger keeps no snapshot file
         seq = len(self._charges)
         binding = self._pld_binding(seq)
         if binding is None:
@@ -752,7 +760,68 @@ class PrivacyLedger:
 
     @property
     def journal_path(self) -> Path | None:
-        return None if self._journal is None else self._journal.path
+        """The journal file (None in memory and for a PostgreSQL ledger: see :attr:`location`)."""
+        return self._journal.path if isinstance(self._journal, Journal) else None
+
+    @property
+    def location(self) -> str | None:
+        """Where the charges live: the journal's path or the ledger's PostgreSQL URI."""
+        return None if self._journal is None else str(self._journal.path)
+
+    @contextlib.contextmanager
+    def _admission(self) -> Any:
+        """One admission: for a PostgreSQL ledger, one transaction that locks the ledger and
+        absorbs the charges other processes made since this one last looked, so the decision
+        inside sees every charge; nested uses share it. Nothing to do for a journal file,
+        which this ledger alone holds."""
+        with self._lock:
+            if not isinstance(self._journal, PgJournal) or self._admitting:
+                self._admitting += 1
+                try:
+                    yield
+                finally:
+                    self._admitting -= 1
+                return
+            self._check_open()
+            self._absorb(self._journal.begin_admission())
+            self._admitting += 1
+            try:
+                yield
+            finally:
+                self._admitting -= 1
+                self._journal.end_admission()  # rolls back unless append_charge committed
+
+    def _absorb(self, records: list[dict[str, Any]]) -> None:
+        """Fold in charge records other processes admitted (checked by the store), in order,
+        exactly as a replay would; their stored curves join the curve check."""
+        for rec in records:
+            try:
+                mech = mechanism_from_dict(rec["mechanism"])
+                charge = Charge(
+                    seq=int(rec["seq"]), charge_id=str(rec["charge_id"]),
+                    owner=str(rec.get("owner", "")), time=float(rec["time"]), mechanism=mech,
+                    epsilon_after=float(rec["epsilon_after"]),
+                )
+                curve = _decode_curve(rec["rdp"])
+            except (KeyError, TypeError, ValueError, RayDPHPOError) as exc:
+                raise LedgerCorruptedError(
+                    f"ledger {self._source}: record {rec.get('seq')} passes its chain but is not "
+                    f"a valid charge record ({type(exc).__name__}: {exc})"
+                ) from None
+            if charge.seq != len(self._charges) + 1 or charge.charge_id in self._by_id:
+                raise LedgerCorruptedError(
+                    f"ledger {self._source}: record {charge.seq} ({charge.charge_id!r}) repeats "
+                    "a charge id or skips a record; restore the database from a backup"
+                )
+            with self._verify_lock:
+                self._unverified[len(self._charges)] = curve
+            self._commit(charge, RdpProfile(*curve))
+
+    def refresh(self) -> None:
+        """Catch up with charges other processes made on a shared (PostgreSQL) ledger; a
+        journal-file ledger has nothing to catch up with."""
+        with self._admission():
+            pass
 
     def epsilon_if_charged(self, mechanism: Mechanism) -> float:
         """ε the ledger would report after admitting ``mechanism`` (changes nothing)."""
@@ -794,7 +863,7 @@ class PrivacyLedger:
         if not isinstance(charge_id, str) or not charge_id:
             raise InvalidParameterError(f"charge_id must be a non-empty string, got {charge_id!r}")
         mechanism_to_dict(mechanism)  # validates the type
-        with self._lock:
+        with self._lock, self._admission():
             self._check_open()
             existing = self._by_id.get(charge_id)
             if existing is not None:
@@ -844,7 +913,7 @@ class PrivacyLedger:
         """
         if not isinstance(charge_id, str) or not charge_id:
             raise InvalidParameterError(f"charge_id must be a non-empty string, got {charge_id!r}")
-        with self._lock:
+        with self._lock, self._admission():
             for attempt in range(MAX_ATTEMPTS):
                 attempt_id = f"{charge_id}/attempt-{attempt}"
                 if attempt_id not in self._by_id:
