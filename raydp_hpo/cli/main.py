@@ -8,7 +8,8 @@ Subcommands:
   (:func:`~raydp_hpo.accounting.calibration.calibrate_search`); with ``--mechanism laplace|gaussian``
   the noise scale that makes a one-shot release (ε[, δ])-DP (:mod:`raydp_hpo.accounting.calibration`).
 * ``ledger show JOURNAL`` / ``ledger list [DIR]`` — a ledger's budget, spend and charges.
-* ``ledger verify JOURNAL`` — integrity of a journal, read-only (exit 0 intact, 2 corrupted).
+* ``ledger verify JOURNAL|URI`` — integrity of a journal or PostgreSQL ledger, read-only (exit 0 intact, 2
+  corrupted); ``ledger migrate JOURNAL URI`` moves a journal into PostgreSQL (once).
 * ``demo``     — the main job on the built-in default (see :mod:`raydp_hpo.cli.demo`).
 * ``run EXPERIMENT.yaml`` — run an experiment file (:mod:`raydp_hpo.cli.experiment`).
 * ``schema [--output FILE]`` — the JSON Schema of experiment files, for editors
@@ -34,7 +35,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from raydp_hpo.errors import BudgetExhaustedError, BudgetTooSmallError, RayDPHPOError
 
@@ -243,8 +244,11 @@ def _cmd_account_invert(args: argparse.Namespace, plan_of: Callable[[float], Mec
 
 def _cmd_ledger_show(args: argparse.Namespace) -> int:
     from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
+    from raydp_hpo.ledger.pg import is_postgres_uri, parse_uri
 
-    path = Path(args.journal)
+    path: Path | str = Path(args.journal)
+    if is_postgres_uri(args.journal):
+        path = parse_uri(args.journal).uri  # refuses a URI with a password
     # Default: read-only replay (no lock, no writes), so a live ledger's journal can be shown.
     # Stored curves are spot-checked only (`ledger verify` checks them all).
     check = CurveCheck.ON_DEMAND
@@ -262,7 +266,10 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
     from raydp_hpo.errors import LedgerCorruptedError
     from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
     from raydp_hpo.ledger.journal import inspect_seal, read_seal, scan_journal, seal_path
+    from raydp_hpo.ledger.pg import is_postgres_uri, scan_ledger
 
+    if is_postgres_uri(args.journal):
+        return _verify_postgres(args, scan_ledger)
     path = Path(args.journal)
     result: dict[str, object] = {"journal": str(path)}
     try:
@@ -317,6 +324,54 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_BAD_INPUT
 
 
+def _verify_postgres(args: argparse.Namespace, scan_ledger: Any) -> int:
+    """``ledger verify`` of a PostgreSQL ledger: its rows are checked as journal lines (chain,
+    seq) and against their ``seq``/``chain`` columns, then every stored curve (no seal: the
+    database's transactions and the chain stand in for it)."""
+    from raydp_hpo.errors import LedgerCorruptedError
+    from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
+    from raydp_hpo.ledger.pg import parse_uri
+
+    uri = parse_uri(args.journal).uri
+    result: dict[str, object] = {"journal": uri}
+    try:
+        scan = scan_ledger(uri)
+        ledger = PrivacyLedger.from_scan(scan, curve_check=CurveCheck.ON_DEMAND)
+        issues = () if args.quick else ledger.verify_stored_curves()
+    except LedgerCorruptedError as exc:
+        result.update(ok=False, reason=str(exc))
+        print(json.dumps(result) if args.json else f"ledger {uri}: CORRUPTED\n  {exc}")
+        return EXIT_BAD_INPUT
+    ok = not issues
+    result.update(ok=ok, version=scan.version, charges=len(scan.records),
+                  curve_issues=list(issues), spent_epsilon=ledger.spent(),
+                  budget=ledger.budget.to_dict())
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print("\n".join([
+            f"ledger {uri}: {'ok' if ok else 'CORRUPTED'}",
+            f"  format      version {scan.version} (hash-chained), {len(scan.records)} charge "
+            "records in PostgreSQL",
+            f"  RDP curves  {'not checked (--quick)' if args.quick else 'MISMATCH' if issues else 'ok'}",
+            *(f"    {issue}" for issue in issues),
+            f"  spent       ε={ledger.spent():.4f} of ε={ledger.budget.epsilon:g} "
+            f"(δ={ledger.budget.delta:g})",
+        ]))
+    return EXIT_OK if ok else EXIT_BAD_INPUT
+
+
+def _cmd_ledger_migrate(args: argparse.Namespace) -> int:
+    """Move a version-2 journal file into a new PostgreSQL ledger, chain intact (once)."""
+    from raydp_hpo.ledger.pg import migrate_journal, parse_uri
+
+    uri = parse_uri(args.uri).uri
+    n = migrate_journal(args.journal, uri)
+    print(f"migrated {n} charge record(s) from {args.journal} into {uri}; the journal file is "
+          "unchanged: stop using it, charge through the URI from now on")
+    return EXIT_OK
+
+
 def _default_ledger_roots(actor_root: Path) -> list[Path]:
     """Where ledgers are created by default, each folder once: the ledger actor's default
     journal folder; the default storage of ``raydp-hpo run`` / DPTuner (``~/raydp_results``,
@@ -335,8 +390,17 @@ def _default_ledger_roots(actor_root: Path) -> list[Path]:
 
 def _cmd_ledger_list(args: argparse.Namespace) -> int:
     from raydp_hpo.ledger.actor import DEFAULT_NAMESPACE, default_journal_path
-    from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
+    from raydp_hpo.ledger.pg import is_postgres_uri, list_ledgers, parse_uri
 
+    if args.dir and is_postgres_uri(args.dir):
+        base = parse_uri(args.dir, need_ledger=False)
+        sep = "&" if "?" in base.conninfo else "?"
+        targets: list[Path | str] = [f"{base.conninfo}{sep}ledger={name}"
+                                     for name in list_ledgers(base.uri)]
+        if not targets:
+            print(f"no ledgers in the database of {base.uri}")
+            return EXIT_OK
+        return _print_ledger_list(targets)
     if args.dir:
         if not Path(args.dir).is_dir():
             what = "is not a directory" if Path(args.dir).exists() else "does not exist"
@@ -354,6 +418,12 @@ def _cmd_ledger_list(args: argparse.Namespace) -> int:
         print(f"no ledger journals under {where}; pass the storage path: "
               "raydp-hpo ledger list DIR")
         return EXIT_OK
+    return _print_ledger_list(list(journals))
+
+
+def _print_ledger_list(journals: list[Path | str]) -> int:
+    from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
+
     print(f"{'journal':<60} {'ε budget':>9} {'δ':>9} {'spent':>8} {'remaining':>9} {'charges':>7}")
     for path in journals:
         try:
@@ -642,14 +712,14 @@ def _build_parser() -> argparse.ArgumentParser:
     led = sub.add_parser("ledger", help="inspect privacy ledgers")
     led_sub = led.add_subparsers(dest="ledger_command", required=True)
     show = led_sub.add_parser("show", help="budget, spend and charges of a ledger journal")
-    show.add_argument("journal")
+    show.add_argument("journal", help="a journal file or postgresql://host:port/db?ledger=NAME")
     show.add_argument("--json", action="store_true")
     show.add_argument("--lock", action="store_true", help="open with the writer lock (no live ledger)")
     show.set_defaults(func=_cmd_ledger_show)
     ver = led_sub.add_parser(
         "verify", help="check a journal's integrity without changing it (exit 0 ok, 2 corrupted)"
     )
-    ver.add_argument("journal")
+    ver.add_argument("journal", help="a journal file or postgresql://host:port/db?ledger=NAME")
     ver.add_argument("--json", action="store_true")
     ver.add_argument("--quick", action="store_true",
                      help="skip recomputing the stored RDP curves (checksums, chain, seal only)")
@@ -659,6 +729,13 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="folder to search (default: ~/.raydp_hpo/ledgers, ~/raydp_results or "
                           "$RAYDP_HPO_STORAGE, and ./raydp_results)")
     lst.set_defaults(func=_cmd_ledger_list)
+    mig = led_sub.add_parser(
+        "migrate", help="move a journal file into a PostgreSQL ledger, chain intact (once)"
+    )
+    mig.add_argument("journal", help="the version-2 journal file (stop its ledger first)")
+    mig.add_argument("uri", help="postgresql://host:port/db?ledger=NAME (a new ledger; "
+                                 "credentials from PGUSER/PGPASSWORD, ~/.pgpass or PGSERVICE)")
+    mig.set_defaults(func=_cmd_ledger_migrate)
 
     demo = sub.add_parser("demo", help="run the main job on the built-in default")
     demo.add_argument("--quick", action="store_true", help="smaller run (for smoke tests)")
