@@ -10,7 +10,7 @@ TORCH_PIN := torch==2.13.0
 export RAY_AUTH_MODE ?= disabled
 export PYTHONUNBUFFERED := 1
 
-.PHONY: venv demo test test-slow test-cluster lint bench audit clean
+.PHONY: venv demo test test-slow test-cluster test-postgres postgres-server lint bench bench-postgres audit clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,19 @@ test-slow: $(STAMP)
 # Real clusters: `ray start --head` + `ray job submit`, simulated multi-node, failures.
 test-cluster: $(STAMP)
 	$(PY) -m pytest -q -m cluster
+
+# PostgreSQL ledgers against a real throw-away server (initdb + pg_ctl under a temp dir, run as
+# the `postgres` system user when we are root). Installs Debian's postgresql package if missing.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+postgres-server:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || \
+		{ $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y postgresql; }
+
+test-postgres: $(STAMP) postgres-server
+	$(PY) -m pytest -q -m postgres
+
+bench-postgres: $(STAMP) postgres-server
+	$(PY) benchmarks/ledger_postgres.py
 
 # Style, types (tests/typecheck/ holds the public-API and LedgerLike checks) and the import
 # contracts of pyproject.toml. CI runs it after `make test`.

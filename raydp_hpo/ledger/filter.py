@@ -524,7 +524,7 @@ class PrivacyLedger:
     def open(cls, journal: str | Path, *, curve_check: CurveCheck = CurveCheck.BACKGROUND
              ) -> PrivacyLedger:
         """Open an existing journal for writing, with the settings stored in its header."""
-        header = (scan_ledger(journal).header if is_postgres_uri(journal)
+        header = (scan_ledger(str(journal)).header if is_postgres_uri(journal)
                   else read_header(journal))
         budget, adaptivity, accountant = cls._settings_of(journal, header)
         return cls(
@@ -536,7 +536,7 @@ class PrivacyLedger:
                   ) -> PrivacyLedger:
         """An in-memory copy of a journal's ledger: no lock, no writes, so it can inspect a
         journal that a live ledger holds open. Charges made on it are not persisted."""
-        scan = scan_ledger(journal) if is_postgres_uri(journal) else scan_journal(journal)
+        scan = scan_ledger(str(journal)) if is_postgres_uri(journal) else scan_journal(journal)
         if scan.torn is not None:
             warnings.warn(
                 f"journal {scan.path}: skipping an incomplete final line ({scan.torn.length} "

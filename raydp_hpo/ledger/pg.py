@@ -300,8 +300,8 @@ def _fetch_scan(conn: Any, loc: PgLocation) -> JournalScan | None:
 def scan_ledger(uri: str) -> JournalScan:
     """Read and check every record of the ledger at ``uri`` (read-only, like
     :func:`~raydp_hpo.ledger.journal.scan_journal`). ``scan.path`` holds the URI."""
-    psycopg = _psycopg()
     loc = parse_uri(uri)
+    psycopg = _psycopg()
     conn = _connect(loc)
     try:
         if schema_version(conn) == 0:
@@ -374,8 +374,8 @@ class PgJournal:
     def open(cls, uri: str, create_header: dict[str, Any] | None = None) -> PgJournal:
         """Connect, bring the schema up to date, create the ledger with ``create_header`` if
         there is none of that name, and read and check every record."""
+        loc = parse_uri(uri)  # first: a password is refused with or without psycopg
         psycopg = _psycopg()
-        loc = parse_uri(uri)
         conn = _connect(loc)
         try:
             ensure_schema(conn)
