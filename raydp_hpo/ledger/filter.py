@@ -262,6 +262,12 @@ class PrivacyLedger:
     The journal holds an exclusive record lock (NFS-safe, see :mod:`raydp_hpo.ledger.journal`), so a
     second live ledger cannot open the same file, and every append first checks that the
     journal's path still names that file.
+
+    With a PostgreSQL URI (``postgresql://host/db?ledger=NAME``, :mod:`raydp_hpo.ledger.pg`)
+    instead of a path, any number of processes may open and charge the same ledger: each
+    admission is one transaction that first absorbs the charges others made. Reads
+    (:meth:`spent`, :meth:`charges`, :meth:`report`) answer from the charges seen at the last
+    admission; :meth:`refresh` catches up.
     """
 
     def __init__(

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -215,8 +216,10 @@ def test_server_killed_mid_admission_loses_and_doubles_nothing(
 
             worker = threading.Thread(target=charge_loop)
             worker.start()
+            deadline = time.monotonic() + 60
             while not any(a.startswith(f"r{round_}-") for a in acked):
-                pass
+                assert time.monotonic() < deadline, "no charge admitted after the restart"
+                time.sleep(0.001)
             server.stop("immediate")  # while the loop is admitting
             stop.set()
             worker.join()
@@ -384,3 +387,28 @@ def test_the_schema_is_versioned_and_applied_once(server: PgServer) -> None:
         assert ensure_schema(conn) == MIGRATIONS[-1][0]  # nothing left to apply
         rows = conn.execute("SELECT version FROM raydp_hpo.schema_version").fetchall()
     assert [r[0] for r in rows] == [m[0] for m in MIGRATIONS]
+
+
+@pytestmark_pg
+@pytest.mark.ray
+def test_a_ledger_actor_and_a_local_ledger_share_one_postgres_budget(
+    ray_session: None, server: PgServer, as_writer: None
+) -> None:
+    from raydp_hpo.ledger.actor import get_ledger
+
+    # the user may be named in the URI (a password may not); the actor's process reads it there
+    uri = server.uri("actor").replace("127.0.0.1", f"{WRITER}@127.0.0.1", 1)
+    budget, mech = PrivacyBudget(1.0, 1e-5), SubsampledGaussian(2.0, 0.01, 20)  # ~73 fit
+    handle = get_ledger("pg-actor", budget, uri, namespace="tests-pg")
+    try:
+        assert handle.settings()["journal"] == uri
+        with PrivacyLedger(budget, uri) as local:
+            decisions = [(handle.try_charge(f"a{k}", mech).admitted,
+                          local.try_charge(f"l{k}", mech).admitted) for k in range(200)]
+            # spent() answers from what a ledger saw at its last admission (or refresh())
+            assert handle.spent() <= local.spent() <= budget.epsilon
+    finally:
+        handle.kill()
+    admitted = sum(a + b for a, b in decisions)
+    stored = PrivacyLedger.read_only(server.uri("actor")).charges()
+    assert 0 < admitted == len(stored) < 400  # the budget ran out, and nothing went past it
