@@ -319,6 +319,7 @@ class LedgerSpec:
     budget: PrivacyBudget | None = None
     journal: str | None = None
     namespace: str = "raydp_hpo"
+    uri: str | None = None  # a PostgreSQL ledger instead of a journal file
 
 
 @dataclass(frozen=True)
@@ -349,8 +350,15 @@ class ExperimentSpec:
         """The ledger this experiment charges: the named one, else the dataset's default."""
         return self.ledger.name if self.ledger is not None else self.data.ledger_name()
 
-    def ledger_journal(self) -> Path:
-        """Journal of the ledger: ``ledger.journal``, else ``<storage_path>/ledgers/<name>``."""
+    def ledger_journal(self) -> Path | str:
+        """Where the ledger's charges live: ``ledger.uri`` (or a PostgreSQL URI given as
+        ``ledger.journal``), ``ledger.journal``, else ``<storage_path>/ledgers/<name>``."""
+        from raydp_hpo.ledger.pg import is_postgres_uri
+
+        if self.ledger is not None and self.ledger.uri:
+            return self.ledger.uri
+        if self.ledger is not None and is_postgres_uri(self.ledger.journal):
+            return str(self.ledger.journal)
         if self.ledger is not None and self.ledger.journal:
             return Path(self.ledger.journal).expanduser().resolve()
         return (Path(self.storage_path) / "ledgers" / f"{self.ledger_name}.journal").resolve()
@@ -480,6 +488,7 @@ def _spec_of(file: ExperimentFile, source_path: str | None) -> ExperimentSpec:
             budget=file.ledger.budget.budget() if file.ledger.budget is not None else None,
             journal=file.ledger.journal,
             namespace=file.ledger.namespace,
+            uri=file.ledger.uri,
         )
     return ExperimentSpec(
         experiment=file.experiment,
@@ -814,7 +823,7 @@ class RunOutcome:
 
     run_dir: Path
     result: Any
-    journal: Path
+    journal: Path | str
     trial_errors: int
     test_split: bool = True  # False: no test records (test_fraction 0), nothing evaluated
 
@@ -828,7 +837,7 @@ def _dataset_ledger_budget(spec: ExperimentSpec, out: Callable[[str], None]) -> 
         return spec.ledger.budget or spec.budget
     from raydp_hpo.tune.dataset_ledger import dataset_ledger_budget
 
-    return dataset_ledger_budget(journal, spec.budget, spec.data.fingerprint(), out)
+    return dataset_ledger_budget(Path(journal), spec.budget, spec.data.fingerprint(), out)
 
 
 def _require_earlier_charges(spec: ExperimentSpec, run_dir: Path) -> None:
@@ -849,7 +858,8 @@ def _require_earlier_charges(spec: ExperimentSpec, run_dir: Path) -> None:
                 "ledger_journal")
         except (OSError, ValueError, AttributeError):
             recorded = None
-        if recorded and Path(recorded) != journal:
+        if recorded and str(recorded) != str(journal) and (
+                isinstance(journal, str) or Path(recorded) != journal):
             raise LedgerMismatchError(
                 f"{exc} (its run.json records that it charged the journal {recorded}: "
                 "resume with the storage_path / ledger it started with)") from None
@@ -911,7 +921,8 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
     train_size, val_size = spec.data.public_sizes()
     ledger_budget = _dataset_ledger_budget(spec, out)
     warn_if_ephemeral(spec.storage_path, "storage_path", out)
-    warn_if_ephemeral(spec.ledger_journal(), "ledger journal", out)
+    if isinstance(spec.ledger_journal(), Path):  # a PostgreSQL ledger is no local file
+        warn_if_ephemeral(spec.ledger_journal(), "ledger journal", out)
     start_ray()
     import ray
 

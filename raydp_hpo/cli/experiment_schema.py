@@ -671,7 +671,28 @@ class LedgerModel(_Strict):
     name: Text
     budget: BudgetModel | None = Field(None, description="the dataset's total; default: budget")
     journal: Text | None = Field(None, description="default <storage_path>/ledgers/<name>.journal")
+    uri: Text | None = Field(None, description="a PostgreSQL ledger, postgresql://host:port/db"
+                             "?ledger=NAME, instead of a journal file; credentials come from "
+                             "libpq (PGUSER, PGPASSWORD, ~/.pgpass, PGSERVICE), never this file")
     namespace: Text = "raydp_hpo"
+
+    @model_validator(mode="after")
+    def _one_store(self) -> LedgerModel:
+        from raydp_hpo.ledger.pg import is_postgres_uri, parse_uri
+
+        if self.journal is not None and self.uri is not None:
+            _fail("{path}: give ledger.journal (a file) or ledger.uri (PostgreSQL), not both")
+        for key in ("journal", "uri"):
+            value = getattr(self, key)
+            if key == "uri" and value is not None and not is_postgres_uri(value):
+                _fail(f"{{path}}.uri {value!r} is not a PostgreSQL ledger URI; use "
+                      "postgresql://host:port/db?ledger=NAME (or ledger.journal for a file)")
+            if value is not None and is_postgres_uri(value):
+                try:
+                    parse_uri(value)
+                except ValueError as exc:
+                    _fail(f"{{path}}.{key}: {exc}")
+        return self
 
 
 #: What :func:`_experiment_name` accepts, as a JSON Schema pattern: no leading '.', no slash.

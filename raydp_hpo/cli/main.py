@@ -468,7 +468,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from raydp_hpo._storage import warn_if_ephemeral
 
         warn_if_ephemeral(spec.storage_path, "storage_path", print)
-        warn_if_ephemeral(spec.ledger_journal(), "ledger journal", print)
+        if isinstance(spec.ledger_journal(), Path):  # not for a PostgreSQL ledger
+            warn_if_ephemeral(spec.ledger_journal(), "ledger journal", print)
         print(f"experiment file {args.experiment} is valid: {spec.experiment} -> {spec.run_dir} "
               f"(ledger {spec.ledger_name}, journal {spec.ledger_journal()})")
         for line in describe_sizes(spec, checked):

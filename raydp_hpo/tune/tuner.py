@@ -1690,7 +1690,7 @@ def _halting_accountant(adaptivity: Adaptivity) -> Accountant:
     return tightest_halting_accountant(adaptivity)
 
 
-def require_earlier_charges(journal: Path | None, experiment: str,
+def require_earlier_charges(journal: Path | str | None, experiment: str,
                             charges: Sequence[Any] | None = None, *,
                             where: str | None = None) -> None:
     """Refuse to resume ``experiment`` unless the ledger it attaches to holds its earlier
@@ -1703,8 +1703,16 @@ def require_earlier_charges(journal: Path | None, experiment: str,
     budget: the experiment's first charges would be forgotten, and its spend counted
     nowhere. Raises :class:`LedgerMismatchError` naming the journal it expected."""
     prefix = f"{experiment}/"
+    from raydp_hpo.ledger.pg import is_postgres_uri
+
+    if charges is None and is_postgres_uri(journal):
+        from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
+
+        charges = PrivacyLedger.read_only(str(journal), curve_check=CurveCheck.ON_DEMAND).charges()
+        where = f"the ledger {journal}"
     if charges is None:
         assert journal is not None
+        journal = Path(journal)
         if not journal.exists():
             raise LedgerMismatchError(
                 f"cannot resume experiment {experiment!r}: its charges should be in the ledger "

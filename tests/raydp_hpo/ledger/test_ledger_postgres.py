@@ -81,6 +81,40 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
+EXAMPLE = Path(__file__).resolve().parents[3] / "cluster/examples/mnist1d_small.yaml"
+
+
+def _experiment(ledger: dict[str, str]):  # type: ignore[no-untyped-def]
+    import yaml
+
+    from raydp_hpo.cli.experiment import parse_experiment
+
+    return parse_experiment({**yaml.safe_load(EXAMPLE.read_text()), "ledger": ledger})
+
+
+def test_an_experiment_file_names_a_postgres_ledger_by_uri() -> None:
+    uri = "postgresql://db:5432/dp?ledger=mnist1d"
+    assert _experiment({"name": "mnist1d", "uri": uri}).ledger_journal() == uri
+    assert _experiment({"name": "mnist1d", "journal": uri}).ledger_journal() == uri
+    assert isinstance(_experiment({"name": "m", "journal": "/srv/m.journal"}).ledger_journal(),
+                      Path)
+
+
+@pytest.mark.parametrize(("ledger", "match"), [
+    ({"name": "m", "uri": "postgresql://u:s3cret@db/dp?ledger=m"}, "ledger.uri: a ledger URI"),
+    ({"name": "m", "journal": "postgresql://u:s3cret@db/dp?ledger=m"}, "ledger.journal: a ledger"),
+    ({"name": "m", "uri": "/srv/m.journal"}, "not a PostgreSQL ledger URI"),
+    ({"name": "m", "uri": "postgresql://db/dp?ledger=m", "journal": "/srv/m.journal"}, "not both"),
+])
+def test_a_bad_ledger_uri_in_an_experiment_file_is_refused(ledger: dict[str, str],
+                                                            match: str) -> None:
+    from raydp_hpo.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=match) as info:
+        _experiment(ledger)
+    assert "s3cret" not in str(info.value)
+
+
 # -- a real server ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def server() -> Iterator[PgServer]:
@@ -412,3 +446,17 @@ def test_a_ledger_actor_and_a_local_ledger_share_one_postgres_budget(
     admitted = sum(a + b for a, b in decisions)
     stored = PrivacyLedger.read_only(server.uri("actor")).charges()
     assert 0 < admitted == len(stored) < 400  # the budget ran out, and nothing went past it
+
+
+@pytestmark_pg
+def test_a_resume_checks_the_postgres_ledger_for_earlier_charges(
+    server: PgServer, as_writer: None
+) -> None:
+    from raydp_hpo.tune.tuner import require_earlier_charges
+
+    uri = server.uri("resume")
+    with PrivacyLedger(BUDGET, uri) as led:
+        led.charge("exp1/plan", SMALL)
+    require_earlier_charges(uri, "exp1")  # its charges are there: the resume may go on
+    with pytest.raises(LedgerMismatchError, match="holds no charge of it"):
+        require_earlier_charges(uri, "exp2")
