@@ -840,6 +840,26 @@ def _dataset_ledger_budget(spec: ExperimentSpec, out: Callable[[str], None]) -> 
     return dataset_ledger_budget(Path(journal), spec.budget, spec.data.fingerprint(), out)
 
 
+def bind_data_to_postgres_ledger(spec: ExperimentSpec, budget: PrivacyBudget,
+                                 out: Callable[[str], None] = print) -> None:
+    """For a PostgreSQL ledger: create it (the settings the ledger actor uses) and bind the
+    data source's fingerprint to it in the registry (:func:`raydp_hpo.ledger.pg.register_dataset`).
+    Data already bound to another ledger is refused (:class:`LedgerMismatchError`) before
+    anything is charged: a second budget for registered data is an administrator's act.
+    Nothing to do for a journal file."""
+    from raydp_hpo.accounting.accountants import Accountant
+    from raydp_hpo.ledger.filter import Adaptivity, CurveCheck, PrivacyLedger
+    from raydp_hpo.ledger.pg import is_postgres_uri, register_dataset
+
+    uri = spec.ledger_journal()
+    if not isinstance(uri, str) or not is_postgres_uri(uri):
+        return
+    PrivacyLedger(budget, uri, adaptivity=Adaptivity.ADAPTIVE, accountant=Accountant.RDP,
+                  curve_check=CurveCheck.ON_DEMAND).close()
+    register_dataset(uri, spec.data.fingerprint())
+    out(f"[raydp-hpo] data {spec.data.fingerprint()} is bound to ledger {uri}")
+
+
 def _require_earlier_charges(spec: ExperimentSpec, run_dir: Path) -> None:
     """A resume attaches to ``spec.ledger_journal()``: refuse unless that journal holds the
     experiment's earlier charges (:func:`raydp_hpo.tune.tuner.require_earlier_charges`);
@@ -921,6 +941,7 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
     train_size, val_size = spec.data.public_sizes()
     ledger_budget = _dataset_ledger_budget(spec, out)
     warn_if_ephemeral(spec.storage_path, "storage_path", out)
+    bind_data_to_postgres_ledger(spec, ledger_budget, out)  # before Ray and any charge
     if isinstance(spec.ledger_journal(), Path):  # a PostgreSQL ledger is no local file
         warn_if_ephemeral(spec.ledger_journal(), "ledger journal", out)
     start_ray()
