@@ -64,6 +64,7 @@ experiment files. Schema (``?`` = optional)::
       name: mnist1d-dataset          # shared dataset-level ledger actor (one per dataset)
       budget?: {epsilon: 16, delta: 1.0e-5}   # the dataset's total; default: `budget`
       journal?: /nfs/ledgers/mnist1d.journal  # default <storage_path>/ledgers/<name>.journal
+      uri?: postgresql://db/dp?ledger=mnist1d  # or a PostgreSQL ledger (credentials: libpq)
       namespace?: raydp_hpo
 
 **One space for every searcher.** A continuous ``uniform`` / ``loguniform`` domain with

@@ -479,3 +479,22 @@ def test_a_run_on_registered_data_cannot_start_a_fresh_postgres_budget(
     with pytest.raises(LedgerMismatchError, match="already has its budget in ledger"):
         bind_data_to_postgres_ledger(other, BUDGET, lines.append)
     assert PrivacyLedger.read_only(server.uri("mnist1d-two")).charges() == ()  # nothing charged
+
+
+@pytestmark_pg
+def test_a_fixed_plan_pld_ledger_shared_by_two_writers_spends_as_one(
+    server: PgServer, as_writer: None
+) -> None:
+    from raydp_hpo.accounting.accountant_kind import Accountant
+    from raydp_hpo.ledger.filter import Adaptivity
+
+    kw = {"adaptivity": Adaptivity.FIXED_PLAN, "accountant": Accountant.PLD}
+    uri = server.uri("pld-shared")
+    alone = PrivacyLedger(BUDGET, **kw)  # type: ignore[arg-type]
+    with PrivacyLedger(BUDGET, uri, **kw) as a, PrivacyLedger(BUDGET, uri, **kw) as b:  # type: ignore[arg-type]
+        for k in range(6):
+            for name, led in (("a", a), ("b", b)):
+                got = led.try_charge(f"{name}{k}", SMALL)
+                want = alone.try_charge(f"{name}{k}", SMALL)
+                assert got.admitted == want.admitted
+                assert got.epsilon_after == pytest.approx(want.epsilon_after, rel=1e-9)
