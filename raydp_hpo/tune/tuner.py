@@ -116,6 +116,10 @@ class PrivacyCertificate:
     public: tuple[tuple[str, str], ...] = ()
     adjacency: str = ADJACENCY
     epsilon_profile: float = math.inf
+    #: the dataset ledger this experiment's point (ε, δ) = ``budget`` is charged to, its total
+    #: budget and its spend after the charge (basic composition of the experiments' points,
+    #: :mod:`raydp_hpo.ledger.experiments`); ``None`` when it ran on no dataset ledger
+    dataset_ledger: tuple[str, PrivacyBudget, float] | None = None
 
     @property
     def epsilon(self) -> float:
@@ -146,6 +150,10 @@ class PrivacyCertificate:
             },
             "privacy_unit": self.adjacency,
             "treated_as_public": dict(self.public),
+            **({} if self.dataset_ledger is None else {"dataset_ledger": {
+                "name": self.dataset_ledger[0], "budget": self.dataset_ledger[1].to_dict(),
+                "spent_epsilon": self.dataset_ledger[2],
+                "halting_rule": "experiments: basic composition of (ε, δ) points"}}),
         }
 
     def format(self) -> str:
@@ -162,8 +170,14 @@ class PrivacyCertificate:
             f"  ledger        {self.ledger_name} ({self.ledger_halting_rule}), "
             f"spent ε={self.ledger_spent_epsilon:.4f}",
             f"  privacy unit  {self.adjacency}",
-            f"  charges       {len(self.charges)}",
         ]
+        if self.dataset_ledger is not None:
+            name, total, spent = self.dataset_ledger
+            lines.append(
+                f"  dataset       {name}: this experiment is its point (ε={self.budget.epsilon:.4f}, "
+                f"δ={self.budget.delta:.3g}); the dataset has spent ε={spent:.4f} of "
+                f"ε={total.epsilon:g}, δ={total.delta:g} (basic composition of the points)")
+        lines.append(f"  charges       {len(self.charges)}")
         for cid, mech in self.charges[:10]:
             lines.append(f"    {cid}: {type(mech).__name__}")
         if len(self.charges) > 10:
@@ -463,6 +477,8 @@ class DPTuner:
             raise InvalidParameterError(f"ledger must be a LedgerHandle, got {ledger!r}")
         self._dataset = _whose_budget(ledger, dataset, fresh_budget, data)
         self._fresh_budget = fresh_budget
+        self._slot: _Slot | None = None  # this run's point on a dataset ledger (fit)
+        self._dataset_ledger: LedgerHandle | None = None  # the ledger that point is on
         settings = resolve_tune_settings(
             tune_config=tune_config,
             run_config=run_config,
@@ -596,6 +612,8 @@ class DPTuner:
     def ledger_name(self) -> str:
         """Name of the ledger actor trials charge/check: the one given, the dataset's, or the
         dedicated one (``fresh_budget=True``)."""
+        if self._slot is not None:  # within its point on a dataset ledger: its own ledger
+            return f"ledger-{self._experiment}"
         if self._ledger is not None:
             return self._ledger.name
         if self._dataset is not None:
@@ -911,6 +929,7 @@ class DPTuner:
             "search": None if constructed else self._search,
             "searcher_type": type(self._search).__name__,
             "ledger_name": None if self._ledger is None else self._ledger.name,
+            "slot_cap": None if self._slot is None else self._slot.cap,
         }
         exp_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(exp_dir / _RESTORE_FILE, pickle.dumps(payload))
@@ -931,12 +950,23 @@ class DPTuner:
             from raydp_hpo.trainables.training import validate_trial_space
 
             validate_trial_space(self._space)  # a key the trainable ignores is an error
+        dataset_ledger = None
+        if shared is not None and shared.settings()["adaptivity"] == (
+                Adaptivity.EXPERIMENTS.value):
+            # A dataset ledger composes whole experiments: this one takes its (ε, δ) point
+            # there and runs within it on a ledger of its own (raydp_hpo.ledger.experiments).
+            dataset_ledger, shared = shared, None
+            self._slot = self._take_slot(dataset_ledger, resume)
+            self._set_budget(PrivacyBudget(self._slot.cap, self._slot.delta))
         dedicated = None if shared is not None else self._dedicated_adaptivity()
         searcher = self._build_searcher(shared, dedicated)
         self._check_selection_inputs(searcher)
         plan = searcher.privacy_plan()
         if self._max_failures > 0:  # before anything is charged
             self._refuse_retries_under_a_plan(plan.mechanism is not None)
+        if self._slot is not None:
+            assert dedicated is not None
+            self._budget = PrivacyBudget(self._slot_epsilon(plan, dedicated), self._slot.delta)
         trainable = self._trainable_with_data()
         exp_dir = self._storage / self._experiment
         tune_dir = exp_dir / "tune"
@@ -1030,6 +1060,8 @@ class DPTuner:
         # worker start is ~1 s). Should the actor fail to start, every admission fails
         # (nothing runs), the LedgerStopper stops the search, and verify() below says why.
         try:
+            if dataset_ledger is not None:
+                self._reserve(dataset_ledger)  # refused: raises, and nothing ran
             if charge_first:
                 assert dedicated is not None and plan.mechanism is not None
                 # Admitted and fsync'd in the journal before the actor exists, which then
@@ -1075,6 +1107,103 @@ class DPTuner:
             # Tune ran its own (unpickled) copy of the searcher: read back its final state.
             searcher.restore_from_dir(str(tune_dir))
         return self._release(searcher, ledger, grid, plan, str(exp_dir))
+
+    # ------------------------------------------------------------------ dataset points
+    def _set_budget(self, budget: PrivacyBudget) -> None:
+        """This experiment's budget (its point's cap on a dataset ledger) and the search's
+        share of it (less the DP test accuracy's ε_t)."""
+        if self._test_epsilon is not None and self._test_epsilon >= budget.epsilon:
+            raise InvalidParameterError(
+                f"test_accuracy_epsilon={self._test_epsilon:g} leaves nothing of this "
+                f"experiment's ε={budget.epsilon:g} for the search; use a smaller value"
+            )
+        self._budget = budget
+        self._search_budget = PrivacyBudget(budget.epsilon - (self._test_epsilon or 0.0),
+                                            budget.delta)
+
+    def _slot_id(self) -> str:
+        return f"{self._experiment}/point"
+
+    def _take_slot(self, dataset_ledger: LedgerHandle, resume: bool) -> _Slot:
+        """This experiment's point on a dataset ledger (before anything is charged): its δ
+        share δ_k (the next charge's, :func:`raydp_hpo.ledger.experiments.experiment_delta`)
+        and its ε cap, min(this experiment's ε, what the dataset has left). On resume, the
+        point already charged and the cap the run calibrated on (its restore file)."""
+        from raydp_hpo.accounting.mechanisms import ApproxDP
+        from raydp_hpo.ledger.experiments import experiment_delta
+
+        slot_id = self._slot_id()
+        charged = {c.charge_id: c.mechanism for c in dataset_ledger.charges()}
+        if slot_id in charged:
+            point = charged[slot_id]
+            assert isinstance(point, ApproxDP)
+            cap = self._saved_slot_cap()
+            return _Slot(cap if cap is not None else point.epsilon, point.delta, point.epsilon)
+        if resume:
+            raise RayDPHPOError(
+                f"experiment {self._experiment!r} has no point {slot_id!r} on the dataset "
+                f"ledger {dataset_ledger.name!r}: it never started there; run it afresh"
+            )
+        k = len(charged) + 1
+        report = dataset_ledger.report()
+        cap = min(self._budget.epsilon, report.remaining_epsilon)
+        if cap <= 0:
+            raise BudgetExhaustedError(slot_id, report.spent_epsilon, report.spent_epsilon,
+                                       report.budget.epsilon, report.budget.delta)
+        return _Slot(cap, experiment_delta(dataset_ledger.budget.delta, k), None)
+
+    def _saved_slot_cap(self) -> float | None:
+        import pickle
+
+        try:
+            with open(self.experiment_path / _RESTORE_FILE, "rb") as fh:
+                saved = pickle.load(fh)  # noqa: S301 - our own file in the private directory
+        except OSError:
+            return None
+        cap = saved.get("slot_cap")
+        return None if cap is None else float(cap)
+
+    def _slot_epsilon(self, plan: Any, dedicated: Adaptivity) -> float:
+        """The ε of this experiment's point: its plan's tightest fixed-plan figure at its δ
+        share (with the DP test accuracy's ``Laplace(ε_t)`` composed on), when the plan is
+        everything it charges; else (trials that charge themselves, retries) the whole cap,
+        within which its own ledger then halts. The experiment's own ledger gets exactly this
+        budget, so it can never charge beyond its point."""
+        assert self._slot is not None
+        if self._slot.epsilon is not None:
+            return self._slot.epsilon
+        cap = self._slot.cap
+        if dedicated is not Adaptivity.FIXED_PLAN or plan.mechanism is None or (
+                plan.per_trial_charges):
+            return cap
+        from raydp_hpo.accounting.mechanisms import Laplace
+
+        mechs = [plan.mechanism]
+        if self._test_epsilon is not None:
+            mechs.append(Laplace(self._test_epsilon))
+        figure = epsilon(mechs, self._slot.delta, _halting_accountant(dedicated))
+        # a hair above the figure: the experiment's ledger composes the same charges one by
+        # one, which may round differently in the last digits
+        return min(cap, figure * (1.0 + 1e-7))
+
+    def _reserve(self, dataset_ledger: LedgerHandle) -> None:
+        """Charge this experiment's point ``ApproxDP(ε, δ_k)`` to the dataset ledger (a replay
+        on resume). Refused (the dataset's budget cannot pay it, or another experiment took
+        the δ share meanwhile): :class:`BudgetExhaustedError`, and nothing ran."""
+        from raydp_hpo.accounting.mechanisms import ApproxDP
+
+        assert self._slot is not None
+        decision = dataset_ledger.try_charge(
+            self._slot_id(), ApproxDP(self._budget.epsilon, self._budget.delta),
+            owner=self._experiment)
+        if not decision.admitted and math.isinf(decision.epsilon_after):
+            raise RayDPHPOError(
+                f"another experiment took the δ share {self._budget.delta:.3g} of the dataset "
+                f"ledger {dataset_ledger.name!r} meanwhile (each share is given once, in "
+                "order); nothing was charged and nothing ran: run this experiment again"
+            )
+        decision.raise_if_refused()
+        self._dataset_ledger = dataset_ledger
 
     def _release(self, searcher: Any, ledger: LedgerHandle, grid: Any, plan: Any,
                  exp_dir: str) -> DPResult:
@@ -1137,6 +1266,9 @@ class DPTuner:
             ledger_halting_rule=f"{settings['adaptivity']}/{settings['accountant']}",
             public=self._public_quantities(),
             epsilon_profile=eps_profile,
+            dataset_ledger=None if self._dataset_ledger is None else (
+                self._dataset_ledger.name, self._dataset_ledger.budget,
+                self._dataset_ledger.spent()),
         )
         if not certificate.within_budget and not math.isclose(
             certificate.epsilon, self._budget.epsilon, rel_tol=1e-9
@@ -1380,6 +1512,16 @@ def _resumed_accountant(journal: Path, adaptivity: Adaptivity) -> Accountant:
     if adaptivity is Adaptivity.ADAPTIVE:
         return stored if stored is Accountant.RDP else default
     return stored
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """An experiment's point on a dataset ledger: the ε cap it calibrates within, its δ share
+    and, once charged, the ε of the point (see :meth:`DPTuner._take_slot`)."""
+
+    cap: float
+    delta: float
+    epsilon: float | None
 
 
 @dataclass(frozen=True)
