@@ -87,7 +87,7 @@ def _data() -> Any:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(1250, 4)).astype(np.float32)
     y = rng.integers(0, 2, size=1250).astype(np.int64)
-    return split(Dataset(x, y, 2), 0.1, 0.1)
+    return split(Dataset(x, y, 2, public_size=len(y)), 0.1, 0.1)  # public: synthetic
 
 
 class NoCSVLogger(SilentLogger, CSVLoggerCallback):

@@ -23,6 +23,7 @@ __all__ = [
     "DataValidationError",
     "SearchSpaceError",
     "ConfigError",
+    "EphemeralStorageWarning",
 ]
 
 
@@ -140,3 +141,10 @@ class ConfigError(RayDPHPOError, ValueError):
         self.problems: tuple[tuple[str, str], ...] = (
             problems if problems is not None else (("", message),)
         )
+
+
+class EphemeralStorageWarning(UserWarning):
+    """A results folder or ledger journal is in a place that is likely to be deleted (a
+    temporary directory, a Ray job's working dir or session dir): a deleted journal resets the
+    privacy budget. A warning, not an error: tests and throw-away runs use temporary folders
+    on purpose (filter it with ``warnings.filterwarnings("ignore", category=...)``)."""

@@ -35,3 +35,18 @@ def ray_session() -> Iterator[None]:
     finally:
         ray.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _default_storage_in_a_tmp_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """DPTuner and experiment files store under ~/raydp_results by default: runs of the suite
+    that give no storage path go to a tmp dir instead ($RAYDP_HPO_STORAGE), not the user's
+    home. Tests of the default itself unset or replace the variable."""
+    if os.environ.get("RAYDP_HPO_STORAGE"):
+        yield
+        return
+    os.environ["RAYDP_HPO_STORAGE"] = str(tmp_path_factory.mktemp("raydp_results"))
+    try:
+        yield
+    finally:
+        os.environ.pop("RAYDP_HPO_STORAGE", None)

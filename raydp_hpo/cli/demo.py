@@ -13,6 +13,7 @@ tuning, and a journaled ledger admitting a plan and refusing what does not fit.
 from __future__ import annotations
 
 import tempfile
+import warnings
 from pathlib import Path
 
 from raydp_hpo._ray_runtime import ensure_ray
@@ -24,6 +25,7 @@ from raydp_hpo.accounting.mechanisms import (
     SubsampledGaussian,
     SubsampledTuning,
 )
+from raydp_hpo.errors import EphemeralStorageWarning
 from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger
 from raydp_hpo.trial.privacy import dpsgd_steps
 
@@ -61,9 +63,11 @@ def run_demo(*, quick: bool = False, storage_path: str | None = None) -> int:
     }
     mean_trials = 3.0 if quick else 6.0
     print("raydp-hpo demo: DP hyperparameter search on MNIST-1D (generated locally)")
-    # Declared public sizes (the expected split sizes of the public total): the realised split
-    # sizes are private and are neither printed nor used by the accounting.
-    train_size, val_size = round(samples * 0.7), round(samples * 0.15)
+    # Declared public sizes (split() declares the expected split sizes of MNIST-1D's public
+    # total): the realised split sizes are private and are neither printed nor used.
+    sizes = data.declared_sizes
+    assert sizes is not None  # load_mnist1d's size is public
+    train_size, val_size = sizes.train, sizes.validation
     print(f"  data: {samples} records, split 70/15/15 % (declared public sizes: {train_size} "
           f"train, {val_size} validation)")
     print(f"  budget: ε={budget.epsilon}, δ={budget.delta} for the whole search")
@@ -72,28 +76,29 @@ def run_demo(*, quick: bool = False, storage_path: str | None = None) -> int:
     started_ray = ensure_ray(num_cpus=os.cpu_count() or 2)
     try:
         root = storage_path or tempfile.mkdtemp(prefix="raydp-demo-")
-        tuner = DPTuner(
-            None,
-            param_space=space,
-            search="random_stopping",
-            budget=budget,
-            data=data,
-            storage_path=root,
-            experiment="demo",
-            search_kwargs={"mean": mean_trials},
-            max_concurrent_trials=2,
-            dataset_size=train_size,
-            validation_size=val_size,
-            # a budget of the demo's own (logged): a second demo must not find the
-            # dataset's budget spent by the first
-            fresh_budget=True,
-        )
+        with warnings.catch_warnings():
+            if storage_path is None:  # the demo's own throw-away folder: temporary on purpose
+                warnings.simplefilter("ignore", EphemeralStorageWarning)
+            tuner = DPTuner(
+                None,
+                param_space=space,
+                search="random_stopping",
+                budget=budget,
+                data=data,
+                storage_path=root,
+                experiment="demo",
+                search_kwargs={"mean": mean_trials},
+                max_concurrent_trials=2,
+                # a budget of the demo's own (logged): a second demo must not find the
+                # dataset's budget spent by the first
+                fresh_budget=True,
+            )
         result = tuner.fit()
     finally:
         if started_ray:
             ray.shutdown()
     print(f"\nFinished in {time.time() - start:.0f} s. Run directory (private): "
-          f"{result.experiment_path}")
+          f"{result.experiment_path}; what may be published: {result.experiment_path}/public")
     if result.hyperparameters is None:
         print(f"Nothing released: {result.extras.get('reason', 'no configuration selected')}.")
     else:

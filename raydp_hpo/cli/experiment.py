@@ -22,12 +22,16 @@ experiment files. Schema (``?`` = optional)::
       feature_columns?: [f0, f1]     # parquet: one numeric column per feature, or ...
       feature_column?: x             # parquet: ... one list-valued column; neither: every
                                      # column but the label is a feature
-      num_classes?: 10               # parquet (default max(label) + 1)
+      num_classes?: 10               # parquet: PUBLIC number of classes (required, or
+                                     # sizes_public: true for max(label) + 1 of the data)
       val_fraction?: 0.1             # (not with val_uri)
       test_fraction?: 0.1            # (not with test_uri)
       declared_train_size?: 1600     # PUBLIC sizes used by the accounting and normalisers;
-      declared_validation_size?: 200 # default: from the source's public size for built-ins,
-                                     # else the realised sizes, listed as treated as public
+      declared_validation_size?: 200 # default: from the source's public size for built-ins;
+      declared_test_size?: 200       # parquet: required (test size: with test_accuracy_epsilon)
+      sizes_public?: false           # parquet: true accepts the realised (private) sizes and
+                                     # max(label) + 1 as public where none is declared; the
+                                     # certificate lists them (`run --dry-run` prints them)
     model:                           # or just `model: mlp`
       name: mlp                      # mlp | cnn1d | cnn2d | linear | random_kernels1d | package.module:Class
       kwargs?: {hidden: [32]}
@@ -51,7 +55,8 @@ experiment files. Schema (``?`` = optional)::
     test_accuracy_epsilon?: 0.1      # release a DP test accuracy (Laplace, its own charge,
                                      # taken from the budget); omit: a noiseless one, NOT covered
     resources?: {cpu: 1, gpu: 0}     # per trial
-    storage_path?: ./raydp_results   # local dir or NFS mount shared by every node
+    storage_path?: ~/raydp_results   # local dir or NFS mount shared by every node; default
+                                     # ~/raydp_results, or $RAYDP_HPO_STORAGE when set
     tensorboard?: false              # also write Tune's per-trial TensorBoard files
     ledger?:                         # omit: the dataset's own ledger (see below)
       name: mnist1d-dataset          # shared dataset-level ledger actor (one per dataset)
@@ -82,8 +87,12 @@ or name one shared ``ledger:`` for every experiment that reads it.
 
 :func:`run_experiment` executes a spec: connects to ``RAY_ADDRESS`` when set (a cluster, or
 the cluster a ``ray job submit`` job runs on), else starts a local Ray; runs
-:class:`~raydp_hpo.tune.tuner.DPTuner` with a progress monitor; writes ``release.json``,
-``certificate.json`` and ``run.json`` into the run dir ``<storage_path>/<experiment>``.
+:class:`~raydp_hpo.tune.tuner.DPTuner` with a progress monitor. The run dir
+``<storage_path>/<experiment>`` is private except its ``public/`` folder, which DPTuner fills
+with exactly what may be published (``release.json``, ``certificate.json``,
+``released_model.pt``; :mod:`raydp_hpo.tune.publish`); ``run.json`` and the rest stay private.
+A storage path or ledger journal in a temporary directory or a Ray working dir is warned
+about (a deleted journal resets the budget).
 """
 
 from __future__ import annotations
@@ -98,6 +107,7 @@ from typing import Any
 
 from raydp_hpo._atomic_io import atomic_write_json
 from raydp_hpo._ray_runtime import ensure_ray
+from raydp_hpo._storage import default_storage_path, warn_if_ephemeral
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.cli.experiment_schema import (
     DATA_SOURCES,
@@ -222,6 +232,8 @@ class DataSpec:
     declared_validation_size: int | None = None
     val_uri: str | None = None
     test_uri: str | None = None
+    declared_test_size: int | None = None
+    sizes_public: bool = False
 
     def _public_total(self) -> int | None:
         """Records of a built-in source before the split (public: ``size`` for MNIST-1D,
@@ -230,24 +242,35 @@ class DataSpec:
             return self.size or 5000
         return _BUILTIN_SIZES.get(self.source)
 
+    def _split_sizes(self) -> Any:
+        """:func:`raydp_hpo.trainables.data.public_split_sizes` of the public total, or
+        ``None`` (Parquet: its size is private)."""
+        from raydp_hpo.trainables.data import public_split_sizes
+
+        total = self._public_total()
+        return None if total is None else public_split_sizes(
+            total, self.val_fraction, self.test_fraction)
+
     def public_sizes(self) -> tuple[int | None, int | None]:
         """Declared public (training, validation) sizes. Built-in sources have a public total
-        N: ``round(N·(1 − f_val − f_test))`` and ``round(N·f_val)`` unless declared. Parquet:
-        only what is declared (``None``: the realised sizes, listed in the certificate as
-        treated as public)."""
-        total = self._public_total()
+        N: ``round(N·(1 − f_val − f_test))`` and ``round(N·f_val)`` unless declared
+        (:func:`~raydp_hpo.trainables.data.public_split_sizes`, as ``split()`` declares them).
+        Parquet: only what is declared (``None``: refused at validation unless
+        ``sizes_public``, when the realised sizes are listed as treated as public)."""
+        sizes = self._split_sizes()
         train, val = self.declared_train_size, self.declared_validation_size
-        if total is not None:
-            if train is None:
-                train = max(1, round(total * (1.0 - self.val_fraction - self.test_fraction)))
-            if val is None and self.val_fraction > 0:
-                val = max(1, round(total * self.val_fraction))
+        if sizes is not None:
+            train = sizes.train if train is None else train
+            val = sizes.validation if val is None else val
         return train, val
 
     def public_test_size(self) -> int | None:
-        """Declared public test size: ``round(N·f_test)`` for built-in sources, else ``None``."""
-        total = self._public_total()
-        return None if total is None else max(1, round(total * self.test_fraction))
+        """Declared public test size: ``declared_test_size``, else ``round(N·f_test)`` for
+        built-in sources, else ``None``."""
+        if self.declared_test_size is not None:
+            return self.declared_test_size
+        sizes = self._split_sizes()
+        return None if sizes is None else sizes.test
 
     def fingerprint(self) -> str:
         """The identity of the data source the budget belongs to: the built-in dataset and its
@@ -306,7 +329,7 @@ class ExperimentSpec:
     split_seed: int = 0
     secret_seed: int | None = field(default=None, repr=False)
     resources: Mapping[str, float] = field(default_factory=lambda: {"cpu": 1.0, "gpu": 0.0})
-    storage_path: str = "raydp_results"
+    storage_path: str = field(default_factory=lambda: str(default_storage_path()))
     ledger: LedgerSpec | None = None
     source_path: str | None = None
     tensorboard: bool = False
@@ -439,6 +462,8 @@ def _spec_of(file: ExperimentFile, source_path: str | None) -> ExperimentSpec:
         declared_validation_size=d.declared_validation_size,
         val_uri=val_uri,
         test_uri=test_uri,
+        declared_test_size=d.declared_test_size,
+        sizes_public=bool(getattr(d, "sizes_public", False)),
     )
     resources = {"cpu": file.resources.cpu, "gpu": file.resources.gpu}
     if file.resources.memory is not None:
@@ -467,8 +492,9 @@ def _spec_of(file: ExperimentFile, source_path: str | None) -> ExperimentSpec:
         split_seed=file.split_seed,
         secret_seed=file.secret_seed,
         resources=resources,
-        # relative: to the working dir
-        storage_path=str(Path(file.storage_path).expanduser().resolve()),
+        # relative: to the working dir; none: ~/raydp_results or $RAYDP_HPO_STORAGE
+        storage_path=str(Path(file.storage_path).expanduser().resolve()
+                         if file.storage_path is not None else default_storage_path()),
         ledger=ledger,
         source_path=source_path,
         tensorboard=file.tensorboard,
@@ -590,10 +616,11 @@ def load_data(spec: DataSpec, split_seed: int) -> Any:
                      "test": files.get("test", splits.test)}
             # one label set: num_classes (default max(label) + 1) over every file
             k = max(part.num_classes for part in parts.values())
-            return DataSplits(**{name: Dataset(part.features, part.labels, k,
-                                               num_classes_declared=spec.num_classes is not None,
-                                               name=dataset.name)
-                                 for name, part in parts.items()})
+            train, val, test = (Dataset(part.features, part.labels, k,
+                                        num_classes_declared=spec.num_classes is not None,
+                                        name=dataset.name)
+                                for part in parts.values())
+            return DataSplits(train, val, test)  # sizes private: the spec declares them
     return split(dataset, spec.val_fraction, spec.test_fraction, seed=split_seed)
 
 
@@ -720,6 +747,36 @@ def preflight(spec: ExperimentSpec) -> Preflight:
     return Preflight(data, train_size, val_size)
 
 
+def describe_sizes(spec: ExperimentSpec, checked: Preflight) -> list[str]:
+    """Lines for ``run --dry-run``: the public sizes the run will use, and the realised split
+    sizes and number of classes of the loaded data — private, shown to the data's owner so
+    that they can declare public values (never written to a release, certificate or log)."""
+    data = checked.data
+    train, val = spec.data.public_sizes()
+    test = spec.data.public_test_size()
+    declared_k = data.train.num_classes if data.train.num_classes_declared else None
+
+    def shown(value: int | None) -> str:
+        if value is not None:
+            return str(value)
+        return "realised (sizes_public: true)" if spec.data.sizes_public else "undeclared"
+
+    return [
+        f"public sizes the run uses: train={shown(train)}, validation={shown(val)}, "
+        f"test={shown(test)} (read with test_accuracy_epsilon only), classes={shown(declared_k)}",
+        "realised sizes (private; declare public values: data.declared_train_size, "
+        "data.declared_validation_size, data.declared_test_size, data.num_classes): "
+        f"train={len(data.train)}, validation={len(data.val)}, test={len(data.test)}, "
+        f"classes={_label_classes(data)} (max label + 1)",
+    ]
+
+
+def _label_classes(data: Any) -> int:
+    """max(label) + 1 over every split (what ``num_classes`` defaults to)."""
+    return 1 + max(int(part.labels.max()) for part in (data.train, data.val, data.test)
+                   if len(part))
+
+
 @dataclass(frozen=True)
 class RunOutcome:
     """What :func:`run_experiment` produced (``result`` is the :class:`DPResult`)."""
@@ -770,10 +827,11 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
     from raydp_hpo.ledger.actor import get_ledger
     from raydp_hpo.ledger.filter import Adaptivity
     from raydp_hpo.tune.dataset_ledger import dataset_ledger_rule
+    from raydp_hpo.tune.publish import find_release
     from raydp_hpo.tune.tuner import DPTuner
 
     run_dir = spec.run_dir
-    if (run_dir / "release.json").exists():
+    if find_release(run_dir) is not None:
         raise ConfigError(
             f"experiment {spec.experiment!r} already has a release in {run_dir}; pick a new "
             "experiment name (a finished experiment is never re-run)"
@@ -794,6 +852,8 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
     data = checked.data
     train_size, val_size = spec.data.public_sizes()
     ledger_budget = _dataset_ledger_budget(spec, out)
+    warn_if_ephemeral(spec.storage_path, "storage_path", out)
+    warn_if_ephemeral(spec.ledger_journal(), "ledger journal", out)
     start_ray()
     import ray
 
@@ -832,6 +892,7 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
         validation_size=val_size,
         test_accuracy_epsilon=spec.test_accuracy_epsilon,
         test_size=spec.data.public_test_size() if spec.test_accuracy_epsilon else None,
+        sizes_public=spec.data.sizes_public,
         tensorboard=spec.tensorboard,
         progress=out,
         progress_interval_s=progress_interval_s,
@@ -855,7 +916,7 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
         meta.update(status="failed", error=repr(exc)[:500], finished=time.time())
         atomic_write_json(run_dir / "run.json", meta)
         raise
-    atomic_write_json(run_dir / "certificate.json", result.certificate.to_dict())
+    # DPTuner wrote the release into run_dir/public/ (release.json, certificate.json, model)
     errors = sum(1 for t in result.private_trials if t.get("error"))
     meta.update(
         status="budget_exhausted" if result.budget_exhausted else "finished",
@@ -888,8 +949,10 @@ def format_summary(outcome: RunOutcome) -> str:
         lines.append("Evaluation (NOT covered by the certificate: computed without noise on the "
                      "private test split; publish it only if that split is public)")
         lines.append(f"  test accuracy      {acc}")
-    lines.append(f"Run dir: {outcome.run_dir} (release.json, released_model.pt, "
-                 "certificate.json)")
-    lines.append("Private (never publish): the Tune experiment dir tune/, audit.jsonl, "
-                 "evaluation_private.json, the progress lines above.")
+    lines.append(f"Publish: {outcome.run_dir / 'public'} (release.json, certificate.json"
+                 + (", released_model.pt" if r.model_path is not None else "")
+                 + f"), as it is, or: raydp-hpo publish {outcome.run_dir} OUT_DIR")
+    lines.append(f"Run dir: {outcome.run_dir} — PRIVATE except public/ (never publish the Tune "
+                 "dir tune/, the ledger journal, audit.jsonl, evaluation_private.json, run.json, "
+                 "the progress lines above)")
     return "\n".join(lines)

@@ -243,7 +243,7 @@ class BudgetModel(_Strict):
 
 
 _SIZE_HELP = ("PUBLIC size used by the accounting and normalisers; default: from the source's "
-              "public size for built-ins, else the realised size, listed as treated as public")
+              "public size for built-ins; parquet: required unless data.sizes_public: true")
 
 
 class _DataBase(_Strict):
@@ -251,6 +251,8 @@ class _DataBase(_Strict):
     test_fraction: Fraction = Field(0.1, description="share of the records for testing")
     declared_train_size: PositiveInt | None = Field(None, description=_SIZE_HELP)
     declared_validation_size: PositiveInt | None = Field(None, description=_SIZE_HELP)
+    declared_test_size: PositiveInt | None = Field(
+        None, description=_SIZE_HELP + " (read with test_accuracy_epsilon only)")
 
     @model_validator(mode="after")
     def _fractions(self) -> _DataBase:
@@ -302,7 +304,12 @@ class ParquetData(_DataBase):
     feature_column: Text | None = Field(
         None, description="one list-valued column holding each row's feature vector")
     num_classes: Annotated[int, Field(ge=2), BeforeValidator(_integer(2))] | None = Field(
-        None, description="default max(label) + 1")
+        None, description="the number of classes (PUBLIC: the model's output width); required "
+                          "unless data.sizes_public: true, which reads max(label) + 1 off the data")
+    sizes_public: Bool = Field(
+        False, description="accept the realised split sizes and max(label) + 1 of the private "
+                           "data as public where none is declared (the certificate lists them "
+                           "as treated as public); default: declare them")
 
     @model_validator(mode="after")
     def _consistent(self) -> ParquetData:
@@ -316,6 +323,28 @@ class ParquetData(_DataBase):
             ):
                 _fail(f"{{path}}: data.{split}_uri is the {name} split, so data.{split}_fraction "
                       "(a share of data.uri) does not apply; drop one of them")
+        return self
+
+    @model_validator(mode="after")
+    def _declared(self) -> ParquetData:
+        """A Parquet table's size and label range are private: the public quantities read off
+        them (split sizes, number of classes) are declared, or accepted with sizes_public."""
+        if self.sizes_public:
+            return self
+        missing = [name for name, needed in (
+            ("declared_train_size", self.declared_train_size is None),
+            ("declared_validation_size", self.declared_validation_size is None
+             and (self.val_uri is not None or self.val_fraction > 0)),
+            ("num_classes", self.num_classes is None),
+        ) if needed]
+        if missing:
+            _fail("{path}: " + ", ".join(f"data.{m}" for m in missing) + " missing: the sizes and "
+                  "labels of Parquet data are private (one record added or removed changes "
+                  "them), so the normalisers and the model's output width need declared public "
+                  "values; declare " + ", ".join(f"data.{m}" for m in missing) + ", or set "
+                  "data.sizes_public: true to accept the realised values as public (the "
+                  "certificate then lists them as treated as public). `raydp-hpo run --dry-run` "
+                  "with sizes_public: true prints the realised values")
         return self
 
 
@@ -622,8 +651,9 @@ class ExperimentFile(_Strict):
         None, description="release a DP test accuracy (Laplace, its own charge, taken from the "
                           "budget); omit: a noiseless one, NOT covered by the certificate")
     resources: ResourcesModel = Field(default_factory=lambda: ResourcesModel.model_validate({}))
-    storage_path: Annotated[Text, AfterValidator(_storage_path)] = Field(
-        "raydp_results", description="local dir or NFS mount shared by every node")
+    storage_path: Annotated[Text, AfterValidator(_storage_path)] | None = Field(
+        None, description="local dir or NFS mount shared by every node; default "
+                          "~/raydp_results, or $RAYDP_HPO_STORAGE when set")
     ledger: Annotated[LedgerModel, BeforeValidator(_name_shorthand), _OrName] | None = Field(
         None, description="omit: the dataset's own ledger")
     tensorboard: Bool = Field(False, description="also write Tune's per-trial TensorBoard files")
@@ -635,6 +665,13 @@ class ExperimentFile(_Strict):
         if value is not None and budget is not None and not 0 < value < budget.epsilon:
             _fail(f"{{path}}={value:g} must be in (0, budget.epsilon={budget.epsilon:g}): it is "
                   "taken from the experiment's budget")
+        data = info.data.get("data")
+        if value is not None and isinstance(data, ParquetData) and not data.sizes_public and (
+            data.declared_test_size is None
+        ):
+            _fail("{path}: a DP test accuracy is the noisy correct count over the test size, "
+                  "and a Parquet table's test size is private: declare data.declared_test_size, "
+                  "or set data.sizes_public: true to accept the realised size as public")
         return value
 
     @field_validator("ledger")

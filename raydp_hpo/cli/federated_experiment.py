@@ -38,7 +38,7 @@ Schema (``?`` = optional)::
       alpha_max?: 1.1
     ray?: true                       # clients as Ray actors (RAY_ADDRESS or a local Ray)
     cpus_per_client?: 1
-    storage_path?: ./raydp_results
+    storage_path?: ~/raydp_results   # default ~/raydp_results, or $RAYDP_HPO_STORAGE
     privacy?:                        # client-level DP (omit: not private)
       clip_norm: 1.0                 # C: each client's model update is clipped to ℓ₂ norm C
       noise_multiplier: 1.0          # σ: N(0, σ²C²) on the sum of the clipped updates
@@ -70,6 +70,7 @@ from typing import TYPE_CHECKING, Any
 
 from raydp_hpo._atomic_io import atomic_write_json
 from raydp_hpo._ray_runtime import ensure_ray
+from raydp_hpo._storage import default_storage_path
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.cli.experiment import (
     _budget,
@@ -163,7 +164,7 @@ class FederatedSpec:
     seed: int = 0
     ray: bool = True
     cpus_per_client: float = 1.0
-    storage_path: str = "raydp_results"
+    storage_path: str = field(default_factory=lambda: str(default_storage_path()))
     privacy: FedPrivacySpec | None = None
 
     @property
@@ -294,7 +295,8 @@ def parse_federated(raw: Any) -> FederatedSpec:
         model_name=_str("model.name", m["name"]), training=training, model_kwargs=model_kwargs,
         seed=_int("seed", top.get("seed", 0), minimum=0), ray=ray,
         cpus_per_client=_positive("cpus_per_client", top.get("cpus_per_client", 1.0)),
-        storage_path=_str("storage_path", top.get("storage_path", "raydp_results")),
+        storage_path=(_str("storage_path", top["storage_path"]) if "storage_path" in top
+                      else str(default_storage_path())),
         privacy=privacy,
     )
     if clients.count > _NUM_CLASSES:

@@ -11,6 +11,8 @@ Subcommands:
 * ``schema [--output FILE]`` — the JSON Schema of experiment files, for editors
   (:mod:`raydp_hpo.cli.experiment_schema`).
 * ``report RUN_DIR`` — certificate, plots and ``report.md`` of a run (:mod:`raydp_hpo.cli.report`).
+* ``publish RUN_DIR OUT_DIR`` — copy exactly the public part of a finished run (release.json,
+  certificate.json, released_model.pt) into a new or empty folder (:mod:`raydp_hpo.tune.publish`).
 * ``audit``    — empirical privacy audit of every search algorithm, of the DP-SGD step and
   of client-level DP FedAvg (:mod:`raydp_hpo.audit`): an ε lower bound per algorithm against its claim, plus the
   property checks; exit 1 when any
@@ -240,6 +242,22 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
     return EXIT_OK if not issues else EXIT_BAD_INPUT
 
 
+def _default_ledger_roots(actor_root: Path) -> list[Path]:
+    """Where ledgers are created by default, each folder once: the ledger actor's default
+    journal folder; the default storage of ``raydp-hpo run`` / DPTuner (``~/raydp_results``,
+    or ``$RAYDP_HPO_STORAGE``), which holds dataset ledgers (``ledgers/*.journal``) and each
+    experiment's dedicated ``ledger.journal``; ``~/raydp_results`` and the working dir's
+    ``./raydp_results`` (the default before, and of runs made with the variable unset)."""
+    from raydp_hpo._storage import default_storage_path, legacy_storage_paths
+
+    roots: list[Path] = []
+    for root in (actor_root, default_storage_path(), *legacy_storage_paths()):
+        resolved = root.expanduser().resolve()
+        if resolved not in roots:
+            roots.append(resolved)
+    return roots
+
+
 def _cmd_ledger_list(args: argparse.Namespace) -> int:
     from raydp_hpo.ledger.actor import DEFAULT_NAMESPACE, default_journal_path
     from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
@@ -253,10 +271,7 @@ def _cmd_ledger_list(args: argparse.Namespace) -> int:
             )
         roots = [Path(args.dir)]
     else:
-        # Where ledgers are created by default: the actor's default journal folder, and the
-        # default storage_path of `raydp-hpo run` / DPTuner (./raydp_results) in this folder.
-        roots = [default_journal_path("x", DEFAULT_NAMESPACE).parent.parent,
-                 Path.cwd() / "raydp_results"]
+        roots = _default_ledger_roots(default_journal_path("x", DEFAULT_NAMESPACE).parent.parent)
     journals = sorted({p.resolve() for root in roots if root.is_dir()
                        for p in root.rglob("*.journal")})
     if not journals:
@@ -302,11 +317,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         # Every check `run` makes before its first charge, without Ray or a ledger: the space
         # against the trainable, the search settings and the plan against the budget.
-        from raydp_hpo.cli.experiment import preflight
+        from raydp_hpo.cli.experiment import describe_sizes, preflight
 
-        preflight(spec)  # the same checks as run, every error at once
+        checked = preflight(spec)  # the same checks as run, every error at once
+        from raydp_hpo._storage import warn_if_ephemeral
+
+        warn_if_ephemeral(spec.storage_path, "storage_path", print)
+        warn_if_ephemeral(spec.ledger_journal(), "ledger journal", print)
         print(f"experiment file {args.experiment} is valid: {spec.experiment} -> {spec.run_dir} "
               f"(ledger {spec.ledger_name}, journal {spec.ledger_journal()})")
+        for line in describe_sizes(spec, checked):
+            print(line)
         return EXIT_OK
     try:
         outcome = run_experiment(spec, progress_interval_s=args.progress_interval,
@@ -379,12 +400,27 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from raydp_hpo.cli.report import write_report
+    from raydp_hpo.tune.publish import find_release
 
     files = write_report(args.run_dir, args.out)
-    print(Path(args.run_dir, "release.json").read_text(encoding="utf-8")
-          if args.json else files.markdown.read_text(encoding="utf-8"))
+    release = find_release(args.run_dir)
+    print(release.read_text(encoding="utf-8") if args.json and release is not None
+          else files.markdown.read_text(encoding="utf-8"))
     print(f"\nwrote {files.markdown}, {files.budget_plot}"
           + (f", {files.trials_plot} (PRIVATE ARTEFACT)" if files.trials_plot else ""))
+    return EXIT_OK
+
+
+def _cmd_publish(args: argparse.Namespace) -> int:
+    """Copy exactly the public part of a finished run into a new or empty folder (the function
+    behind ``DPResult.save_public``): refused (exit 2, nothing written) for a folder inside the
+    run dir or one that holds files."""
+    from raydp_hpo.tune.publish import publish_run
+
+    written = publish_run(args.run_dir, args.out_dir)
+    print(f"published {len(written)} files to {Path(args.out_dir).expanduser().resolve()}: "
+          + ", ".join(p.name for p in written)
+          + " (covered by the certificate; no per-trial results, no paths of this machine)")
     return EXIT_OK
 
 
@@ -490,7 +526,8 @@ def _build_parser() -> argparse.ArgumentParser:
     ver.set_defaults(func=_cmd_ledger_verify)
     lst = led_sub.add_parser("list", help="every ledger journal under a directory")
     lst.add_argument("dir", nargs="?", default=None,
-                     help="folder to search (default: ~/.raydp_hpo/ledgers and ./raydp_results)")
+                     help="folder to search (default: ~/.raydp_hpo/ledgers, ~/raydp_results or "
+                          "$RAYDP_HPO_STORAGE, and ./raydp_results)")
     lst.set_defaults(func=_cmd_ledger_list)
 
     demo = sub.add_parser("demo", help="run the main job on the built-in default")
@@ -532,6 +569,12 @@ def _build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", default=None, help="output dir (default RUN_DIR/report)")
     rep.add_argument("--json", action="store_true", help="print release.json instead of report.md")
     rep.set_defaults(func=_cmd_report)
+
+    pub = sub.add_parser("publish", help="copy exactly the public part of a finished run "
+                                         "(release, certificate, model) into a new folder")
+    pub.add_argument("run_dir", help="<storage_path>/<experiment> of a run that released")
+    pub.add_argument("out_dir", help="new or empty folder outside the run dir")
+    pub.set_defaults(func=_cmd_publish)
 
     aud = sub.add_parser("audit", help="empirical privacy audit of the search algorithms")
     aud.add_argument("--algorithm", action="append", default=[],

@@ -2,7 +2,8 @@
 
 Inputs (all in the run dir ``<storage_path>/<experiment>`` written by ``raydp-hpo run``):
 
-* ``release.json`` — the public release with its certificate (public);
+* ``public/release.json`` — the public release with its certificate (public; older run dirs:
+  ``release.json``);
 * ``evaluation_private.json`` — the released model's unnoised test accuracy (private: not
   covered by the certificate; shown in its own section of the report, so the report is a
   private artefact as a whole; older run dirs kept it in ``release.json``);
@@ -162,10 +163,12 @@ def _fmt(value: Any) -> str:
 def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> ReportFiles:
     """Write ``report.md``, ``budget_over_time.png`` and (if there are trial results)
     ``trials_accuracy_vs_epsilon.png`` for the run in ``run_dir``."""
+    from raydp_hpo.tune.publish import find_release
+
     run = Path(run_dir).expanduser().resolve()
-    release_path = run / "release.json"
-    if not release_path.is_file():
-        raise RayDPHPOError(f"{run} is not a finished run dir (no release.json)")
+    release_path = find_release(run)  # public/release.json (older run dirs: release.json)
+    if release_path is None:
+        raise RayDPHPOError(f"{run} is not a finished run dir (no release.json in public/)")
     release = json.loads(release_path.read_text(encoding="utf-8"))
     evaluation_path = run / "evaluation_private.json"
     evaluation = (json.loads(evaluation_path.read_text(encoding="utf-8"))

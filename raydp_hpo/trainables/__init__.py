@@ -15,6 +15,7 @@ from raydp_hpo._lazy_exports import lazy_exports
 _EXPORTS: dict[str, str] = {
     "Dataset": "raydp_hpo.trainables.data",
     "DataSplits": "raydp_hpo.trainables.data",
+    "PublicSizes": "raydp_hpo.trainables.data",
     "load_parquet": "raydp_hpo.trainables.data",
     "load_digits": "raydp_hpo.trainables.data",
     "load_mnist1d": "raydp_hpo.trainables.data",
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from raydp_hpo.trainables.data import (
         Dataset,
         DataSplits,
+        PublicSizes,
         load_digits,
         load_mnist1d,
         load_parquet,

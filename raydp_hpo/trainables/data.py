@@ -39,6 +39,8 @@ from raydp_hpo.errors import DataValidationError, InvalidParameterError
 __all__ = [
     "Dataset",
     "DataSplits",
+    "PublicSizes",
+    "public_split_sizes",
     "load_parquet",
     "parquet_feature_columns",
     "load_digits",
@@ -70,6 +72,12 @@ class Dataset:
     #: built-in dataset and its generator settings, or the canonical URI of a Parquet source;
     #: see :func:`dataset_fingerprint`). ``None``: unnamed (then ``DPTuner`` asks for one).
     name: str | None = None
+    #: The declared **public** number of records N (``None``: the size is private, as a
+    #: Parquet table's is). Set by loaders whose size is a function of their arguments alone
+    #: (:func:`load_digits`, :func:`load_mnist1d`); :func:`split` derives public split sizes
+    #: from it. It is a declaration, not checked against ``len``: a neighbouring dataset has
+    #: N ± 1 records and the same declared N (a check would refuse on private data).
+    public_size: int | None = None
 
     def __post_init__(self) -> None:
         x = np.ascontiguousarray(self.features)
@@ -97,6 +105,13 @@ class Dataset:
                 f"label {bad_value} outside [0, {self.num_classes}); set num_classes or fix the "
                 "labels"
             )
+        if self.public_size is not None and (
+            isinstance(self.public_size, bool)
+            or not isinstance(self.public_size, (int, np.integer)) or self.public_size < 1
+        ):
+            raise InvalidParameterError(
+                f"public_size must be an int >= 1 or None, got {self.public_size!r}"
+            )
         x.setflags(write=False)
         y.setflags(write=False)
         object.__setattr__(self, "features", x)
@@ -111,9 +126,44 @@ class Dataset:
         return tuple(int(d) for d in self.features.shape[1:])
 
     def subset(self, index: np.ndarray) -> Dataset:
-        """The records at ``index`` (a copy), with the same ``num_classes``."""
+        """The records at ``index`` (a copy), with the same ``num_classes``; its size is
+        private (``public_size=None``): which records a subset holds depends on the data."""
         return Dataset(self.features[index], self.labels[index], self.num_classes,
                        self.num_classes_declared, self.name)
+
+
+@dataclass(frozen=True)
+class PublicSizes:
+    """Declared **public** record counts of the splits (``None``: not declared)."""
+
+    train: int
+    validation: int | None = None
+    test: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("train", "validation", "test"):
+            value = getattr(self, name)
+            if value is None and name != "train":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise InvalidParameterError(f"PublicSizes.{name} must be an int >= 1, got {value!r}")
+            object.__setattr__(self, name, int(value))
+
+
+def public_split_sizes(total: int, val_fraction: float, test_fraction: float) -> PublicSizes:
+    """The public split sizes of a dataset of public size ``total`` = N split with the given
+    fractions: ``round(N·(1 − f_val − f_test))``, ``round(N·f_val)`` (``None`` when
+    ``f_val = 0``: no validation split) and ``round(N·f_test)``, each at least 1.
+
+    The one formula for them: :func:`split` and the experiment files' built-in sources
+    (:meth:`raydp_hpo.cli.experiment.DataSpec.public_sizes`) both use it. A function of public
+    numbers alone, so every normaliser computed from it is independent of the data (the
+    realised split sizes are multinomial and private)."""
+    return PublicSizes(
+        train=max(1, round(total * (1.0 - val_fraction - test_fraction))),
+        validation=max(1, round(total * val_fraction)) if val_fraction > 0 else None,
+        test=max(1, round(total * test_fraction)),
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,17 +172,26 @@ class DataSplits:
 
     ``name``: the dataset's identity, whose budget a search on these splits spends (default:
     the training split's :attr:`Dataset.name`, which the loaders set).
+    ``declared_sizes``: the splits' declared public sizes, when they are public — set by
+    :func:`split` from a dataset with a public size (built-in loaders); ``None`` (a Parquet
+    table, hand-built splits): the realised sizes are private, and
+    :class:`~raydp_hpo.tune.tuner.DPTuner` needs them declared or ``sizes_public=True``.
     """
 
     train: Dataset
     val: Dataset
     test: Dataset
     name: str | None = None
+    declared_sizes: PublicSizes | None = None
 
     def __post_init__(self) -> None:
         for name in ("train", "val", "test"):
             if not isinstance(getattr(self, name), Dataset):
                 raise InvalidParameterError(f"{name} must be a Dataset")
+        if self.declared_sizes is not None and not isinstance(self.declared_sizes, PublicSizes):
+            raise InvalidParameterError(
+                f"declared_sizes must be a PublicSizes or None, got {self.declared_sizes!r}"
+            )
         if len(self.train) == 0:
             raise DataValidationError("the training split is empty")
         shapes = {self.train.feature_shape, self.val.feature_shape, self.test.feature_shape}
@@ -298,6 +357,7 @@ def load_parquet(
     feature_column: str | None = None,
     num_classes: int | None = None,
     key: str = "data.uri",
+    public_size: int | None = None,
 ) -> Dataset:
     """Load a Parquet file or directory from any URI pyarrow can read (local path, ``file://``,
     ``s3://``, ``gs://``, ``hdfs://`` ...).
@@ -306,9 +366,13 @@ def load_parquet(
     ``feature_column`` (one list-valued column holding every row's feature vector); with
     neither, every column but the label is a feature (a single list-valued one is taken as
     ``feature_column``). ``num_classes`` defaults to ``max(label) + 1``, read off the private
-    labels: the result says so (``num_classes_declared=False``) and a certificate lists it as
-    treated as public; declare it to keep the model's shape independent of the data. ``key`` names the
-    setting that gave ``uri`` in error messages.
+    labels: the result says so (``num_classes_declared=False``), and :class:`~raydp_hpo.tune.
+    tuner.DPTuner` refuses it unless ``sizes_public=True`` (the certificate then lists it as
+    treated as public); declare it to keep the model's shape independent of the data. ``key`` names the
+    setting that gave ``uri`` in error messages. The table's number of rows is private:
+    ``public_size`` declares a public one N (``Dataset.public_size``; :func:`split` then
+    derives public split sizes from it), else the sizes must be declared to
+    :class:`~raydp_hpo.tune.tuner.DPTuner`.
     """
     if feature_columns is not None and feature_column is not None:
         raise InvalidParameterError("give at most one of feature_columns or feature_column")
@@ -371,7 +435,7 @@ def load_parquet(
             "raise num_classes or fix the labels"
         )
     return Dataset(x.astype(np.float32), y, max(k, 2), num_classes_declared=num_classes is not None,
-                   name=dataset_fingerprint("parquet", uri=uri))
+                   name=dataset_fingerprint("parquet", uri=uri), public_size=public_size)
 
 
 def load_digits() -> Dataset:
@@ -383,7 +447,9 @@ def load_digits() -> Dataset:
 
     bunch = _sk_digits()
     x = (np.asarray(bunch.images, dtype=np.float32) / 16.0)[:, None, :, :]
-    return Dataset(x, np.asarray(bunch.target, dtype=np.int64), 10, name="digits")
+    # the bundled file's size is public (1,797: the same for everyone who installs sklearn)
+    return Dataset(x, np.asarray(bunch.target, dtype=np.int64), 10, name="digits",
+                   public_size=len(x))
 
 
 def load_mnist1d(num_samples: int = 5000, seed: int = 42) -> Dataset:
@@ -411,8 +477,10 @@ def load_mnist1d(num_samples: int = 5000, seed: int = 42) -> Dataset:
         random.setstate(py_state)
     x = np.concatenate([raw["x"], raw["x_test"]]).astype(np.float32)
     y = np.concatenate([raw["y"], raw["y_test"]]).astype(np.int64)
+    # public size: the generator's num_samples, a function of the arguments alone
     return Dataset(x, y, 10, name=dataset_fingerprint("mnist1d", size=num_samples,
-                                                      generator_seed=int(seed)))
+                                                      generator_seed=int(seed)),
+                   public_size=num_samples)
 
 
 # -- splits and views --------------------------------------------------------------------
@@ -453,6 +521,11 @@ def split(
     records, private: code that needs a size uses a declared public one. The ``seed`` is
     public (it makes the split reproducible; no guarantee relies on it being secret). Records
     keep their original order within each split.
+
+    A ``dataset`` with a public size N (``Dataset.public_size``: the built-in loaders) gives
+    splits with ``declared_sizes`` = :func:`public_split_sizes` (N, f_val, f_test), the
+    expected sizes, which :class:`~raydp_hpo.tune.tuner.DPTuner` then uses as every
+    normaliser; otherwise ``declared_sizes`` is ``None``.
     """
     for name, f in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
         if not 0.0 <= f < 1.0:
@@ -473,6 +546,8 @@ def split(
         val=dataset.subset(np.flatnonzero(is_val)),
         test=dataset.subset(np.flatnonzero(is_test)),
         name=dataset.name,
+        declared_sizes=None if dataset.public_size is None
+        else public_split_sizes(dataset.public_size, val_fraction, test_fraction),
     )
 
 

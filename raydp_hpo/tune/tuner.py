@@ -40,6 +40,9 @@ Released vs private: :class:`DPResult` exposes ``hyperparameters``, ``model`` an
 test split for the operator, not covered by the certificate); ``private_trials`` and
 ``private_result_grid`` (per-trial metrics, Tune's ``ResultGrid``), the number of trials and
 Tune's experiment directory are **not covered by the guarantee** and must not be published.
+The experiment directory ``<storage_path>/<experiment>`` (default storage ``~/raydp_results``)
+is private except its ``public/`` folder, which holds exactly the release
+(:mod:`raydp_hpo.tune.publish`; :meth:`DPResult.save_public` copies it).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ import re
 import shutil
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +65,7 @@ import ray
 
 from raydp_hpo._atomic_io import atomic_write_json
 from raydp_hpo._ray_runtime import ensure_ray
+from raydp_hpo._storage import default_storage_path, warn_if_ephemeral
 from raydp_hpo.accounting.accountants import Accountant, epsilon, epsilon_or_inf
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import Mechanism, mechanism_to_dict
@@ -80,6 +85,7 @@ from raydp_hpo.ledger.actor import (
 from raydp_hpo.ledger.filter import Adaptivity
 from raydp_hpo.ledger.plan_receipt import PlanReceipt
 from raydp_hpo.searchers.base import Release
+from raydp_hpo.tune.publish import PUBLIC_DIR
 
 __all__ = ["DPTuner", "DPResult", "PrivacyCertificate"]
 
@@ -193,15 +199,20 @@ class DPResult:
     """The result of :meth:`DPTuner.fit`.
 
     Public (covered by the certificate): ``hyperparameters``, ``model``, ``model_path`` (the
-    released model's weights and architecture alone, ``released_model.pt`` in the experiment
-    directory; read it with :func:`~raydp_hpo.trainables.release.load_released_model`),
-    ``certificate``. ``hyperparameters`` is ``None`` when nothing is released: the selection
+    released model's weights and architecture alone, ``public/released_model.pt`` in the
+    experiment directory; read it with
+    :func:`~raydp_hpo.trainables.release.load_released_model`), ``certificate``. The
+    experiment directory's ``public/`` folder holds exactly these (``release.json`` — the
+    manifest, :meth:`public` —, ``certificate.json``, ``released_model.pt``), with no path of
+    this machine: publish it as it is, or copy it with :meth:`save_public`; everything else in
+    the experiment directory is private (:mod:`raydp_hpo.tune.publish`).
+    ``hyperparameters`` is ``None`` when nothing is released: the selection
     chose nothing, or the model that would be released was not trained (a failed final run;
     ``extras["final_failed"]``) — a release always describes a model that was trained.
     ``test_accuracy`` is computed on the held-out test split **without noise**: an evaluation
-    for the operator, NOT covered by the certificate. It is not in ``release.json`` (the file
-    to publish, :meth:`public`) but in ``evaluation_private.json`` beside it
-    (:meth:`private_evaluation`).
+    for the operator, NOT covered by the certificate. It is not in ``public/release.json`` (the
+    file to publish, :meth:`public`) but in the private ``evaluation_private.json`` at the top
+    of the experiment directory (:meth:`private_evaluation`).
     ``dp_test_accuracy`` (with ``DPTuner(test_accuracy_epsilon=ε_t)``) is the released model's
     test accuracy released with the Laplace mechanism — its own ``Laplace(ε_t)`` charge, in the
     certificate — so it *is* covered and may be published.
@@ -231,20 +242,39 @@ class DPResult:
     private_checkpoint_path: str | None = field(default=None, repr=False)
 
     def public(self) -> dict[str, Any]:
-        """The releasable part as a JSON-able dict, what ``release.json`` holds: only what the
-        certificate covers (no per-trial metrics, no trial count, no unnoised test accuracy —
-        that is :meth:`private_evaluation`)."""
-        return {
-            "hyperparameters": self.hyperparameters,
-            "model_path": self.model_path,
-            "budget_exhausted": self.budget_exhausted,
-            "certificate": self.certificate.to_dict(),
-            "dp_test_accuracy": None if self.dp_test_accuracy is None else {
+        """The releasable part as a JSON-able dict, what ``public/release.json`` holds: only
+        what the certificate covers (no per-trial metrics, no trial count, no unnoised test
+        accuracy — that is :meth:`private_evaluation` —, no path of this machine: the model is
+        named relative to the folder, ``model_file``)."""
+        from raydp_hpo.tune.publish import public_manifest
+
+        return public_manifest(
+            hyperparameters=self.hyperparameters,
+            certificate=self.certificate.to_dict(),
+            budget_exhausted=self.budget_exhausted,
+            dp_test_accuracy=None if self.dp_test_accuracy is None else {
                 "value": self.dp_test_accuracy,
                 "epsilon": self.dp_test_accuracy_epsilon,
                 "covered_by_certificate": True,
             },
-        }
+            model_released=self.model_path is not None,
+        )
+
+    def save_public(self, directory: str | os.PathLike[str]) -> list[Path]:
+        """Write exactly what may be published into ``directory`` (created; it must be new or
+        empty and outside the experiment directory, which is private): ``release.json`` (the
+        manifest, :meth:`public`: hyperparameters, certificate, DP test accuracy),
+        ``certificate.json`` and ``released_model.pt`` when a model is released — nothing else,
+        and no path of this machine in them. Returns the files written; raises
+        :class:`~raydp_hpo.errors.InvalidParameterError` (and writes nothing) for a directory
+        that is inside the experiment directory or holds files, or a release that would name a
+        path of this machine."""
+        from raydp_hpo.tune.publish import check_publication_dir, write_public_files
+
+        private = self.experiment_path
+        target = check_publication_dir(directory, private)
+        guarded = () if private is None else (private, Path(private).parent)
+        return write_public_files(target, self.public(), self.model_path, private=guarded)
 
     def private_evaluation(self) -> dict[str, Any]:
         """The unnoised test accuracy of the released model, what ``evaluation_private.json``
@@ -275,9 +305,11 @@ def completed_release(searcher: Any) -> Release:
     })
 
 
-#: The file in an experiment directory with what may be published (:meth:`DPResult.public`).
+#: The file in an experiment directory's ``public/`` folder with what may be published
+#: (:meth:`DPResult.public`).
 RELEASE_FILE = "release.json"
-#: The file beside it with the unnoised evaluation (:meth:`DPResult.private_evaluation`).
+#: The private file at the top of the experiment directory with the unnoised evaluation
+#: (:meth:`DPResult.private_evaluation`).
 PRIVATE_EVALUATION_FILE = "evaluation_private.json"
 PRIVATE_EVALUATION_NOTE = (
     "PRIVATE: computed without noise on the private test split; not covered by the "
@@ -308,6 +340,135 @@ def _same_space(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
             return False
         return False
     return True
+
+
+@dataclass(frozen=True)
+class _Size:
+    """One public size a run uses: its value and where it came from (the certificate says)."""
+
+    value: int
+    how: str
+
+
+#: (DPTuner keyword, what the size normalises, the realised size of ``DataSplits``)
+_SIZE_ROLES = (
+    ("dataset_size", "training", "train", "q from batch_size and the DP-SGD normaliser q·n"),
+    ("validation_size", "validation", "val", "the normaliser of the noisy selection scores"),
+    ("test_size", "test", "test", "the normaliser of the DP test accuracy"),
+)
+_TAKEN = "taken from the data and treated as public: sizes_public=True"
+
+
+def _searcher_setting(search: Any, name: str) -> Any:
+    """The ``dataset_size`` / ``validation_size`` a constructed searcher was given (it reaches
+    its trials' configs), or ``None``."""
+    from raydp_hpo.searchers import DPSearcher
+
+    if not isinstance(search, DPSearcher):
+        return None
+    if search.has_space:
+        return getattr(search, f"_{name}", None)
+    _, kwargs = search.__dict__["_deferred"]
+    return kwargs.get(name)
+
+
+def _reads_private_scores(search: Any, search_kwargs: Mapping[str, Any]) -> bool:
+    """Whether a selection reads validation scores normalised by n_val that are not public:
+    Laplace/Gaussian-noised scores (``score_epsilon`` not ``None``) or SVT's partition utility
+    (sensitivity 1/k needs n_val >= k). One-shot random search reads no score."""
+    from raydp_hpo.searchers import (
+        DPSearcher,
+        OneShotRandomSearch,
+        SearchAlgorithm,
+        SVTThresholdSearch,
+    )
+    from raydp_hpo.trial.privacy import DEFAULT_SCORE_EPSILON
+
+    if isinstance(search, DPSearcher):
+        if isinstance(search, (SVTThresholdSearch, OneShotRandomSearch)):
+            return isinstance(search, SVTThresholdSearch)
+        if search.has_space:
+            return search.score_epsilon is not None
+        kwargs = search.__dict__["_deferred"][1]
+        return kwargs.get("score_epsilon", DEFAULT_SCORE_EPSILON) is not None
+    if search in (SearchAlgorithm.SVT_THRESHOLD, SearchAlgorithm.ONE_SHOT_RANDOM):
+        return search is SearchAlgorithm.SVT_THRESHOLD
+    return search_kwargs.get("score_epsilon", DEFAULT_SCORE_EPSILON) is not None
+
+
+def _resolve_sizes(data: Any, search: Any, search_kwargs: Mapping[str, Any], *,
+                   sizes_public: bool, declared: tuple[int | None, int | None, int | None],
+                   test_release: bool) -> tuple[_Size, _Size, _Size]:
+    """The (training, validation, test) sizes of a run, each from the first of: the
+    ``DPTuner`` keyword, a constructed searcher's own setting (training, validation), the
+    ``DataSplits``' ``declared_sizes`` (public), or — only with ``sizes_public=True``, or where
+    the run needs no such size — the realised size of ``data``.
+
+    A size the run needs (the training size always; the validation size when a selection
+    reads private scores; the test size for a DP test accuracy) that is none of these is
+    refused, naming each missing keyword but not its realised value (that value is private).
+    """
+    from raydp_hpo.searchers import DPSearcher
+
+    needed = (
+        not (isinstance(search, DPSearcher) and _searcher_setting(search, "dataset_size")),
+        _reads_private_scores(search, search_kwargs),
+        test_release,
+    )
+    public = data.declared_sizes
+    from_split = (None,) * 3 if public is None else (public.train, public.validation, public.test)
+    out: list[_Size] = []
+    missing: list[str] = []
+    taken: list[str] = []
+    for (name, what, attr, role), given, need, split_size in zip(_SIZE_ROLES, declared, needed,
+                                                                 from_split):
+        own = _searcher_setting(search, name) if name != "test_size" else None
+        if given is not None and own is not None and given != own:
+            raise InvalidParameterError(
+                f"{name}={given} conflicts with the searcher's own {name}={own} "
+                f"({type(search).__name__}); declare the {what}-set size once"
+            )
+        realised = max(1, len(getattr(data, attr)))
+        if given is not None:
+            out.append(_Size(given, "declared"))
+        elif own is not None:
+            out.append(_Size(int(own), f"declared by the searcher's {name}"))
+        elif split_size is not None:
+            out.append(_Size(split_size, "declared: the split's public size, "
+                             "DataSplits.declared_sizes"))
+        elif need and sizes_public:
+            out.append(_Size(realised, _TAKEN))
+            taken.append(f"{what}-set")
+        elif need:
+            missing.append(f"{name} ({what} set: {role})")
+            out.append(_Size(realised, ""))
+        else:
+            out.append(_Size(realised, "taken from the data; no released quantity of this run "
+                             "is normalised by it"))
+    if not data.train.num_classes_declared:
+        if sizes_public:
+            taken.append("number-of-classes")
+        else:
+            missing.append("num_classes (read off the private labels as max(label) + 1; it "
+                           "fixes the model's output width: load_parquet(num_classes=...))")
+    if missing:
+        raise InvalidParameterError(
+            f"DPTuner needs a declared public size for: {'; '.join(missing)}. The realised "
+            "sizes of `data` are private (one record added or removed changes them, and a "
+            "normaliser read off them moves what is released by more than its noise covers), "
+            "so they are not used silently. Declare the sizes as DPTuner keywords, or split() a "
+            "dataset whose size is public (load_mnist1d, load_digits, or "
+            "load_parquet(public_size=N)), or pass sizes_public=True to accept the realised "
+            "sizes as public (the certificate then lists them as treated as public)"
+        )
+    if taken:
+        warnings.warn(
+            f"sizes_public=True: the realised {', '.join(taken)} size(s) of the data are "
+            "treated as public (normalisers read off private data; the certificate lists "
+            "them). Declare public sizes to make every normaliser independent of the data.",
+            UserWarning, stacklevel=3,
+        )
+    return out[0], out[1], out[2]
 
 
 def _safe_name(text: str) -> str:
@@ -346,8 +507,14 @@ class DPTuner:
         data: the ``raydp_hpo.trainables.DataSplits`` (needed for the public dataset size, the default
             trainable and loading the released model).
         resources: per-trial resources, e.g. ``{"cpu": 1, "gpu": 0}``.
-        storage_path: where Tune results and the ledger journals go (the dataset's ledger at
-            ``storage_path/ledgers/<name>.journal``, as ``raydp-hpo run`` puts it).
+        storage_path: where the experiment directory ``<storage_path>/<experiment>`` goes
+            (Tune results, the dedicated ledger journal, the release in its ``public/``
+            folder) and the dataset ledgers' journals (``<storage_path>/ledgers/<name>``, as
+            ``raydp-hpo run`` puts them). Default ``~/raydp_results``, or
+            ``$RAYDP_HPO_STORAGE`` when set — never the working directory, which in a Ray Job
+            is Ray's temporary copy of the job's files. A path under a temporary directory or
+            a Ray working/session dir gets an :class:`~raydp_hpo.errors.
+            EphemeralStorageWarning`: a deleted journal resets the budget.
         ledger: a shared :class:`LedgerHandle` to charge. Default ``None``: the **dataset's
             ledger** (the budget belongs to the data, as on the CLI): named from ``dataset``
             or ``data.name``; the first experiment on the data creates it with ``budget`` as
@@ -395,13 +562,24 @@ class DPTuner:
             model's count of correct test predictions is released with Laplace noise of scale
             1/ε_t (sensitivity 1 under add/remove; :func:`raydp_hpo.accounting.calibration.
             calibrate_laplace`) over the declared test size, as its own ``Laplace(ε_t)`` charge.
-        test_size: the declared public number of test records (default: the realised size,
-            listed in the certificate as treated as public).
+        test_size: the declared public number of test records, the DP test accuracy's
+            normaliser (needed with ``test_accuracy_epsilon``).
         dataset_size, validation_size: the declared **public** numbers of training and
-            validation records (q from ``batch_size``, the DP-SGD normaliser, the score
-            normaliser). Default: the realised sizes of ``data``, which the certificate then
-            lists as treated as public (a neighbouring dataset has another size: declare them
-            to make every normaliser independent of the data).
+            validation records. The training size n is needed by every run (q from
+            ``batch_size``, the DP-SGD normaliser q·n, and ``config["raydp"]["dataset_size"]``
+            of every trial), unless a searcher constructed with its own space declares it; the
+            validation size n_val when a selection reads privatised scores (``score_epsilon``
+            not ``None``, or SVT's partition utility) — the score is the noisy correct count
+            over n_val. Default: ``data.declared_sizes`` (set by :func:`raydp_hpo.trainables.
+            split` from a dataset of public size: the built-in loaders), else a needed size is
+            **refused** (:class:`~raydp_hpo.errors.InvalidParameterError` naming it): the
+            realised sizes are private — one record added or removed changes them, and a
+            normaliser read off them moves a score by more than its noise covers.
+        sizes_public: ``True`` accepts the realised sizes of ``data`` as public where none is
+            declared, and a number of classes read off the labels (``load_parquet`` without
+            ``num_classes``, refused otherwise); a warning says so and the certificate lists
+            them as taken from the data and treated as public. Declaring them is the
+            data-independent alternative.
     """
 
     def __init__(
@@ -431,6 +609,7 @@ class DPTuner:
         validation_size: int | None = None,
         test_accuracy_epsilon: float | None = None,
         test_size: int | None = None,
+        sizes_public: bool = False,
         verbose: int | None = None,
         callbacks: Sequence[Any] = (),
         progress: Callable[[str], None] | None = None,
@@ -514,8 +693,12 @@ class DPTuner:
         self._mode = mode if mode is not None else "max"
         self._data = data
         self._resources = dict(resources or {"cpu": 1})
-        self._storage = Path(settings.storage_path or Path.cwd() / "raydp_results"
-                             ).expanduser().resolve()
+        # default ~/raydp_results ($RAYDP_HPO_STORAGE), never the working dir: inside a Ray
+        # Job that is Ray's temporary copy of the job's files, deleted with the job
+        self._storage = (Path(settings.storage_path).expanduser().resolve()
+                         if settings.storage_path else default_storage_path())
+        warn_if_ephemeral(self._storage, "DPTuner storage_path (results and the dedicated "
+                          "ledger journal)")
         self._ledger = ledger
         self._experiment = _safe_name(settings.experiment or f"exp-{time.strftime('%Y%m%d-%H%M%S')}-"
                                       f"{uuid.uuid4().hex[:6]}")
@@ -531,7 +714,8 @@ class DPTuner:
             raise InvalidParameterError(f"secret_seed must be an int or None, got {secret_seed!r}")
         self._secret_seed = secret_seed
 
-        # declared public sizes (None: the realised ones, listed as treated as public)
+        # declared public sizes (None: from the searcher or data.declared_sizes, or refused;
+        # the realised ones only with sizes_public=True: _resolve_sizes)
         dataset_size, validation_size, test_size = (
             None if v is None else positive_int(name, v)
             for name, v in (("dataset_size", dataset_size), ("validation_size", validation_size),
@@ -550,13 +734,14 @@ class DPTuner:
             # the search gets ε − ε_t: with the Laplace(ε_t) release composed on top, the total
             # stays within ε (ε_t-DP composes additively under RDP, PLD and basic composition)
             self._search_budget = PrivacyBudget(budget.epsilon - eps_t, budget.delta)
-        self._test_size = test_size if test_size is not None else max(1, len(data.test))
-        self._declared_sizes = (dataset_size is not None, validation_size is not None,
-                                test_size is not None)
-        self._dataset_size = dataset_size if dataset_size is not None else len(data.train)
-        self._validation_size = (
-            validation_size if validation_size is not None else max(1, len(data.val))
-        )
+        if not isinstance(sizes_public, bool):
+            raise InvalidParameterError(f"sizes_public must be True or False, got {sizes_public!r}")
+        self._sizes_public = sizes_public
+        sizes = _resolve_sizes(data, search, self._search_kwargs, sizes_public=sizes_public,
+                               declared=(dataset_size, validation_size, test_size),
+                               test_release=self._test_epsilon is not None)
+        self._sizes = sizes
+        self._dataset_size, self._validation_size, self._test_size = (s.value for s in sizes)
         self._verbose = settings.verbose
         self._callbacks = list(settings.callbacks)
         self._reuse_actors = settings.reuse_actors
@@ -570,9 +755,9 @@ class DPTuner:
             "search_kwargs": self._search_kwargs, "max_concurrent_trials": self._max_concurrent,
             "max_failures": self._max_failures, "dataset_size": dataset_size,
             "validation_size": validation_size, "test_accuracy_epsilon": test_accuracy_epsilon,
-            "test_size": test_size, "verbose": self._verbose, "reuse_actors": self._reuse_actors,
-            "tensorboard": self._tensorboard, "dataset": self._dataset,
-            "fresh_budget": fresh_budget,
+            "test_size": test_size, "sizes_public": sizes_public, "verbose": self._verbose,
+            "reuse_actors": self._reuse_actors, "tensorboard": self._tensorboard,
+            "dataset": self._dataset, "fresh_budget": fresh_budget,
         }
         self._resume = False
 
@@ -741,6 +926,10 @@ class DPTuner:
                     "search_kwargs are only for a SearchAlgorithm, not a constructed searcher"
                 )
             searcher = self._search
+            if searcher.has_space and getattr(searcher, "_validation_size", None) is None:
+                # its trials normalise their scores by this run's public validation size
+                # (else each trial would fall back to the realised, private one)
+                searcher._validation_size = self._validation_size
         else:
             # every keyword but the space and what set_search_properties fills in below
             searcher = make_searcher(self._search, param_space=None, metric=self._metric,
@@ -875,6 +1064,9 @@ class DPTuner:
         args = dict(saved["args"])
         # a restore file from before dataset ledgers: no ledger given meant a dedicated one
         args.setdefault("fresh_budget", saved["ledger_name"] is None)
+        # a restore file from before sizes_public existed: that run's plan was charged with the
+        # realised sizes treated as public, so its resume keeps them (the same normalisers)
+        args.setdefault("sizes_public", True)
         saved_search = saved["search"]
         if search is None:
             if saved_search is None:
@@ -1051,6 +1243,9 @@ class DPTuner:
                 restored.stop = stopper
         else:
             self._write_restore_file(exp_dir)
+            from raydp_hpo.tune.publish import write_private_note
+
+            write_private_note(exp_dir)  # the folder says that all but public/ is private
             tuner = tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
         # The ledger actor started in the background meanwhile (unless the plan is charged
         # first, just below); nothing has run yet.
@@ -1234,7 +1429,7 @@ class DPTuner:
             if result is not None and result.checkpoint is not None:
                 ckpt_path = result.checkpoint.path
                 model = self._load_model(ckpt_path, result.config or {})
-                model_path = self._write_released_model(Path(exp_dir), model,
+                model_path = self._write_released_model(Path(exp_dir) / PUBLIC_DIR, model,
                                                         result.config or {})
                 test_acc = (result.metrics or {}).get("test_accuracy")
         extras = dict(release.extras)
@@ -1299,9 +1494,35 @@ class DPTuner:
             private_checkpoint_path=ckpt_path,
         )
         Path(exp_dir).mkdir(parents=True, exist_ok=True)
-        atomic_write_json(Path(exp_dir) / RELEASE_FILE, out.public())
+        self._write_public(Path(exp_dir), out)
         atomic_write_json(Path(exp_dir) / PRIVATE_EVALUATION_FILE, out.private_evaluation())
         return out
+
+    def _write_public(self, exp_dir: Path, out: DPResult) -> None:
+        """``exp_dir/public/``: exactly what may be published (:mod:`raydp_hpo.tune.publish`),
+        and the note that the rest of ``exp_dir`` is private. A release naming a path of this
+        machine (a search-space constant) is still written, with a warning: the search has
+        run and spent its budget, and :meth:`DPResult.save_public` refuses to copy it."""
+        import warnings
+
+        from raydp_hpo.tune.publish import (
+            machine_paths,
+            write_private_note,
+            write_public_files,
+        )
+
+        manifest = out.public()
+        private = (exp_dir, self._storage)
+        found = machine_paths(manifest, private=private)
+        if found:
+            warnings.warn(
+                f"the public release of {self._experiment!r} names paths of this machine "
+                f"({', '.join(found[:3])}): remove them from the search space's constants "
+                "before publishing it", UserWarning, stacklevel=3,
+            )
+        write_public_files(exp_dir / PUBLIC_DIR, manifest, out.model_path, private=private,
+                           strict=False)
+        write_private_note(exp_dir)
 
     def _dp_test_accuracy(self, model: Any, ledger: LedgerHandle, extras: dict[str, Any]
                           ) -> float | None:
@@ -1341,15 +1562,11 @@ class DPTuner:
     def _public_quantities(self) -> tuple[tuple[str, str], ...]:
         """What the certificate's guarantee treats as public (DESIGN.md, "Released vs
         private" and "Secrets and neighbouring datasets")."""
-        n_declared, val_declared, test_declared = self._declared_sizes
-        taken = "taken from the data and treated as public (declare it to make it data-independent)"
+        train, val, test = self._sizes
         return (
-            ("training-set size", f"{self._dataset_size} ("
-             + ("declared" if n_declared else taken) + ")"),
-            ("validation-set size", f"{self._validation_size} ("
-             + ("declared" if val_declared else taken) + ")"),
-            *((("test-set size", f"{self._test_size} ("
-                + ("declared" if test_declared else taken) + ")"),)
+            ("training-set size", f"{train.value} ({train.how})"),
+            ("validation-set size", f"{val.value} ({val.how})"),
+            *((("test-set size", f"{test.value} ({test.how})"),)
               if self._test_epsilon is not None else ()),
             *self._class_count(),
             ("configuration", "the search space, search settings, budget, model, sample rates, "
@@ -1363,7 +1580,8 @@ class DPTuner:
         if train is None:  # a user trainable with its own data: nothing known here
             return ()
         how = ("declared" if train.num_classes_declared else "max label + 1 in the data, "
-               "treated as public (declare num_classes to make it data-independent)")
+               "treated as public: sizes_public=True (declare num_classes to make it "
+               "data-independent)")
         return (("number of classes", f"{train.num_classes} ({how})"),)
 
     @staticmethod
@@ -1375,16 +1593,17 @@ class DPTuner:
                 return result
         return None
 
-    def _write_released_model(self, exp_dir: Path, model: Any, config: Mapping[str, Any]
+    def _write_released_model(self, public_dir: Path, model: Any, config: Mapping[str, Any]
                               ) -> str:
-        """Write the released model alone (:mod:`raydp_hpo.trainables.release`): never the
-        trial's checkpoint, which holds the secret generators' states."""
+        """Write the released model alone (:mod:`raydp_hpo.trainables.release`) into the
+        experiment's ``public/`` folder: never the trial's checkpoint, which holds the secret
+        generators' states."""
         from raydp_hpo.trainables.release import RELEASED_MODEL_FILE, save_released_model
 
         train = self._data.train
-        exp_dir.mkdir(parents=True, exist_ok=True)
+        public_dir.mkdir(parents=True, exist_ok=True)
         return str(save_released_model(
-            exp_dir / RELEASED_MODEL_FILE,
+            public_dir / RELEASED_MODEL_FILE,
             model,
             model_name=config.get("model", "mlp"),
             model_kwargs=dict(config.get("model_kwargs", {})),

@@ -210,6 +210,6 @@ def test_two_runs_share_one_ledger_without_exceeding_it(cluster: Any, tmp_path: 
     assert points[-1].epsilon["rdp_filter"] <= ledger_budget  # the ledger's halting rule
     for name, code in zip(("share-a", "share-b"), codes):
         if code == 0:
-            cert = json.loads((tmp_path / "res" / name / "certificate.json").read_text())
+            cert = json.loads((tmp_path / "res" / name / "public" / "certificate.json").read_text())
             assert cert["epsilon"]["best"] <= 3.0
             assert cert["ledger"]["spent_epsilon"] <= ledger_budget

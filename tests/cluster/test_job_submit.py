@@ -112,8 +112,8 @@ def test_ray_job_submit_runs_the_example_within_budget(tmp_path: Path) -> None:
         assert "succeeded" in tail.lower(), tail
         assert "Privacy certificate" in proc.stdout, tail
         run_dir = storage / "mnist1d-small"
-        cert = json.loads((run_dir / "certificate.json").read_text())
-        release = json.loads((run_dir / "release.json").read_text())
+        cert = json.loads((run_dir / "public" / "certificate.json").read_text())
+        release = json.loads((run_dir / "public" / "release.json").read_text())
         assert cert["epsilon"]["best"] <= cert["budget"]["epsilon"]
         assert release["certificate"] == cert
         assert release["hyperparameters"] is not None

@@ -92,9 +92,14 @@ def _text(name: str, text: str | bytes, words: tuple[str, ...], *,
     return Case(name, "experiment", argv, (("exp.yaml", text),), EXIT_BAD_INPUT, words)
 
 
-def _pq(name: str, data: dict[str, Any], words: tuple[str, ...]) -> Case:
-    changes = tuple((f"data.{k}", v) for k, v in data.items())
-    raw = _set(BASE, "data", {"source": "parquet", "val_fraction": 0.2, "test_fraction": 0.1})
+def _pq(name: str, data: dict[str, Any], words: tuple[str, ...],
+        top: tuple[tuple[str, Any], ...] = ()) -> Case:
+    changes = tuple((f"data.{k}", v) for k, v in data.items()) + top
+    # the public sizes and class count of make_data's 80-row, 3-class files, declared (a
+    # Parquet table's own are private): each row then fails on its own fault
+    raw = _set(BASE, "data", {"source": "parquet", "val_fraction": 0.2, "test_fraction": 0.1,
+                              "num_classes": 3, "declared_train_size": 56,
+                              "declared_validation_size": 16})
     for path, value in changes:
         raw = _set(raw, path, value)
     return Case(name, "data", ("run", "{tmp}/exp.yaml", "--dry-run"),
@@ -393,6 +398,20 @@ CASES: list[Case] = [
          ("FIXED_PLAN",)),
     _api("PLD halting without a fixed plan", "pld_adaptive", "InvalidParameterError",
          ("fixed",)),
+    # -- sizes read from private data (issue #31) -------------------------------------------
+    _pq("parquet sizes undeclared", {"uri": "{data}/good.parquet", "label_column": "y",
+                                     "declared_train_size": _DELETE,
+                                     "declared_validation_size": _DELETE},
+        words=("data.declared_train_size", "data.declared_validation_size", "sizes_public")),
+    _pq("parquet num_classes undeclared", {"uri": "{data}/good.parquet", "label_column": "y",
+                                           "num_classes": _DELETE},
+        words=("data.num_classes", "sizes_public")),
+    _pq("parquet sizes_public not a bool", {"uri": "{data}/good.parquet", "label_column": "y",
+                                            "sizes_public": "maybe"},
+        words=("sizes_public", "maybe")),
+    _pq("parquet test size undeclared", {"uri": "{data}/good.parquet", "label_column": "y"},
+        words=("test_accuracy_epsilon", "data.declared_test_size", "sizes_public"),
+        top=(("test_accuracy_epsilon", 0.5),)),
 ]
 
 assert len({c.name for c in CASES}) == len(CASES), "case names must be unique"

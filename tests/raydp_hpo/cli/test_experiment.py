@@ -13,6 +13,7 @@ from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.cli.experiment import (
     ExperimentSpec,
     build_param_space,
+    load_data,
     load_experiment,
     parse_experiment,
     validate_search,
@@ -117,7 +118,7 @@ def test_bad_input_names_the_key(raw: dict[str, Any], path: str, value: Any,
 def test_parquet_source_needs_its_label_column(raw: dict[str, Any]) -> None:
     """Feature columns are listed only when needed (default: every column but the label);
     both kinds at once and a missing label column are refused."""
-    raw["data"] = {"source": "parquet", "uri": "x.parquet", "label_column": "y"}
+    raw["data"] = {"source": "parquet", "uri": "x.parquet", "label_column": "y", **_PQ_SIZES}
     spec = parse_experiment(raw)
     assert spec.data.feature_columns is None and spec.data.feature_column is None
     raw["data"]["feature_columns"] = ["a", "b"]
@@ -204,7 +205,7 @@ def test_budget_belongs_to_the_dataset(raw: dict[str, Any]) -> None:
 
 def test_parquet_fingerprint_is_the_canonical_uri(raw: dict[str, Any], tmp_path: Path) -> None:
     raw["data"] = {"source": "parquet", "uri": str(tmp_path / "d.parquet"),
-                   "label_column": "y", "feature_columns": ["a"]}
+                   "label_column": "y", "feature_columns": ["a"], **_PQ_SIZES}
     a = parse_experiment(raw)
     raw["data"]["uri"] = "file://" + str(tmp_path / "d.parquet")
     assert parse_experiment(raw).ledger_name == a.ledger_name
@@ -216,7 +217,13 @@ def test_declared_public_sizes(raw: dict[str, Any]) -> None:
     raw["data"]["declared_train_size"] = 1500
     assert parse_experiment(raw).data.public_sizes() == (1500, 200)
     raw["data"] = {"source": "parquet", "uri": "x.parquet", "label_column": "y",
-                   "feature_columns": ["a"]}
+                   "feature_columns": ["a"], **_PQ_SIZES}
+    assert parse_experiment(raw).data.public_sizes() == (240, 30)
+    assert parse_experiment(raw).data.public_test_size() is None  # not declared
+    raw["data"]["declared_test_size"] = 30
+    assert parse_experiment(raw).data.public_test_size() == 30
+    accepted = {k: v for k, v in raw["data"].items() if k not in _PQ_SIZES}
+    raw["data"] = {**accepted, "sizes_public": True}  # the realised sizes, accepted
     assert parse_experiment(raw).data.public_sizes() == (None, None)
 
 
@@ -253,6 +260,41 @@ def test_dry_run_runs_the_checks_run_makes(raw: dict[str, Any], tmp_path: Path,
         assert main(["run", str(path), "--dry-run", "--storage-path", str(tmp_path)]) \
             == EXIT_BAD_INPUT, name
         assert message in capsys.readouterr().err
+
+
+def test_dry_run_prints_the_sizes_to_declare(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A Parquet file without declared sizes is refused (naming what to declare); with
+    sizes_public its dry run prints the realised sizes and class count, marked private, so
+    that the owner can declare them; declared, the run uses exactly what was declared."""
+    _write_parquet(tmp_path / "d.parquet", 300, 0)
+    raw = {"experiment": "sizes", "model": "mlp",
+           "data": {"source": "parquet", "uri": str(tmp_path / "d.parquet"), "label_column": "y",
+                    "val_fraction": 0.2, "test_fraction": 0.1},
+           "search": {"algorithm": "one_shot_random"},
+           "space": {"lr": 0.1, "epochs": 1, "sample_rate": 0.1, "noise_multiplier": 1.0},
+           "budget": {"epsilon": 8.0, "delta": 1e-5}, "storage_path": str(tmp_path / "store")}
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["run", str(path), "--dry-run"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    for key in ("data.declared_train_size", "data.declared_validation_size", "data.num_classes",
+                "data.sizes_public: true"):
+        assert key in err
+    raw["data"]["sizes_public"] = True
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["run", str(path), "--dry-run"]) == EXIT_OK
+    out = capsys.readouterr().out
+    data = load_data(parse_experiment(raw).data, 0)
+    assert ("realised sizes (private; declare public values: data.declared_train_size, "
+            "data.declared_validation_size, data.declared_test_size, data.num_classes): "
+            f"train={len(data.train)}, validation={len(data.val)}, test={len(data.test)}, "
+            "classes=3 (max label + 1)") in out
+    raw["data"].update(sizes_public=False, **_PQ_SIZES)
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["run", str(path), "--dry-run"]) == EXIT_OK
+    assert "public sizes the run uses: train=240, validation=30," in capsys.readouterr().out
+    assert not (tmp_path / "store" / "ledgers").exists()  # nothing charged, no journal
 
 
 def test_path_like_names_duplicates_and_empty_files(raw: dict[str, Any], tmp_path: Path) -> None:
@@ -330,6 +372,11 @@ def test_search_plan_errors_are_reported_together(raw: dict[str, Any], tmp_path:
     assert not (tmp_path / "store" / "ledgers").exists()  # nothing charged, no journal
 
 
+#: Declared public sizes and class count for the Parquet files of these tests (300 rows,
+#: 3 classes): a Parquet table's own are private, so an experiment file declares them.
+_PQ_SIZES = {"num_classes": 3, "declared_train_size": 240, "declared_validation_size": 30}
+
+
 def _write_parquet(path: Path, rows: int, seed: int, **extra: Any) -> None:
     import numpy as np
     import pyarrow as pa
@@ -349,7 +396,7 @@ def test_parquet_default_features_and_split_files(raw: dict[str, Any], tmp_path:
     for name, rows, seed in (("train", 300, 0), ("val", 40, 1), ("test", 30, 2)):
         _write_parquet(tmp_path / f"{name}.parquet", rows, seed)
     raw["data"] = {"source": "parquet", "uri": str(tmp_path / "train.parquet"),
-                   "label_column": "y", "val_fraction": 0.2, "test_fraction": 0.1}
+                   "label_column": "y", "val_fraction": 0.2, "test_fraction": 0.1, **_PQ_SIZES}
     raw["storage_path"] = str(tmp_path / "store")
     raw["budget"]["epsilon"] = 50.0  # a few hundred records: the plan needs more than 8
     split = preflight(parse_experiment(raw))
@@ -361,13 +408,14 @@ def test_parquet_default_features_and_split_files(raw: dict[str, Any], tmp_path:
     both = copy.deepcopy(raw)
     both["data"] = {"source": "parquet", "uri": str(tmp_path / "train.parquet"),
                     "val_uri": str(tmp_path / "val.parquet"),
-                    "test_uri": str(tmp_path / "test.parquet"), "label_column": "y"}
+                    "test_uri": str(tmp_path / "test.parquet"), "label_column": "y",
+                    "sizes_public": True}  # the realised sizes, accepted as public
     spec = parse_experiment(both)
     assert (spec.data.val_fraction, spec.data.test_fraction) == (0.0, 0.0)
     assert spec.ledger_name == ledger  # the same dataset budget
     files = preflight(spec)
     assert (len(files.data.train), len(files.data.val), len(files.data.test)) == (300, 40, 30)
-    assert (files.train_size, files.validation_size) == (300, 40)  # realised, as today
+    assert (files.train_size, files.validation_size) == (300, 40)  # realised: sizes_public
 
     only_val = copy.deepcopy(both)
     del only_val["data"]["test_uri"]

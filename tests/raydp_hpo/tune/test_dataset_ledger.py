@@ -65,7 +65,8 @@ def test_the_default_ledger_is_the_datasets(tmp_path: Path) -> None:
                     data=data, storage_path=tmp_path)
     assert tuner.ledger_name == dataset_ledger_name(data.name)
     named = DPTuner(None, param_space=SPACE, search="one_shot_random", budget=BUDGET,
-                    data=_unnamed(), storage_path=tmp_path, dataset="census-2024")
+                    data=_unnamed(), storage_path=tmp_path, dataset="census-2024",
+                    sizes_public=True)
     assert named.ledger_name == dataset_ledger_name("census-2024")
     assert named.ledger_name.startswith("data-census-2024-")
     fresh = DPTuner(None, param_space=SPACE, search="one_shot_random", budget=BUDGET,

@@ -72,15 +72,15 @@ def test_random_stopping_end_to_end(ray_session, data, tmp_path: Path) -> None:
     if result.hyperparameters is not None:
         assert "raydp" not in result.hyperparameters and "seed" not in result.hyperparameters
         assert result.model is not None
-    public = json.loads((Path(result.experiment_path) / "release.json").read_text())
-    # the release holds no per-trial metrics and no trial count
-    assert set(public) == {"hyperparameters", "model_path", "budget_exhausted",
-                           "certificate", "dp_test_accuracy"}
+    public = json.loads((Path(result.experiment_path) / "public" / "release.json").read_text())
+    # the release holds no per-trial metrics, no trial count and no path of this machine
+    assert set(public) == {"hyperparameters", "model_file", "budget_exhausted",
+                           "certificate", "dp_test_accuracy", "files", "note"}
     if result.hyperparameters is not None:
         # the released file is the model alone, never the trial's checkpoint (which holds the
         # secret noise generator's state and unnoised metrics)
-        assert public["model_path"] == result.model_path
-        assert Path(result.model_path).parent == Path(result.experiment_path)
+        assert public["model_file"] == "released_model.pt"
+        assert Path(result.model_path).parent == Path(result.experiment_path) / "public"
         payload = torch.load(result.model_path, map_location="cpu", weights_only=True)
         assert set(payload) == {"format", "model", "model_kwargs", "feature_shape",
                                 "num_classes", "state_dict"}
@@ -98,8 +98,9 @@ def test_random_stopping_end_to_end(ray_session, data, tmp_path: Path) -> None:
     # the certificate states the privacy unit and everything it treats as public
     assert "adding or removing one record" in public["certificate"]["privacy_unit"]
     treated = public["certificate"]["treated_as_public"]
-    assert str(len(data.train)) in treated["training-set size"]
-    assert "taken from the data" in treated["training-set size"]
+    # split() of MNIST-1D (public size) declares the split sizes: none is read off the data
+    assert treated["training-set size"].startswith(f"{data.declared_sizes.train} (declared")
+    assert treated["validation-set size"].startswith(f"{data.declared_sizes.validation} (decl")
 
 
 def test_unknown_space_key_is_refused_before_any_charge(ray_session, data, tmp_path: Path
@@ -125,8 +126,49 @@ def test_failed_final_model_means_no_release(ray_session, data, tmp_path: Path) 
     assert result.hyperparameters is None and result.model is None
     assert result.extras["final_failed"] is True
     assert len(result.certificate.charges) == 1 and result.certificate.epsilon > 0
-    public = json.loads((Path(result.experiment_path) / "release.json").read_text())
+    public = json.loads((Path(result.experiment_path) / "public" / "release.json").read_text())
     assert public["hyperparameters"] is None
+
+
+def test_default_storage_public_folder_and_publication(ray_session, data, tmp_path: Path,
+                                                      monkeypatch, capsys) -> None:
+    """No storage_path: the experiment goes to $RAYDP_HPO_STORAGE (default ~/raydp_results),
+    `ledger list` finds its dedicated journal there, public/ holds exactly what may be
+    published with no path of this machine, and save_public / `raydp-hpo publish` copy it."""
+    from raydp_hpo.cli.main import main
+
+    storage = tmp_path / "store"
+    monkeypatch.setenv("RAYDP_HPO_STORAGE", str(storage))
+    name = f"pub-{uuid.uuid4().hex[:6]}"
+    result = DPTuner(None, param_space=SPACE, search="one_shot_random",
+                     budget=PrivacyBudget(2.0, 1e-5), data=data, experiment=name, fresh_budget=True).fit()
+    exp = storage.resolve() / name
+    assert result.experiment_path == str(exp) and result.hyperparameters is not None
+    assert main(["ledger", "list"]) == 0
+    assert str(exp / "ledger.journal") in capsys.readouterr().out
+    files = {"release.json", "certificate.json", "released_model.pt"}
+    assert {p.name for p in (exp / "public").iterdir()} == files
+    assert (exp / "PRIVATE_README.txt").is_file() and (exp / "tune").is_dir()
+    assert Path(result.model_path) == exp / "public" / "released_model.pt"
+    out = tmp_path / "published"
+    assert {p.name for p in result.save_public(out)} == files
+    assert main(["publish", str(exp), str(tmp_path / "cli")]) == 0
+    for folder in (exp / "public", out, tmp_path / "cli"):
+        for path in folder.glob("*.json"):
+            stack = [json.loads(path.read_text())]
+            while stack:  # every string of the JSON: no machine path
+                item = stack.pop()
+                if isinstance(item, dict):
+                    stack.extend([*item.keys(), *item.values()])
+                elif isinstance(item, list):
+                    stack.extend(item)
+                elif isinstance(item, str):
+                    assert not item.startswith("/") and str(Path.home()) not in item, item
+                    assert str(storage) not in item and str(tmp_path) not in item, item
+        assert (folder / "released_model.pt").read_bytes() == Path(result.model_path
+                                                                   ).read_bytes()
+    with pytest.raises(InvalidParameterError, match="inside the experiment folder"):
+        result.save_public(exp / "public-copy")
 
 
 def test_the_release_is_the_moving_average_with_ema_decay(ray_session, data, tmp_path: Path
@@ -342,7 +384,7 @@ def test_dp_test_accuracy_is_its_own_charge(ray_session, data, tmp_path: Path) -
     assert result.certificate.charges[-1][1] == Laplace(0.5)
     assert result.dp_test_accuracy is not None and 0.0 <= result.dp_test_accuracy <= 1.0
     assert result.certificate.epsilon <= budget.epsilon
-    public = json.loads((Path(result.experiment_path) / "release.json").read_text())
+    public = json.loads((Path(result.experiment_path) / "public" / "release.json").read_text())
     assert public["dp_test_accuracy"]["covered_by_certificate"] is True
     assert public["dp_test_accuracy"]["epsilon"] == 0.5
     with pytest.raises(InvalidParameterError, match="leaves nothing"):

@@ -21,7 +21,7 @@ from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.errors import InvalidParameterError, SearchSpaceError
 from raydp_hpo.ledger.filter import Adaptivity
 from raydp_hpo.searchers import OneShotRandomSearch, RandomStoppingSearch
-from raydp_hpo.trainables.data import Dataset, split
+from raydp_hpo.trainables.data import Dataset, DataSplits, PublicSizes, split
 from raydp_hpo.tune.config import DEFAULT_MAX_CONCURRENT_TRIALS
 from raydp_hpo.tune.tuner import DPResult, DPTuner, completed_release
 from tests.raydp_hpo.searchers._results import complete
@@ -34,8 +34,9 @@ BUDGET = PrivacyBudget(4.0, 1e-5)
 @pytest.fixture(scope="module")
 def data():
     rng = np.random.default_rng(0)
+    # public_size: the total is declared public, so split() declares the split sizes
     return split(Dataset(rng.normal(size=(500, 4)).astype(np.float32),
-                         rng.integers(0, 2, size=500), 2), 0.2, 0.2)
+                         rng.integers(0, 2, size=500), 2, public_size=500), 0.2, 0.2)
 
 
 @pytest.fixture(autouse=True)
@@ -263,7 +264,9 @@ def test_the_certificate_says_whether_the_number_of_classes_was_declared(data, t
     declared = dict(make(data, storage_path=tmp_path)._public_quantities())
     assert declared["number of classes"] == f"{data.train.num_classes} (declared)"
     read_off = DataSplits(undeclared(data.train), undeclared(data.val), undeclared(data.test))
-    public = dict(make(read_off, storage_path=tmp_path)._public_quantities())
+    with pytest.warns(UserWarning, match="sizes_public=True"):
+        tuner = make(read_off, storage_path=tmp_path, sizes_public=True)
+    public = dict(tuner._public_quantities())
     assert "treated as public" in public["number of classes"]
 
 
@@ -295,3 +298,119 @@ def test_a_search_cut_short_releases_nothing() -> None:
     assert i == searcher._k and searcher.search_completed()
     done = completed_release(searcher)
     assert done.trial_id == "t0" and done.hyperparameters is not None
+
+
+# ------------------------------------------------------------------ public sizes (issue #31)
+
+def _hand_built(data) -> DataSplits:
+    """The same records with no declared sizes (a Parquet table's splits, or hand-built ones)."""
+    return DataSplits(data.train, data.val, data.test)
+
+
+def test_sizes_read_from_private_data_are_refused(data, tmp_path) -> None:
+    """Without declared sizes DPTuner used the realised split sizes as public normalisers
+    (one validation record moved the score by more than its noise covers). Now a run that
+    needs one refuses, naming each missing size but not its private realised value."""
+    private = _hand_built(data)
+    with pytest.raises(InvalidParameterError) as caught:
+        make(private, storage_path=tmp_path, test_accuracy_epsilon=0.5)
+    message = str(caught.value)
+    for name in ("dataset_size", "validation_size", "test_size", "sizes_public=True"):
+        assert name in message
+    for realised in {len(private.train), len(private.val), len(private.test)}:
+        assert str(realised) not in message  # private: never printed
+    # which sizes a run needs: the validation size only when a selection reads private scores
+    with pytest.raises(InvalidParameterError) as caught:
+        make(private, search_kwargs={"score_epsilon": None})
+    assert "dataset_size" in str(caught.value) and "validation_size" not in str(caught.value)
+    with pytest.raises(InvalidParameterError, match="validation_size"):
+        make(private, dataset_size=300)  # random stopping reads noisy scores
+    with pytest.raises(InvalidParameterError, match="validation_size"):
+        make(private, dataset_size=300, search="svt_threshold")  # SVT's utility over n_val
+    one_shot = make(private, dataset_size=300, search="one_shot_random")  # reads no score
+    assert one_shot._dataset_size == 300
+    # declared ones are used as they are
+    declared = make(private, dataset_size=300, validation_size=100)
+    assert (declared._dataset_size, declared._validation_size) == (300, 100)
+    # a number of classes read off the labels is refused the same way
+    read_off = DataSplits(*(Dataset(d.features, d.labels, d.num_classes,
+                                    num_classes_declared=False)
+                            for d in (private.train, private.val, private.test)))
+    with pytest.raises(InvalidParameterError, match="num_classes"):
+        make(read_off, dataset_size=300, validation_size=100)
+
+
+def test_sizes_public_accepts_the_realised_sizes_and_says_so(data, tmp_path) -> None:
+    private = _hand_built(data)
+    with pytest.warns(UserWarning, match="realised training-set, validation-set size"):
+        tuner = make(private, storage_path=tmp_path, sizes_public=True)
+    public = dict(tuner._public_quantities())
+    assert public["training-set size"] == (f"{len(private.train)} (taken from the data and "
+                                           "treated as public: sizes_public=True)")
+    assert public["validation-set size"].startswith(f"{len(private.val)} (taken from the data")
+    with pytest.raises(InvalidParameterError, match="sizes_public must be True or False"):
+        make(private, sizes_public="yes")
+
+
+def test_a_searchers_own_sizes_are_declarations(data) -> None:
+    """A searcher constructed with its own dataset_size declares it (its trials get it);
+    DPTuner keywords that contradict it are refused."""
+    searcher = OneShotRandomSearch(SPACE, metric="val_accuracy", mode="max", dataset_size=321,
+                                   budget=BUDGET)
+    tuner = DPTuner(None, search=searcher, budget=BUDGET, data=_hand_built(data),
+                    fresh_budget=True)
+    assert tuner._dataset_size == 321
+    assert "declared by the searcher" in dict(tuner._public_quantities())["training-set size"]
+    with pytest.raises(InvalidParameterError, match="conflicts with the searcher's own"):
+        DPTuner(None, search=searcher, budget=BUDGET, data=data, dataset_size=300,
+                fresh_budget=True)
+
+
+def _neighbours() -> tuple[Dataset, Dataset]:
+    """Two add/remove-one neighbouring datasets of the same declared public size N = 500: the
+    second has one record more, one that split() puts into the validation split."""
+    from raydp_hpo.trainables.data import record_uniforms
+
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(500, 4)).astype(np.float32)
+    y = rng.integers(0, 2, size=500)
+    extra = rng.normal(size=(50, 4)).astype(np.float32)
+    candidates = Dataset(extra, np.zeros(50, dtype=np.int64), 2)
+    index = int(np.flatnonzero(record_uniforms(candidates, 0) < 0.2)[0])  # a validation record
+    bigger = Dataset(np.concatenate([x, extra[index:index + 1]]),
+                     np.concatenate([y, [0]]).astype(np.int64), 2, public_size=500)
+    return Dataset(x, y.astype(np.int64), 2, public_size=500), bigger
+
+
+def _trial_normalisers(tuner: DPTuner, data) -> tuple[float, float, int]:
+    """(q, DP-SGD normaliser q·n_view, score normaliser n_val) of the first trial the run's
+    searcher suggests, as the built-in trainable computes them from its config and data."""
+    from raydp_hpo.trainables.training import declared_privacy, public_sizes
+    from raydp_hpo.trial.settings import RaydpSettings
+
+    searcher = tuner._build_searcher(None, Adaptivity.FIXED_PLAN)
+    config = searcher.suggest("t0")
+    privacy, n_view = declared_privacy(config, data)
+    _, n_val = public_sizes(RaydpSettings.from_config(config), data)
+    return privacy.sample_rate, privacy.sample_rate * n_view, n_val
+
+
+def test_declared_sizes_make_every_normaliser_independent_of_the_split(tmp_path) -> None:
+    """Two neighbouring datasets (one validation record more) split with declared sizes give
+    the same q (from batch_size), DP-SGD normaliser and score normaliser; with the realised
+    sizes accepted as public (sizes_public=True, the old default) the score normaliser moves."""
+    small, big = _neighbours()
+    a, b = split(small, 0.2, 0.2), split(big, 0.2, 0.2)
+    realised = [(len(d.train), len(d.val), len(d.test)) for d in (a, b)]
+    assert realised[1][1] == realised[0][1] + 1  # the neighbours' validation splits differ
+    assert a.declared_sizes == b.declared_sizes == PublicSizes(300, 100, 100)
+    space = {**SPACE, "batch_size": 30, "noise_multiplier": 3.0}
+    del space["sample_rate"]
+    kwargs = {"param_space": space, "storage_path": tmp_path, "secret_seed": 1,
+              "search_kwargs": {"mean": 2.0}}
+    declared = [_trial_normalisers(make(d, **kwargs), d) for d in (a, b)]
+    assert declared[0] == declared[1] == (30 / 300, 30.0, 100)  # exact: public numbers only
+    with pytest.warns(UserWarning):
+        accepted = [_trial_normalisers(make(_hand_built(d), sizes_public=True, **kwargs), d)
+                    for d in (a, b)]
+    assert accepted[0][2] != accepted[1][2]  # the realised n_val: it depends on the record

@@ -44,7 +44,7 @@ def gate_trainable(config: dict[str, Any]) -> None:
 def _run(tmp_path: Path, name: str) -> Any:
     rng = np.random.default_rng(0)
     data = split(Dataset(rng.normal(size=(1000, 4)).astype(np.float32),
-                         rng.integers(0, 2, size=1000), 2), 0.1, 0.1)
+                         rng.integers(0, 2, size=1000), 2, public_size=1000), 0.1, 0.1)
     space = {"lr": tune.uniform(0.0, 1.0), "epochs": 1, "sample_rate": 0.01,
              "noise_multiplier": 20.0}
     return DPTuner(tune.with_resources(gate_trainable, {"cpu": 1}), param_space=space,
