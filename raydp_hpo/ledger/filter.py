@@ -25,9 +25,10 @@ covers "either rule admits" (the pure part adds δ = 0), since both running tota
 analysis — the conservative choice; the report states both figures.
 (ε, δ)-only mechanisms (:class:`~raydp_hpo.accounting.mechanisms.ApproxDP`) are refused in this mode.
 
-``EXPERIMENTS`` — a dataset's ledger: each charge is a whole experiment, chosen adaptively,
-charged as one (εₖ, δₖ) point at its δ share δ·6/(π²k²) and halted by basic composition, a
-valid filter under fully adaptive (and concurrent) composition; the rule, its theorem and its
+``EXPERIMENTS`` — a dataset's ledger: each charge is a whole experiment, chosen adaptively;
+a charge is admitted when either the RDP filter at δ/2 or basic composition of (εₖ, δₖ)
+points (each experiment's tightest figure at its δ share (δ/2)·6/(π²k²)) admits it, a valid
+filter under fully adaptive (and concurrent) composition; the rule, its theorem and its
 proof are in :mod:`raydp_hpo.ledger.experiments`.
 
 ``FIXED_PLAN`` — the caller asserts that the sequence of mechanisms is fixed before any data
@@ -596,13 +597,15 @@ class PrivacyLedger:
     def _halting_epsilon(self, rdp: RdpProfile, extra: Mechanism | None) -> float:
         delta = self._budget.delta
         if self._adaptivity is Adaptivity.EXPERIMENTS:
-            total = math.fsum(eps for eps, _ in self._points)
-            if extra is None:
-                return total
-            k = len(self._charges) + 1
-            point = self._point(extra, k)
-            self._point_trial = (extra, k, point)
-            return total + point[0]
+            from raydp_hpo.ledger.experiments import filter_delta
+
+            basic = math.fsum(eps for eps, _ in self._points)  # rule (B)
+            if extra is not None:
+                k = len(self._charges) + 1
+                point = self._point(extra, k)
+                self._point_trial = (extra, k, point)
+                basic += point[0]
+            return min(basic, filter_epsilon(rdp, filter_delta(delta)))  # or rule (A)
         if self._adaptivity is Adaptivity.ADAPTIVE:
             eps = filter_epsilon(rdp, delta)
         else:
@@ -919,8 +922,12 @@ class PrivacyLedger:
                 if self._pure is not None:
                     by_acc["pure"] = self._pure
                 if self._adaptivity is Adaptivity.EXPERIMENTS:
+                    from raydp_hpo.ledger.experiments import filter_delta
+
                     by_acc["basic_composition"] = math.fsum(e for e, _ in self._points)
-                    by_acc["delta_used"] = math.fsum(d for _, d in self._points)
+                    by_acc["basic_composition_delta"] = math.fsum(d for _, d in self._points)
+                    by_acc["rdp_filter_half_delta"] = filter_epsilon(self._rdp,
+                                                                     filter_delta(delta))
                 if self._accountant is Accountant.PROFILE:
                     profile = self._profile_epsilon(None)
                     if math.isfinite(profile):

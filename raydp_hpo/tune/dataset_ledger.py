@@ -36,7 +36,7 @@ from raydp_hpo.ledger.journal import read_header
 from raydp_hpo.trainables.data import dataset_ledger_name
 
 __all__ = ["dataset_ledger_journal", "dataset_ledger_budget", "dataset_ledger_rule",
-           "open_dataset_ledger"]
+           "create_dataset_ledger", "open_dataset_ledger"]
 
 #: How a new dataset ledger halts (see the module docstring).
 DATASET_ADAPTIVITY = Adaptivity.EXPERIMENTS
@@ -94,3 +94,21 @@ def open_dataset_ledger(fingerprint: str, budget: PrivacyBudget, storage: str | 
     adaptivity, accountant = dataset_ledger_rule(journal)
     return get_ledger(dataset_ledger_name(fingerprint), total, journal, namespace=namespace,
                       adaptivity=adaptivity, accountant=accountant)
+
+
+def create_dataset_ledger(dataset: str, budget: PrivacyBudget,
+                          storage_path: str | Path | None = None) -> Path:
+    """Create the ledger of ``dataset`` (its fingerprint or declared name, as
+    ``DPTuner(dataset=...)`` / ``data.name``) with the total ``budget``, before any experiment
+    (by default the first experiment's budget becomes the dataset's total). No Ray needed;
+    returns the journal. An existing ledger is left alone and must have this budget."""
+    from raydp_hpo._storage import default_storage_path
+
+    if not isinstance(budget, PrivacyBudget):
+        raise InvalidParameterError(f"budget must be a PrivacyBudget, got {budget!r}")
+    storage = default_storage_path() if storage_path is None else storage_path
+    journal = dataset_ledger_journal(storage, dataset)
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    adaptivity, accountant = dataset_ledger_rule(journal)
+    PrivacyLedger(budget, journal, adaptivity=adaptivity, accountant=accountant).close()
+    return journal

@@ -71,6 +71,7 @@ from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import Mechanism, mechanism_to_dict
 from raydp_hpo.errors import (
     BudgetExhaustedError,
+    BudgetTooSmallError,
     InvalidParameterError,
     LedgerMismatchError,
     RayDPHPOError,
@@ -656,7 +657,9 @@ class DPTuner:
             raise InvalidParameterError(f"ledger must be a LedgerHandle, got {ledger!r}")
         self._dataset = _whose_budget(ledger, dataset, fresh_budget, data)
         self._fresh_budget = fresh_budget
-        self._slot: _Slot | None = None  # this run's point on a dataset ledger (fit)
+        self._slot: _Slot | None = None  # this run's place on a dataset ledger (fit)
+        self._slot_rule: _DatasetPointRule | None = None  # its plan's admission there
+        self._point: Mechanism | None = None  # what it charges there
         self._dataset_ledger: LedgerHandle | None = None  # the ledger that point is on
         settings = resolve_tune_settings(
             tune_config=tune_config,
@@ -943,6 +946,8 @@ class DPTuner:
             # first charge — locally, the same on a first run and on resume (where the ledger
             # already holds this very plan and must not count it twice).
             admissible = _FirstChargeRule(budget, dedicated)
+            if self._slot_rule is not None:  # and admitted as its point on the dataset ledger
+                admissible = _BothRules(admissible, self._slot_rule)
             ledger_name, namespace = self.ledger_name, self._namespace
         else:
             ledger = shared
@@ -1121,7 +1126,6 @@ class DPTuner:
             "search": None if constructed else self._search,
             "searcher_type": type(self._search).__name__,
             "ledger_name": None if self._ledger is None else self._ledger.name,
-            "slot_cap": None if self._slot is None else self._slot.cap,
         }
         exp_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(exp_dir / _RESTORE_FILE, pickle.dumps(payload))
@@ -1150,15 +1154,30 @@ class DPTuner:
             dataset_ledger, shared = shared, None
             self._slot = self._take_slot(dataset_ledger, resume)
             self._set_budget(PrivacyBudget(self._slot.cap, self._slot.delta))
+            if self._slot.reserved is None:
+                self._slot_rule = _DatasetPointRule(
+                    dataset_ledger.budget, self._slot.prior, self._slot.delta,
+                    self._test_epsilon)
         dedicated = None if shared is not None else self._dedicated_adaptivity()
-        searcher = self._build_searcher(shared, dedicated)
+        try:
+            searcher = self._build_searcher(shared, dedicated)
+        except BudgetTooSmallError as exc:
+            if dataset_ledger is None or self._slot is None:
+                raise
+            report = dataset_ledger.report()
+            raise BudgetTooSmallError(
+                f"{exc}. On the dataset ledger {dataset_ledger.name!r} (spent "
+                f"ε={report.spent_epsilon:.4g} of ε={report.budget.epsilon:g}, "
+                f"δ={report.budget.delta:g}) this experiment would be charge {self._slot.k}, "
+                f"at δ={self._slot.delta:.3g}: its plan must also fit what the dataset has left"
+            ) from None
         self._check_selection_inputs(searcher)
         plan = searcher.privacy_plan()
         if self._max_failures > 0:  # before anything is charged
             self._refuse_retries_under_a_plan(plan.mechanism is not None)
         if self._slot is not None:
-            assert dedicated is not None
-            self._budget = PrivacyBudget(self._slot_epsilon(plan, dedicated), self._slot.delta)
+            self._point = self._point_mechanism(plan)
+            self._budget = PrivacyBudget(self._point_epsilon(), self._slot.delta)
         trainable = self._trainable_with_data()
         exp_dir = self._storage / self._experiment
         tune_dir = exp_dir / "tune"
@@ -1319,86 +1338,103 @@ class DPTuner:
     def _slot_id(self) -> str:
         return f"{self._experiment}/point"
 
+    def _point_charged(self) -> bool:
+        """Whether this experiment's whole cost is one plan charge (its point on a dataset
+        ledger is then that plan, composed with the DP test accuracy's Laplace): a built-in
+        searcher's fixed plan with no retries. Otherwise (trials that charge themselves,
+        retries, a searcher of the user's) it reserves an ``ApproxDP`` point and its own
+        ledger halts within it."""
+        return (self._dedicated_adaptivity() is Adaptivity.FIXED_PLAN
+                and bool(self._plan_charged_up_front()))
+
     def _take_slot(self, dataset_ledger: LedgerHandle, resume: bool) -> _Slot:
-        """This experiment's point on a dataset ledger (before anything is charged): its δ
-        share δ_k (the next charge's, :func:`raydp_hpo.ledger.experiments.experiment_delta`)
-        and its ε cap, min(this experiment's ε, what the dataset has left). On resume, the
-        point already charged and the cap the run calibrated on (its restore file)."""
+        """This experiment's place on a dataset ledger, before anything is charged: k (it is
+        the k-th charge), its δ share δ_k (:func:`raydp_hpo.ledger.experiments.
+        experiment_delta`), the charges before it, and the ε cap it calibrates within. On
+        resume: the point already charged, so the plan is calibrated as it was."""
         from raydp_hpo.accounting.mechanisms import ApproxDP
         from raydp_hpo.ledger.experiments import experiment_delta
 
+        charges = dataset_ledger.charges()
+        ids = [c.charge_id for c in charges]
         slot_id = self._slot_id()
-        charged = {c.charge_id: c.mechanism for c in dataset_ledger.charges()}
-        if slot_id in charged:
-            point = charged[slot_id]
-            assert isinstance(point, ApproxDP)
-            cap = self._saved_slot_cap()
-            return _Slot(cap if cap is not None else point.epsilon, point.delta, point.epsilon)
-        if resume:
+        if slot_id in ids:
+            k = ids.index(slot_id) + 1
+            point = charges[k - 1].mechanism
+        elif resume:
             raise RayDPHPOError(
                 f"experiment {self._experiment!r} has no point {slot_id!r} on the dataset "
                 f"ledger {dataset_ledger.name!r}: it never started there; run it afresh"
             )
-        k = len(charged) + 1
-        report = dataset_ledger.report()
-        cap = min(self._budget.epsilon, report.remaining_epsilon)
-        if cap <= 0:
-            raise BudgetExhaustedError(slot_id, report.spent_epsilon, report.spent_epsilon,
-                                       report.budget.epsilon, report.budget.delta)
-        return _Slot(cap, experiment_delta(dataset_ledger.budget.delta, k), None)
+        else:
+            k, point = len(charges) + 1, None
+        prior = tuple((c.charge_id, c.mechanism) for c in charges[:k - 1])
+        delta_k = experiment_delta(dataset_ledger.budget.delta, k)
+        if isinstance(point, ApproxDP):
+            return _Slot(k, point.epsilon, point.delta, prior, point)
+        if point is None and not self._point_charged():
+            # a reservation: only basic composition (B) can admit an ApproxDP point
+            report = dataset_ledger.report()
+            basic = report.epsilon_by_accountant.get("basic_composition", 0.0)
+            cap = min(self._budget.epsilon, report.budget.epsilon - basic)
+            if cap <= 0:
+                raise BudgetExhaustedError(slot_id, math.inf, report.spent_epsilon,
+                                           report.budget.epsilon, report.budget.delta)
+            return _Slot(k, cap, delta_k, prior, ApproxDP(cap, delta_k))
+        return _Slot(k, self._budget.epsilon, delta_k, prior, None)
 
-    def _saved_slot_cap(self) -> float | None:
-        import pickle
+    def _point_mechanism(self, plan: Any) -> Mechanism:
+        """What this experiment charges to the dataset ledger: its reservation, or its plan
+        (with the DP test accuracy's ``Laplace(ε_t)``) as one mechanism."""
+        from raydp_hpo.accounting.mechanisms import Composition, Laplace
 
-        try:
-            with open(self.experiment_path / _RESTORE_FILE, "rb") as fh:
-                saved = pickle.load(fh)  # noqa: S301 - our own file in the private directory
-        except OSError:
-            return None
-        cap = saved.get("slot_cap")
-        return None if cap is None else float(cap)
-
-    def _slot_epsilon(self, plan: Any, dedicated: Adaptivity) -> float:
-        """The ε of this experiment's point: its plan's tightest fixed-plan figure at its δ
-        share (with the DP test accuracy's ``Laplace(ε_t)`` composed on), when the plan is
-        everything it charges; else (trials that charge themselves, retries) the whole cap,
-        within which its own ledger then halts. The experiment's own ledger gets exactly this
-        budget, so it can never charge beyond its point."""
         assert self._slot is not None
-        if self._slot.epsilon is not None:
-            return self._slot.epsilon
-        cap = self._slot.cap
-        if dedicated is not Adaptivity.FIXED_PLAN or plan.mechanism is None or (
-                plan.per_trial_charges):
-            return cap
-        from raydp_hpo.accounting.mechanisms import Laplace
+        if self._slot.reserved is not None:
+            return self._slot.reserved
+        if plan.mechanism is None:
+            raise RayDPHPOError(  # pragma: no cover - _point_charged said it has a plan
+                "internal error: a plan-charged experiment stated no plan mechanism"
+            )
+        if self._test_epsilon is None:
+            return plan.mechanism
+        return Composition((plan.mechanism, Laplace(self._test_epsilon)))
 
-        mechs = [plan.mechanism]
-        if self._test_epsilon is not None:
-            mechs.append(Laplace(self._test_epsilon))
-        figure = epsilon(mechs, self._slot.delta, _halting_accountant(dedicated))
-        # a hair above the figure: the experiment's ledger composes the same charges one by
-        # one, which may round differently in the last digits
-        return min(cap, figure * (1.0 + 1e-7))
+    def _point_epsilon(self) -> float:
+        """The budget of this experiment's own ledger: its reservation's ε, or its point's
+        tightest fixed-plan figure at δ_k (a hair above: its own ledger composes the same
+        charges one by one, which may round differently in the last digits), so its own
+        ledger can never charge beyond its point."""
+        assert self._slot is not None and self._point is not None
+        if self._slot.reserved is not None:
+            return self._slot.reserved.epsilon
+        figure = epsilon(self._point, self._slot.delta, _halting_accountant(
+            Adaptivity.FIXED_PLAN))
+        return min(self._slot.cap, figure * (1.0 + 1e-7))
 
     def _reserve(self, dataset_ledger: LedgerHandle) -> None:
-        """Charge this experiment's point ``ApproxDP(ε, δ_k)`` to the dataset ledger (a replay
-        on resume). Refused (the dataset's budget cannot pay it, or another experiment took
-        the δ share meanwhile): :class:`BudgetExhaustedError`, and nothing ran."""
-        from raydp_hpo.accounting.mechanisms import ApproxDP
-
-        assert self._slot is not None
-        decision = dataset_ledger.try_charge(
-            self._slot_id(), ApproxDP(self._budget.epsilon, self._budget.delta),
-            owner=self._experiment)
-        if not decision.admitted and math.isinf(decision.epsilon_after):
+        """Charge this experiment's point to the dataset ledger (a replay on resume). Refused
+        (the dataset's budget cannot pay it, or another experiment was admitted meanwhile and
+        took the k-th δ share): an error, and nothing ran."""
+        assert self._slot is not None and self._point is not None
+        decision = dataset_ledger.try_charge(self._slot_id(), self._point,
+                                             owner=self._experiment)
+        if not decision.admitted and len(dataset_ledger.charges()) != self._slot.k - 1:
             raise RayDPHPOError(
-                f"another experiment took the δ share {self._budget.delta:.3g} of the dataset "
-                f"ledger {dataset_ledger.name!r} meanwhile (each share is given once, in "
-                "order); nothing was charged and nothing ran: run this experiment again"
+                f"another experiment was admitted on the dataset ledger {dataset_ledger.name!r}"
+                " while this one was being planned (its plan was calibrated as the "
+                f"{self._slot.k}-th charge); nothing was charged and nothing ran: run this "
+                "experiment again"
             )
         decision.raise_if_refused()
         self._dataset_ledger = dataset_ledger
+        if self._budget.epsilon < 0.5 * self._slot.cap:
+            line = (f"[raydp-hpo] experiment {self._experiment!r}: the dataset ledger "
+                    f"{dataset_ledger.name!r} admitted it at ε={self._budget.epsilon:.4g} "
+                    f"(δ={self._budget.delta:.3g}), far below the ε={self._slot.cap:g} asked "
+                    "for: that is what the dataset has left, and its noise is calibrated to it")
+            _log.warning(line)
+            if self._progress is not None:
+                self._progress(line)
 
     def _release(self, searcher: Any, ledger: LedgerHandle, grid: Any, plan: Any,
                  exp_dir: str) -> DPResult:
@@ -1735,12 +1771,67 @@ def _resumed_accountant(journal: Path, adaptivity: Adaptivity) -> Accountant:
 
 @dataclass(frozen=True)
 class _Slot:
-    """An experiment's point on a dataset ledger: the ε cap it calibrates within, its δ share
-    and, once charged, the ε of the point (see :meth:`DPTuner._take_slot`)."""
+    """An experiment's place on a dataset ledger (see :meth:`DPTuner._take_slot`): it is the
+    k-th charge, with δ share ``delta``, after the charges ``prior``; it calibrates within
+    ``cap``; ``reserved`` is its ``ApproxDP`` reservation when it reserves one."""
 
+    k: int
     cap: float
     delta: float
-    epsilon: float | None
+    prior: tuple[tuple[str, Mechanism], ...]
+    reserved: Any | None
+
+
+@dataclass(frozen=True)
+class _BothRules:
+    """Picklable: admissible under both rules; ``figure`` (calibration's guide) the first's."""
+
+    first: _FirstChargeRule
+    second: Any
+
+    def figure(self, mechanism: Mechanism) -> float:
+        return self.first.figure(mechanism)
+
+    def __call__(self, mechanism: Mechanism) -> bool:
+        return self.first(mechanism) and bool(self.second(mechanism))
+
+
+@dataclass
+class _DatasetPointRule:
+    """Picklable admissibility rule for an experiment whose plan is its point on a dataset
+    ledger: the plan (with the DP test accuracy's ``Laplace(ε_t)``) would be admitted there
+    as the next charge after ``prior``. Decided on a local replica of the ledger (the
+    decision is a function of the charges alone, :mod:`raydp_hpo.ledger.experiments`), so
+    calibrating σ asks no actor; the real charge is checked again when it is made."""
+
+    budget: PrivacyBudget
+    prior: tuple[tuple[str, Mechanism], ...]
+    delta: float
+    test_epsilon: float | None
+
+    def __post_init__(self) -> None:
+        self._replica: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_replica"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._replica = None
+
+    def __call__(self, mechanism: Mechanism) -> bool:
+        from raydp_hpo.accounting.mechanisms import Composition, Laplace
+        from raydp_hpo.ledger.filter import PrivacyLedger
+
+        if self._replica is None:
+            replica = PrivacyLedger(self.budget, adaptivity=Adaptivity.EXPERIMENTS,
+                                    accountant=_halting_accountant(Adaptivity.FIXED_PLAN))
+            for charge_id, prior in self.prior:
+                replica.charge(charge_id, prior)
+            self._replica = replica
+        if self.test_epsilon is not None:
+            mechanism = Composition((mechanism, Laplace(self.test_epsilon)))
+        return bool(self._replica.would_admit(mechanism))
 
 
 @dataclass(frozen=True)
