@@ -76,6 +76,10 @@ instead of each sweep's best run; ``linear_scaling_refined`` (pre-registered 202
 simulation of the lr-noise landscape, before any benchmark seed ran it) is the quadratic one
 with coarse-to-fine sweeps: log-stratified lrs, the second sweep within ±1 decade of the first
 sweep's best lr·σ (:class:`~raydp_hpo.searchers.linear_scaling.SweepDraw` ``REFINED``).
+These settings are linear scaling's preset ``refined`` (its default since issue #31;
+``linear_scaling`` is the preset ``paper``), and ``random_stopping_tnb20``'s law is random
+stopping's preset ``tnb20`` (:data:`raydp_hpo.searchers.PRESETS`): ``method_setup`` passes the
+preset and nothing the preset fixes, so copying the preset runs what was measured.
 ``random_stopping_tnb20`` (pre-registered the same way) is random stopping with K drawn from
 Papernot & Steinke's truncated negative binomial with η = 2 and E[K] = 20 instead of the
 geometric law with E[K] = 10: less mass on searches that stop after one or two draws, twice the
@@ -147,12 +151,20 @@ SEARCHER_OF = {"random_stopping_rdp": "random_stopping",
                "linear_scaling_refined": "linear_scaling",
                "random_stopping_tnb20": "random_stopping",
                **{m: "random_stopping" for m in EXTRA_METHODS}}
-#: the law of K of each random-stopping method
+#: the law of K of each random-stopping method that follows the run's E[K]
 DISTRIBUTION_OF = {"random_stopping_logarithmic": "logarithmic",
-                   "random_stopping_poisson": "poisson",
-                   "random_stopping_tnb20": "truncated_negative_binomial"}
-#: (E[K], η) of a random-stopping method whose law does not follow the run's E[K]
-LAW_OF = {"random_stopping_tnb20": (20.0, 2.0)}
+                   "random_stopping_poisson": "poisson"}
+#: the searcher preset (raydp_hpo.searchers.PRESETS) a method runs: copying the preset runs
+#: what the benchmark measured (the preset's values are not repeated here)
+PRESET_OF = {"linear_scaling": "paper",
+             "linear_scaling_proportional": "refined",
+             "linear_scaling_quadratic": "refined",
+             "linear_scaling_refined": "refined",
+             "random_stopping_tnb20": "tnb20"}
+#: how the two ablations of linear_scaling_refined differ from its preset
+ABLATION_OF = {"linear_scaling_proportional": {"sweep_draw": "log_uniform",
+                                               "sweep_estimate": "best"},
+               "linear_scaling_quadratic": {"sweep_draw": "log_uniform"}}
 DATASETS = ("mnist1d", "digits")
 #: issue 12 targets at total ε = 3: random stopping's RERR and the best method's RERR
 TARGET_EPSILON, TARGET_RERR_RS, TARGET_RERR_BEST = 3.0, 0.60, 0.80
@@ -194,7 +206,7 @@ def sizing(mode: str) -> dict[str, Any]:
             "svt": {"num_partitions": 5, "round_epsilon_fraction": 0.1, "max_rounds": 2,
                     "granularity": 0.2, "u0": CHANCE},
             "linear": {"runs_per_sweep": 1, "steps_range": (5, 10)},
-            "linear_proportional": {"runs_per_sweep": 1, "sweep_epsilon_fractions": (0.1, 0.2)},
+            "linear_proportional": {"runs_per_sweep": 1},
         }
     if mode == "full":
         return {
@@ -205,7 +217,7 @@ def sizing(mode: str) -> dict[str, Any]:
             "svt": {"num_partitions": 50, "round_epsilon_fraction": 0.1, "max_rounds": 2,
                     "granularity": 0.2, "u0": CHANCE},
             "linear": {"runs_per_sweep": 3, "steps_range": (10, 200)},
-            "linear_proportional": {"runs_per_sweep": 3, "sweep_epsilon_fractions": (0.1, 0.2)},
+            "linear_proportional": {},
         }
     if mode == "mnist1d_10k":  # the default with the MNIST-1D size it had before the compromise
         return {**sizing("default"), "mnist1d_samples": 10000}
@@ -236,12 +248,14 @@ def sizing(mode: str) -> dict[str, Any]:
                 "granularity": 0.2, "u0": CHANCE},
         # 3 runs per sweep: 4 is refused at ε = 1 (needs ε ≥ 1.154); same for every ε
         "linear": {"runs_per_sweep": 3, "steps_range": (10, 40)},
-        # linear_scaling_proportional: the same DP-SGD as every other method (T fixed), two
-        # sweeps of 3 log-uniform lrs at ε = 0.1·ε and 0.2·ε (a fixed FRACTION of the total,
-        # as SVT's ε'; at ε = 3: σ ≈ 15 and 8), final lr scaled as 1/σ (η* ∝ 1/σ, Panda et
-        # al. Prop. 2.1(a)); the final run gets σ ≈ 2.2 against one-shot's 1.94 at ε = 3
-        # (benchmarks/results/lr_noise_landscape.md for the rule)
-        "linear_proportional": {"runs_per_sweep": 3, "sweep_epsilon_fractions": (0.1, 0.2)},
+        # linear_scaling_proportional/_quadratic/_refined: linear scaling's preset "refined"
+        # (its default) with these settings on top — none: the preset is what ran. The same
+        # DP-SGD as every other method (q, T = ⌈epochs/q⌉, sgd and the lr range read from
+        # the space), two sweeps of 3 runs at ε = 0.1·ε and 0.2·ε (a fixed FRACTION of the
+        # total, as SVT's ε'; at ε = 3: σ ≈ 15 and 8), final lr scaled as 1/σ (η* ∝ 1/σ,
+        # Panda et al. Prop. 2.1(a)); the final run gets σ ≈ 2.2 against one-shot's 1.94 at
+        # ε = 3 (benchmarks/results/lr_noise_landscape.md for the rule)
+        "linear_proportional": {},
     }
 
 
@@ -315,16 +329,21 @@ def method_setup(method: str, size: dict[str, Any], dataset: str,
         space = {**base, "lr": tune.loguniform(lo, hi)}
     elif method in ("grid_composed", "svt_threshold"):
         space = {**base, "lr": tune.grid_search(list(size["grid"]))}
-    elif method == "linear_scaling":
+    elif variant == "linear_scaling":
         # Panda et al.: full-batch DP-GD, r = η·T searched by the algorithm itself
         space = {"model": base["model"], "max_grad_norm": base["max_grad_norm"]}
+    elif method == "linear_scaling":
+        # DP-SGD at the benchmark's q and T with sgd, lrs from its range: the preset reads
+        # them from the space (without the moving average: as measured in runs X-X4)
+        space = {**{k: v for k, v in base.items() if k != "ema_decay"},
+                 "lr": tune.loguniform(lo, hi)}
     else:
         raise ValueError(f"unknown method {method!r}")
-    kwargs: dict[str, Any] = {}
-    if method == "random_stopping":
+    # a preset method runs its preset (random_stopping_tnb20: its own law, whatever the
+    # run's E[K]) with the sizing's settings on top
+    kwargs: dict[str, Any] = {"preset": PRESET_OF[variant]} if variant in PRESET_OF else {}
+    if method == "random_stopping" and variant not in PRESET_OF:
         kwargs = {"distribution": distribution, "mean": size["mean_k"]}
-        if variant in LAW_OF:
-            kwargs["mean"], kwargs["shape"] = LAW_OF[variant]
     elif method == "subsampled_transfer":
         kwargs = {"distribution": "geometric", "mean": size["mean_k"],
                   "subsample_rate": size["subsample_rate"]}
@@ -332,24 +351,10 @@ def method_setup(method: str, size: dict[str, Any], dataset: str,
         svt = dict(size["svt"])
         kwargs = {**{k: v for k, v in svt.items() if k != "round_epsilon_fraction"},
                   "round_epsilon": svt["round_epsilon_fraction"] * float(epsilon)}
-    elif variant in ("linear_scaling_proportional", "linear_scaling_quadratic",
-                     "linear_scaling_refined"):
-        from raydp_hpo.trial.privacy import dpsgd_steps
-
-        steps = dpsgd_steps(float(size["epochs"]), float(size["sample_rate"]))
-        lin = dict(size["linear_proportional"])
-        fractions = lin.pop("sweep_epsilon_fractions")
-        sweep_epsilons = tuple(round(f * float(epsilon), 12) for f in fractions)
-        kwargs = {**lin, "sweep_epsilons": sweep_epsilons, "lr_range": (lo, hi),
-                  "full_batch": False, "sample_rate": size["sample_rate"], "optimizer": "sgd",
-                  "steps_range": (steps, steps), "fit_variable": "inverse_noise",
-                  "line_fit": "proportional", "sweep_draw": "log_uniform",
-                  "sweep_estimate": ("best" if variant == "linear_scaling_proportional"
-                                     else "quadratic")}
-        if variant == "linear_scaling_refined":
-            kwargs.update({"sweep_draw": "refined", "refine_decades": 1.0})
-    elif method == "linear_scaling":
-        kwargs = {**size["linear"], "lr_range": (lo, hi)}
+    elif variant == "linear_scaling":
+        kwargs.update({**size["linear"], "lr_range": (lo, hi)})
+    elif method == "linear_scaling":  # the refined preset and its two ablations
+        kwargs.update({**size["linear_proportional"], **ABLATION_OF.get(variant, {})})
     return space, kwargs
 
 
@@ -872,13 +877,14 @@ def report(rows: list[dict[str, Any]], total: float, mode: str, seeds: list[int]
         f"{svt['granularity']:g}, u0 = {svt['u0']:g} (query noise Lap(4/(kε')), threshold "
         "Lap(2/(kε')), candidates scanned in a fresh secret random order each round); linear "
         f"scaling {size['linear']} (full batch, lr range {tuple(size['lr_range'])}, r* clamped "
-        "to a factor 2 of the sweeps' best r); linear_scaling_proportional "
-        f"{size['linear_proportional']} (the benchmark's DP-SGD at a fixed T, sweeps of "
+        "to a factor 2 of the sweeps' best r; preset `paper`); linear_scaling_proportional "
+        f"= preset `refined` {size['linear_proportional'] or ''} with log-uniform sweeps and "
+        "each sweep's best run (the benchmark's DP-SGD at a fixed T, sweeps of "
         "log-uniform lrs, final lr = geometric mean of the sweeps' best lr·σᵢ, divided by "
         "σ_f: η* ∝ 1/σ, Panda et al. Prop. 2.1(a)); linear_scaling_quadratic the same with "
         "the peak in log(lr·σ) from a quadratic fit to all sweep scores; "
-        "linear_scaling_refined the same with log-stratified sweep lrs, the second sweep "
-        "within ±1 decade of the first sweep's best lr·σ.\n\n"
+        "linear_scaling_refined (preset `refined`) the same with log-stratified sweep lrs, the "
+        "second sweep within ±1 decade of the first sweep's best lr·σ.\n\n"
         "**Oracle** (per ε, seed and dataset) = *non-private tuning* in the sense of Papernot "
         "& Steinke (2022), Koskela & Kulkarni (2023), Mohapatra et al. (2022): every grid "
         "point is trained with DP-SGD whose noise is calibrated — on the same accountant as "

@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
             for f in args.final_fractions:
                 sigmas[f"f={f:g}"] = calibrate_noise(f * args.epsilon, pu.DELTA, q,
                                                      dpsgd_steps(float(size["epochs"]), q),
-                                                     Accountant.BEST)
+                                                     Accountant.TIGHTEST)
             missing = [g for g in size["grid"] if g not in lrs]
             if missing:
                 raise SystemExit(f"the oracle grid points {missing} are not on the lr grid")

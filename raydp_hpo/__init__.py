@@ -50,6 +50,7 @@ _EXPORTS: dict[str, str] = {
     "calibrate_noise": "raydp_hpo.accounting.accountants",
     "calibrate_laplace": "raydp_hpo.accounting.calibration",
     "calibrate_analytic_gaussian": "raydp_hpo.accounting.calibration",
+    "calibrate_search": "raydp_hpo.accounting.calibration",
     "gdp_epsilon": "raydp_hpo.accounting.gdp",
     "gdp_delta": "raydp_hpo.accounting.gdp",
     "gdp_mu": "raydp_hpo.accounting.gdp",
@@ -91,7 +92,11 @@ if TYPE_CHECKING:
         epsilons,
     )
     from raydp_hpo.accounting.budget import PrivacyBudget
-    from raydp_hpo.accounting.calibration import calibrate_analytic_gaussian, calibrate_laplace
+    from raydp_hpo.accounting.calibration import (
+        calibrate_analytic_gaussian,
+        calibrate_laplace,
+        calibrate_search,
+    )
     from raydp_hpo.accounting.gdp import compose_mu, gdp_delta, gdp_epsilon, gdp_mu
     from raydp_hpo.accounting.mechanisms import (
         ApproxDP,

@@ -465,8 +465,9 @@ def default_scenarios() -> dict[str, AuditScenario]:
                        "max_rounds": 3, "granularity": 0.05}, budget,
                       description="k=5 partitions, 3 rounds of ϵ=0.5, final run σ=3"),
         AuditScenario("linear_scaling",
-                      {"param_space": {}, "runs_per_sweep": 2, "sweep_epsilons": (0.5, 1.0),
-                       "lr_range": (0.1, 1.0), "steps_range": (1, 3)},
+                      {"param_space": {}, "preset": "paper", "runs_per_sweep": 2,
+                       "sweep_epsilons": (0.5, 1.0), "lr_range": (0.1, 1.0),
+                       "steps_range": (1, 3)},
                       PrivacyBudget(epsilon=5.0, delta=1e-5),
                       description="2 runs per sweep, T in [1, 3]"),
         # the DP-SGD variant with the proportional transfer: r* = α̂/σ_f, α̂ from a quadratic
@@ -557,7 +558,7 @@ def _claims(mech: Mechanism, delta: float) -> dict[str, float]:
     """ε of ``mech`` at ``delta`` by RDP, PLD and privacy profiles (nan where an accountant
     does not apply) and their minimum, ``claim``."""
     out = {"rdp": epsilon(mech, delta, Accountant.RDP)}
-    for name, accountant in (("pld", Accountant.PLD), ("profile", Accountant.PROFILE)):
+    for name, accountant in (("pld", Accountant.PLD), ("profile", Accountant.TIGHTEST)):
         try:
             out[name] = epsilon(mech, delta, accountant)
         except RayDPHPOError:

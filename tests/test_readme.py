@@ -34,6 +34,11 @@ def test_the_accounting_and_ledger_example_runs_and_its_figures_hold(
 
     assert round(epsilon(scope["trial"], delta=1e-5, accountant=Accountant.RDP), 3) == 2.597
     assert abs(calibrate_analytic_gaussian(1.0, 1e-5) - 3.7306) < 5e-5
+    assert abs(scope["search_sigma"] - 0.973) < 1e-3  # type: ignore[operator]
+    search = scope["RandomStopping"](  # type: ignore[operator]
+        scope["SubsampledGaussian"](scope["search_sigma"], 0.01, 1000),  # type: ignore[operator]
+        scope["StoppingDistribution"].GEOMETRIC, mean=10)  # type: ignore[attr-defined]
+    assert epsilon(search, 1e-5) <= 3.0
     assert (tmp_path / "ledger.journal").exists()
     assert scope["ledger"].report().spent_epsilon > 0  # type: ignore[attr-defined]
 

@@ -6,7 +6,8 @@ Modules: :mod:`.mechanisms` (immutable mechanism specs), :mod:`.rdp` and :mod:`.
 distributions, dp-accounting), :mod:`.prv` (Gopi, Lee & Wutschitz 2021), :mod:`.profiles` and
 :mod:`.profiles_subsampled` (random stopping by privacy profiles, Koskela, Redberg & Wang 2024),
 :mod:`.gdp` (Dong, Roth & Su 2022), :mod:`.pure`, :mod:`.calibration` (Laplace; analytic Gaussian,
-Balle & Wang 2018), :mod:`.accountants` (ε(δ), δ(ε) and σ calibration for a list of mechanisms),
+Balle & Wang 2018; σ of a whole search plan), :mod:`.accountants` (ε(δ), δ(ε) and σ calibration
+for a list of mechanisms, by default on ``Accountant.TIGHTEST``),
 :mod:`.budget` (the total (ε, δ)).
 
 Names are re-exported lazily (PEP 562): importing one light module (e.g. ``.rdp`` on a worker)
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
         smallest_noise_multiplier,
     )
     from raydp_hpo.accounting.budget import PrivacyBudget
+    from raydp_hpo.accounting.calibration import calibrate_search
 
 _EXPORTS: dict[str, str] = {
     "Accountant": "raydp_hpo.accounting.accountants",
@@ -40,6 +42,7 @@ _EXPORTS: dict[str, str] = {
     "delta": "raydp_hpo.accounting.accountants",
     "calibrate_noise": "raydp_hpo.accounting.accountants",
     "smallest_noise_multiplier": "raydp_hpo.accounting.accountants",
+    "calibrate_search": "raydp_hpo.accounting.calibration",
     "PrivacyBudget": "raydp_hpo.accounting.budget",
 }
 

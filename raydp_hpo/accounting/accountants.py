@@ -8,17 +8,20 @@ Accountants (an enum, never a string flag):
   add/remove); mechanisms without a PLD enter through an (ε, δ) guarantee with the δ split
   documented in :mod:`raydp_hpo.accounting.pld`. Where prv-accountant's error-bounded upper bound is
   valid (:mod:`raydp_hpo.accounting.prv`), the smaller of the two upper bounds is reported.
-* ``BEST`` — the minimum of the two. Both are valid upper bounds for a composition whose
-  mechanisms are fixed in advance, so their minimum is one too.
-* ``PROFILE`` — the tightest valid figure for a fixed list: the minimum of ``BEST``'s
-  candidates and, when some part has no PLD of its own, the composition in which each
-  :class:`~raydp_hpo.accounting.mechanisms.RandomStopping` is accounted by privacy profiles (Koskela,
-  Redberg & Wang 2024, reconstructed and proved in :mod:`raydp_hpo.accounting.profiles`). A lone
-  selection is bounded directly; in a composition it enters through one (εᵢ, δᵢ) point with
-  an explicit δ split (:func:`raydp_hpo.accounting.profiles.profile_epsilon`). Every candidate is a
-  valid bound for the same fixed list, so the minimum is one, and it is never above ``RDP``,
-  ``PLD`` or ``BEST``. Costs a few tenths of a second per distinct base mechanism (its PLD
-  and profile grid, then cached).
+* ``TIGHTEST`` (the default) — the tightest valid figure for a fixed list: the minimum of the
+  RDP and PLD (and PRV) figures and, when some part has no PLD of its own, the composition in
+  which each :class:`~raydp_hpo.accounting.mechanisms.RandomStopping` is accounted by privacy
+  profiles (Koskela, Redberg & Wang 2024, reconstructed and proved in
+  :mod:`raydp_hpo.accounting.profiles`). A lone selection is bounded directly; in a composition
+  it enters through one (εᵢ, δᵢ) point with an explicit δ split
+  (:func:`raydp_hpo.accounting.profiles.profile_epsilon`). Every candidate is a valid bound for
+  the same fixed list, so the minimum is one, and it is never above ``RDP`` or ``PLD``. Costs
+  a few tenths of a second per distinct base mechanism (its PLD and profile grid, then
+  cached). ``PROFILE`` is a deprecated alias of it (the same member; a stored ``"profile"``
+  reads as ``TIGHTEST``).
+* ``BEST`` — deprecated: the minimum of ``RDP`` and ``PLD`` only, without the profile figure
+  (random stopping, σ=1, q=0.01, T=1000, geometric E[K]=10, δ=1e-5: 4.10 where ``TIGHTEST``
+  gives 2.84); use ``TIGHTEST``. Using it explicitly warns (``DeprecationWarning``).
 
 Every figure is additionally capped by a pure-DP bound when one exists (:mod:`raydp_hpo.accounting.pure`).
 These are statements about a *fixed* list of mechanisms; the ledger's halting rule under
@@ -31,7 +34,9 @@ ledger actor, searchers) never need.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 
 from raydp_hpo._validation import (
@@ -54,6 +59,7 @@ __all__ = [
     "epsilon_or_inf",
     "delta",
     "calibrate_noise",
+    "calibrate_plan",
     "epsilons",
     "smallest_noise_multiplier",
 ]
@@ -88,12 +94,30 @@ def _coerce_accountant(accountant: Accountant | str) -> Accountant:
     return coerce_enum(Accountant, accountant, "accountant")
 
 
+def _warn_if_deprecated(accountant: Accountant) -> None:
+    """``DeprecationWarning`` for an explicit ``BEST`` (``PROFILE`` is ``TIGHTEST`` itself)."""
+    if accountant is Accountant.BEST:
+        warnings.warn(
+            "Accountant.BEST (min of RDP and PLD only) is deprecated: it leaves out the "
+            "privacy-profile figure; use Accountant.TIGHTEST (the default)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+
+
 def epsilon(
     mechanisms: Mechanism | Iterable[Mechanism],
     delta: float,
-    accountant: Accountant = Accountant.BEST,
+    accountant: Accountant = Accountant.TIGHTEST,
 ) -> float:
-    """Upper bound on ε at ``delta`` for the composition of ``mechanisms``.
+    """Upper bound on ε at ``delta`` for the composition of ``mechanisms``; by default the
+    tightest valid one (``Accountant.TIGHTEST``).
+
+    >>> from raydp_hpo.accounting.mechanisms import RandomStopping, StoppingDistribution
+    >>> search = RandomStopping(SubsampledGaussian(1.0, 0.01, 1000),
+    ...                         StoppingDistribution.GEOMETRIC, mean=10)
+    >>> round(epsilon(search, 1e-5), 2), round(epsilon(search, 1e-5, Accountant.RDP), 2)
+    (2.84, 4.1)
 
     >>> from raydp_hpo.accounting.mechanisms import SubsampledGaussian
     >>> round(epsilon(SubsampledGaussian(1.1, 256 / 60000, 14063), 1e-5, Accountant.RDP), 2)
@@ -104,13 +128,21 @@ def epsilon(
     Prop. 3; we use the tighter one of Canonne, Kamath & Steinke 2020, Prop. 12, as
     dp-accounting does.)
     """
+    accountant = _coerce_accountant(accountant)
+    _warn_if_deprecated(accountant)
+    return _epsilon(mechanisms, delta, accountant)
+
+
+def _epsilon(
+    mechanisms: Mechanism | Iterable[Mechanism], delta: float, accountant: Accountant
+) -> float:
+    """:func:`epsilon` without the deprecation warning (for :func:`epsilons`)."""
     delta = open_unit_float("delta", delta)
     mechs = _as_list(mechanisms)
-    accountant = _coerce_accountant(accountant)
     candidates: list[float] = []
-    if accountant in (Accountant.RDP, Accountant.BEST, Accountant.PROFILE):
+    if accountant in (Accountant.RDP, Accountant.BEST, Accountant.TIGHTEST):
         candidates.append(_rdp_total(mechs).epsilon(delta))
-    if accountant in (Accountant.PLD, Accountant.BEST, Accountant.PROFILE):
+    if accountant in (Accountant.PLD, Accountant.BEST, Accountant.TIGHTEST):
         from raydp_hpo.accounting.pld import pld_epsilon
         from raydp_hpo.accounting.prv import prv_epsilon
 
@@ -118,7 +150,7 @@ def epsilon(
         prv = prv_epsilon(mechs, delta)  # error-bounded upper bound, where valid
         if prv is not None:
             candidates.append(prv)
-    if accountant is Accountant.PROFILE:
+    if accountant is Accountant.TIGHTEST:
         from raydp_hpo.accounting.pld import count_non_pld
         from raydp_hpo.accounting.profiles import profile_epsilon
 
@@ -146,20 +178,23 @@ def epsilon_or_inf(
 
 
 def epsilons(mechanisms: Mechanism | Iterable[Mechanism], delta: float) -> dict[Accountant, float]:
-    """ε at ``delta`` under every accountant, as a dict keyed by :class:`Accountant`."""
-    return {a: epsilon(mechanisms, delta, a) for a in Accountant}
+    """ε at ``delta`` under every accountant, as a dict keyed by :class:`Accountant` (the
+    deprecated ``BEST`` included, without a warning)."""
+    return {a: _epsilon(mechanisms, delta, a) for a in Accountant}
 
 
 def delta(
     mechanisms: Mechanism | Iterable[Mechanism],
     epsilon: float,
-    accountant: Accountant = Accountant.BEST,
+    accountant: Accountant = Accountant.TIGHTEST,
 ) -> float:
     """Upper bound on δ at ``epsilon`` for the composition of ``mechanisms``.
 
     Under ``PLD`` every mechanism needs its own PLD (no ε split is invented for random
-    stopping / subsampled tuning); ``BEST`` falls back to RDP for those. ``PROFILE`` covers a
-    lone random stopping or mechanisms that all have a PLD.
+    stopping / subsampled tuning); ``BEST`` falls back to RDP for those. ``TIGHTEST`` (the
+    default) is the minimum of the RDP, PLD and privacy-profile δ where each is valid: it
+    falls back to RDP (and PLD) for a composition that contains a selection, which the
+    profile δ does not cover.
     """
     eps = nonnegative_float("epsilon", epsilon)
     mechs = _as_list(mechanisms)
@@ -167,20 +202,22 @@ def delta(
     pure = _pure_total(mechs)
     if pure is not None and pure <= eps:
         return 0.0
+    _warn_if_deprecated(accountant)
     candidates: list[float] = []
-    if accountant in (Accountant.RDP, Accountant.BEST):
+    if accountant in (Accountant.RDP, Accountant.BEST, Accountant.TIGHTEST):
         candidates.append(_rdp_total(mechs).delta(eps))
-    if accountant in (Accountant.PLD, Accountant.BEST):
+    if accountant in (Accountant.PLD, Accountant.BEST, Accountant.TIGHTEST):
         from raydp_hpo.accounting.pld import has_pld, pld_delta
 
         if accountant is Accountant.PLD or all(has_pld(m) for m in mechs):
             candidates.append(pld_delta(mechs, eps))
-    if accountant is Accountant.PROFILE:
+    if accountant is Accountant.TIGHTEST:
         from raydp_hpo.accounting.profiles import profile_delta
+        from raydp_hpo.errors import UnsupportedMechanismError
 
-        # raises UnsupportedMechanismError for a composition that contains a selection
-        candidates.append(profile_delta(mechs, eps))
-        candidates.append(_rdp_total(mechs).delta(eps))
+        # a composition containing a selection has no profile δ: the RDP (and PLD) δ stand
+        with contextlib.suppress(UnsupportedMechanismError):
+            candidates.append(profile_delta(mechs, eps))
     return float(min(candidates))
 
 
@@ -216,6 +253,8 @@ def smallest_noise_multiplier(
             return hi
     while (hi - lo) > tolerance * hi:
         mid = (lo + hi) / 2.0
+        if not lo < mid < hi:  # adjacent floats: a tolerance below float resolution
+            break
         if fits(mid):
             hi = mid
         else:
@@ -223,39 +262,36 @@ def smallest_noise_multiplier(
     return hi
 
 
-def calibrate_noise(
+def calibrate_plan(
+    plan_of: Callable[[float], Mechanism | Sequence[Mechanism]],
     target_epsilon: float,
     delta: float,
-    sample_rate: float,
-    steps: int,
-    accountant: Accountant = Accountant.RDP,
+    accountant: Accountant,
     *,
-    tolerance: float = 1e-3,
-    max_noise_multiplier: float = 1e4,
+    tolerance: float,
+    max_noise_multiplier: float,
+    what: str,
 ) -> float:
-    """Smallest noise multiplier σ (to within ``tolerance``, relative) such that DP-SGD with
-    ``steps`` Poisson-subsampled steps at ``sample_rate`` is (``target_epsilon``, ``delta``)-DP.
+    """Smallest σ (to within ``tolerance``, relative) with ``epsilon(plan_of(σ), delta,
+    accountant) <= target_epsilon``: the bisection behind :func:`calibrate_noise` and
+    :func:`raydp_hpo.accounting.calibration.calibrate_search` (inputs already validated).
 
-    Bisection on σ ↦ ε(σ), which is non-increasing; the returned σ is always the upper end of
-    the final bracket, so ε(σ) ≤ target_epsilon holds exactly under the chosen accountant
-    ("round toward more privacy").
-
-    >>> sigma = calibrate_noise(3.0, 1e-5, 256 / 60000, 14063)
-    >>> epsilon(SubsampledGaussian(sigma, 256 / 60000, 14063), 1e-5, Accountant.RDP) <= 3.0
-    True
+    ``plan_of`` must be monotone (more noise never raises ε). The returned σ is the upper end
+    of the final bracket, a σ whose plan was computed to fit, and the plan is checked again
+    before returning. ``what`` describes the plan in the error for an unreachable target.
+    A σ at which ``accountant`` has no figure (a near-noiseless mechanism the PLD grid cannot
+    hold) counts as not fitting.
     """
-    target = positive_float("target_epsilon", target_epsilon)
-    delta = open_unit_float("delta", delta)
-    q = unit_interval_float("sample_rate", sample_rate)
-    steps = positive_int("steps", steps)
-    tolerance = positive_float("tolerance", tolerance)
-    accountant = _coerce_accountant(accountant)
+    from raydp_hpo.errors import RayDPHPOError, UnsupportedMechanismError
 
     def eps_of(sigma: float) -> float:
-        return epsilon(SubsampledGaussian(sigma, q, steps), delta, accountant)
+        try:
+            return _epsilon(plan_of(sigma), delta, accountant)
+        except UnsupportedMechanismError:
+            return math.inf
 
     sigma = smallest_noise_multiplier(
-        lambda s: eps_of(s) <= target,
+        lambda s: eps_of(s) <= target_epsilon,
         max_noise_multiplier=max_noise_multiplier,
         tolerance=tolerance,
         floor=1e-3,
@@ -264,9 +300,56 @@ def calibrate_noise(
     if sigma is None:
         raise InvalidParameterError(
             f"no noise multiplier <= {max_noise_multiplier:g} reaches "
-            f"target_epsilon={target_epsilon} at delta={delta} with sample_rate={q}, "
-            f"steps={steps}; raise the target or lower the sample rate / steps"
+            f"target_epsilon={target_epsilon} at delta={delta} under accountant="
+            f"{accountant.value!r} for {what}; raise the target or lower the sample rate / "
+            "steps / number of trials"
         )
-    if not math.isfinite(eps_of(sigma)) or eps_of(sigma) > target:  # pragma: no cover
-        raise AssertionError("calibration invariant violated")
+    got = eps_of(sigma)
+    if not math.isfinite(got) or got > target_epsilon:
+        raise RayDPHPOError(  # a plan_of whose ε is not a function of σ alone
+            f"calibration check failed: the plan at σ={sigma!r} has ε={got!r} > "
+            f"target_epsilon={target_epsilon}; plan_of must be deterministic and monotone"
+        )
     return sigma
+
+
+def calibrate_noise(
+    target_epsilon: float,
+    delta: float,
+    sample_rate: float,
+    steps: int,
+    accountant: Accountant = Accountant.TIGHTEST,
+    *,
+    tolerance: float = 1e-3,
+    max_noise_multiplier: float = 1e4,
+) -> float:
+    """Smallest noise multiplier σ (to within ``tolerance``, relative) such that DP-SGD with
+    ``steps`` Poisson-subsampled steps at ``sample_rate`` is (``target_epsilon``, ``delta``)-DP.
+
+    Bisection on σ ↦ ε(σ), which is non-increasing (:func:`calibrate_plan`); the returned σ is
+    always the upper end of the final bracket, so ε(σ) ≤ target_epsilon holds exactly under
+    the chosen accountant ("round toward more privacy"). The default, ``TIGHTEST``, needs the
+    least noise (σ = 1.1514 for ε = 3, δ = 1e-5, q = 0.02, T = 1000, where RDP alone asks
+    1.2168, whose PLD ε is 2.72).
+
+    >>> sigma = calibrate_noise(3.0, 1e-5, 256 / 60000, 14063, Accountant.RDP)
+    >>> epsilon(SubsampledGaussian(sigma, 256 / 60000, 14063), 1e-5, Accountant.RDP) <= 3.0
+    True
+    """
+    target = positive_float("target_epsilon", target_epsilon)
+    delta = open_unit_float("delta", delta)
+    q = unit_interval_float("sample_rate", sample_rate)
+    steps = positive_int("steps", steps)
+    tolerance = positive_float("tolerance", tolerance)
+    max_noise_multiplier = positive_float("max_noise_multiplier", max_noise_multiplier)
+    accountant = _coerce_accountant(accountant)
+    _warn_if_deprecated(accountant)
+    return calibrate_plan(
+        lambda sigma: SubsampledGaussian(sigma, q, steps),
+        target,
+        delta,
+        accountant,
+        tolerance=tolerance,
+        max_noise_multiplier=max_noise_multiplier,
+        what=f"DP-SGD with sample_rate={q}, steps={steps}",
+    )

@@ -17,23 +17,34 @@ module answers "how much noise for a target (ε, δ)?" for the two classic addit
   σ = Δ·√(2 ln(1.25/δ))/ε (Dwork & Roth 2014, Thm. A.1) is only valid for ε < 1 and is
   always larger than the analytic σ; see :func:`classic_gaussian_sigma`.
 
+:func:`calibrate_search` answers the same question for a whole search plan (DP-SGD trials,
+a random-stopping search, ...) built from one noise multiplier; it uses the accountants of
+:mod:`raydp_hpo.accounting.accountants`, imported when called.
+
 Layer: privacy core (numpy/scipy only; no torch, no Ray).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.special import erfcx, log_ndtr
 
 from raydp_hpo._validation import nonnegative_float, open_unit_float, positive_float
+from raydp_hpo.accounting.accountant_kind import Accountant
 from raydp_hpo.errors import InvalidParameterError
+
+if TYPE_CHECKING:
+    from raydp_hpo.accounting.mechanisms import Mechanism
 
 __all__ = [
     "DEFAULT_SIGMA_RTOL",
     "calibrate_laplace",
     "calibrate_analytic_gaussian",
+    "calibrate_search",
     "classic_gaussian_sigma",
     "gaussian_delta",
     "gaussian_log_delta",
@@ -215,6 +226,70 @@ def calibrate_analytic_gaussian(
         else:
             lo = mid
     return hi
+
+
+def calibrate_search(
+    plan_of: Callable[[float], Mechanism | Sequence[Mechanism]],
+    target_epsilon: float,
+    delta: float,
+    accountant: Accountant | str = Accountant.TIGHTEST,
+    *,
+    tolerance: float = 1e-3,
+    max_noise_multiplier: float = 1e4,
+) -> float:
+    """Smallest noise multiplier σ (to within ``tolerance``, relative) such that the whole
+    search plan ``plan_of(σ)`` is (``target_epsilon``, ``delta``)-DP under ``accountant``
+    (default ``Accountant.TIGHTEST``, the tightest valid figure for a fixed plan).
+
+    ``plan_of`` builds the plan from σ — one mechanism or a list composed — and must be
+    deterministic and monotone (more noise never raises ε), e.g. a random-stopping search
+    over DP-SGD trials::
+
+        calibrate_search(lambda s: RandomStopping(SubsampledGaussian(s, q, T),
+                                                  StoppingDistribution.GEOMETRIC, mean=10),
+                         target_epsilon=3.0, delta=1e-5)
+
+    The same bisection as :func:`~raydp_hpo.accounting.accountants.calibrate_noise`
+    (:func:`~raydp_hpo.accounting.accountants.calibrate_plan`). Guarantee: ``epsilon(plan_of(σ),
+    delta, accountant) <= target_epsilon`` for the returned σ — it is the upper end of the final
+    bracket ("round toward more privacy") and is checked again after the search; a σ smaller by
+    the factor ``1 + tolerance`` was found not to fit (or σ is at the 1e-3 floor's bisection
+    limit). A fixed-plan figure is valid only for a plan fixed before any data is seen: an
+    adaptively chosen plan must be calibrated with ``Accountant.RDP``.
+
+    >>> from raydp_hpo.accounting.accountants import epsilon
+    >>> from raydp_hpo.accounting.mechanisms import (RandomStopping, StoppingDistribution,
+    ...                                              SubsampledGaussian)
+    >>> def plan(s):
+    ...     return RandomStopping(SubsampledGaussian(s, 0.01, 1000),
+    ...                           StoppingDistribution.GEOMETRIC, mean=10)
+    >>> sigma = calibrate_search(plan, 3.0, 1e-5)
+    >>> round(sigma, 2), epsilon(plan(sigma), 1e-5) <= 3.0
+    (0.97, True)
+
+    Raises:
+        InvalidParameterError: a bad target, δ, tolerance or accountant, ``plan_of`` not
+            callable, or no σ up to ``max_noise_multiplier`` reaches the target (a plan whose
+            ε does not fall to the target as σ grows, e.g. a part without noise).
+        RayDPHPOError: the plan at the returned σ fails the final check (``plan_of`` is not
+            deterministic).
+    """
+    from raydp_hpo._validation import coerce_enum
+    from raydp_hpo.accounting.accountants import _warn_if_deprecated, calibrate_plan
+
+    if not callable(plan_of):
+        raise InvalidParameterError(
+            f"plan_of must be a function from the noise multiplier to the plan's mechanism(s), "
+            f"got {plan_of!r}"
+        )
+    target = positive_float("target_epsilon", target_epsilon)
+    dlt = open_unit_float("delta", delta)
+    tol = positive_float("tolerance", tolerance)
+    top = positive_float("max_noise_multiplier", max_noise_multiplier)
+    acc = coerce_enum(Accountant, accountant, "accountant")
+    _warn_if_deprecated(acc)
+    return calibrate_plan(plan_of, target, dlt, acc, tolerance=tol, max_noise_multiplier=top,
+                          what="the search plan")
 
 
 def _log_delta(sigma: float, eps: float, sens: float) -> float:

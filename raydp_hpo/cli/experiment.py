@@ -38,6 +38,8 @@ experiment files. Schema (``?`` = optional)::
     search:
       algorithm: random_stopping     # a raydp_hpo.searchers.SearchAlgorithm value
       settings?: {distribution: geometric, mean: 3}   # -> DPTuner(search_kwargs=...)
+      preset?: tnb20                 # named settings (raydp_hpo.searchers.PRESETS), which
+                                     # settings override: linear_scaling refined | paper
       # settings also take the selection score's noise: score_epsilon: 0.1 (default),
       # score_noise: gaussian + score_delta: 1.0e-6 (default score_noise: laplace)
       metric?: val_accuracy
@@ -70,7 +72,8 @@ finite set is needed: for every key under grid and SVT search, which enumerate t
 for the privacy keys (noise, batch size, epochs, ...) under every searcher, which charge the
 worst case over their values; elsewhere it is sampled as usual. The points are a function of
 the file alone (public). Linear scaling sets ``lr``, the steps and the noise itself and
-ignores those keys with a warning.
+ignores those keys with a warning. A ``grid_composed`` search whose whole grid the budget
+cannot pay is refused before any charge (``--dry-run`` too, exit 3).
 
 **The budget belongs to the data.** Without a ``ledger:`` block an experiment charges the
 dataset's default ledger, named from a fingerprint of the data source
@@ -80,7 +83,9 @@ on the same data — a re-run under a new name after a crash, say — spends fro
 instead of getting a fresh one. The first experiment on a dataset creates its ledger with its
 ``budget`` (logged); later ones attach to it, their own ``budget`` being a cap on what they
 spend. A fresh budget on the same data is an explicit, logged act: name another ledger in
-``ledger:``. A crashed run continues with ``raydp-hpo run --resume`` (same experiment name).
+``ledger:``. A crashed run continues with ``raydp-hpo run --resume`` (same experiment name), which first
+checks that the ledger journal it attaches to holds the experiment's earlier charges (a moved
+or replaced journal is refused, never silently a fresh budget).
 Parquet ``val_uri`` / ``test_uri`` files are private data of the same dataset: they are
 accounted on the ledger of ``uri``. Use a validation or test file with one training file only,
 or name one shared ``ledger:`` for every experiment that reads it.
@@ -482,7 +487,8 @@ def _spec_of(file: ExperimentFile, source_path: str | None) -> ExperimentSpec:
         model=ModelSpec(file.model.name, dict(file.model.kwargs)),
         search=SearchSpec(
             algorithm=file.search.algorithm,
-            settings=dict(file.search.settings),
+            settings={**({"preset": file.search.preset} if file.search.preset else {}),
+                      **file.search.settings},
             metric=file.search.metric,
             mode=file.search.mode,
             max_concurrent_trials=file.search.max_concurrent_trials,
@@ -684,8 +690,10 @@ def _validate_search(spec: ExperimentSpec, dataset_size: int, validation_size: i
         validate_trial_space(space)
     except ValueError as exc:
         problems.add("space", f"space: {exc}")
+    search_budget = PrivacyBudget(spec.budget.epsilon - (spec.test_accuracy_epsilon or 0.0),
+                                  spec.budget.delta)
     try:
-        make_searcher(
+        searcher = make_searcher(
             spec.search.algorithm,
             param_space=space,
             metric=spec.search.metric,
@@ -693,11 +701,11 @@ def _validate_search(spec: ExperimentSpec, dataset_size: int, validation_size: i
             dataset_size=dataset_size,
             validation_size=validation_size,
             # the search's share: a DP test accuracy takes its ε_t from the budget first
-            budget=PrivacyBudget(spec.budget.epsilon - (spec.test_accuracy_epsilon or 0.0),
-                                 spec.budget.delta),
+            budget=search_budget,
             experiment=spec.experiment,
             **dict(spec.search.settings),
         )
+        _check_whole_grid(searcher, search_budget, problems)
     except TypeError as exc:
         problems.add("search.settings", f"search.settings: {exc}")
     except BudgetTooSmallError as exc:
@@ -713,6 +721,29 @@ def _validate_search(spec: ExperimentSpec, dataset_size: int, validation_size: i
         problems.add("space", f"space ({spec.search.algorithm}): {exc}{hint}")
     except (RayDPHPOError, ValueError) as exc:
         problems.add("search.settings", str(exc))
+
+
+def _check_whole_grid(searcher: Any, budget: PrivacyBudget, problems: _Problems) -> None:
+    """A composed grid's whole cost is known before any charge: refuse a grid whose
+    composition the budget cannot pay (the ledger would stop it after a few trials, having
+    spent the budget on an arbitrary prefix of the grid)."""
+    from raydp_hpo.searchers.base import plan_epsilon
+
+    composed = getattr(searcher, "composed_mechanism", None)
+    if composed is None:
+        return
+    eps = plan_epsilon(composed(), budget.delta)
+    if eps <= budget.epsilon:
+        return
+    exc = BudgetTooSmallError(
+        f"the budget cannot pay for the whole grid: grid_composed trains all "
+        f"{searcher.grid_size} grid points and their composition needs ε={eps:.4g} at "
+        f"δ={budget.delta:g} (RDP accountant), but the search's budget is ε={budget.epsilon:g}. "
+        "Take fewer points (space.<key>.points, shorter choice lists), more noise "
+        f"(space.noise_multiplier), or a budget of at least ε={eps:.4g}; nothing was charged"
+    )
+    problems.too_small = exc
+    problems.add("budget", str(exc))
 
 
 @dataclass(frozen=True)
@@ -785,6 +816,7 @@ class RunOutcome:
     result: Any
     journal: Path
     trial_errors: int
+    test_split: bool = True  # False: no test records (test_fraction 0), nothing evaluated
 
 
 def _dataset_ledger_budget(spec: ExperimentSpec, out: Callable[[str], None]) -> PrivacyBudget:
@@ -797,6 +829,31 @@ def _dataset_ledger_budget(spec: ExperimentSpec, out: Callable[[str], None]) -> 
     from raydp_hpo.tune.dataset_ledger import dataset_ledger_budget
 
     return dataset_ledger_budget(journal, spec.budget, spec.data.fingerprint(), out)
+
+
+def _require_earlier_charges(spec: ExperimentSpec, run_dir: Path) -> None:
+    """A resume attaches to ``spec.ledger_journal()``: refuse unless that journal holds the
+    experiment's earlier charges (:func:`raydp_hpo.tune.tuner.require_earlier_charges`);
+    the message also names the journal ``run.json`` recorded, when it is another."""
+    import json
+
+    from raydp_hpo.errors import LedgerMismatchError
+    from raydp_hpo.tune.tuner import require_earlier_charges
+
+    journal = spec.ledger_journal()
+    try:
+        require_earlier_charges(journal, spec.experiment)
+    except LedgerMismatchError as exc:
+        try:
+            recorded = json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get(
+                "ledger_journal")
+        except (OSError, ValueError, AttributeError):
+            recorded = None
+        if recorded and Path(recorded) != journal:
+            raise LedgerMismatchError(
+                f"{exc} (its run.json records that it charged the journal {recorded}: "
+                "resume with the storage_path / ledger it started with)") from None
+        raise
 
 
 def run_experiment(spec: ExperimentSpec, *, progress_interval_s: float = 5.0,
@@ -848,6 +905,8 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
             f"nothing to resume: experiment {spec.experiment!r} has no run in {run_dir}; run "
             "it without --resume"
         )
+    if resume:  # before Ray and the ledger actor, which would create a fresh journal
+        _require_earlier_charges(spec, run_dir)
     checked = preflight(spec)  # every check, all errors at once: before Ray and any ledger
     data = checked.data
     train_size, val_size = spec.data.public_sizes()
@@ -903,7 +962,8 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
         "experiment": spec.experiment,
         "spec": spec.to_dict(),
         "ledger_name": spec.ledger_name,
-        "ledger_journal": str(journal),
+        "ledger_journal": str(journal),  # a resume proves its charges are there
+        "charge_prefix": f"{spec.experiment}/",
         "started": time.time(),
         "status": "running",
     }
@@ -924,7 +984,8 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
         selected=result.hyperparameters is not None,
     )
     atomic_write_json(run_dir / "run.json", meta)
-    return RunOutcome(run_dir=run_dir, result=result, journal=journal, trial_errors=errors)
+    return RunOutcome(run_dir=run_dir, result=result, journal=journal, trial_errors=errors,
+                      test_split=len(data.test) > 0)
 
 
 def format_summary(outcome: RunOutcome) -> str:
@@ -944,7 +1005,11 @@ def format_summary(outcome: RunOutcome) -> str:
             lines.append(f"  test accuracy      {r.dp_test_accuracy:.4f}  (DP: Laplace, "
                          f"ε={r.dp_test_accuracy_epsilon:g}, in the certificate)")
     lines.append(r.certificate.format())
-    if r.hyperparameters is not None:
+    if r.hyperparameters is not None and not outcome.test_split:
+        lines.append("Evaluation: there is no test split (data.test_fraction: 0), so the "
+                     "released model was not evaluated; set data.test_fraction (or "
+                     "data.test_uri) for a test accuracy")
+    elif r.hyperparameters is not None:
         acc = "-" if r.test_accuracy is None else f"{r.test_accuracy:.4f}"
         lines.append("Evaluation (NOT covered by the certificate: computed without noise on the "
                      "private test split; publish it only if that split is public)")

@@ -42,6 +42,7 @@ from pydantic_core import PydanticCustomError, core_schema
 from raydp_hpo._validation import did_you_mean
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.errors import ConfigError
+from raydp_hpo.trainables.data import canonical_uri
 
 __all__ = [
     "ExperimentFile",
@@ -55,6 +56,7 @@ __all__ = [
     "parse_domain",
     "domain_of",
     "config_error",
+    "canonical_uri",
 ]
 
 DATA_SOURCES = ("mnist1d", "digits", "parquet")
@@ -111,12 +113,6 @@ def _number(value: Any) -> float:
     return float(value)
 
 
-def _nonnegative(value: float) -> float:
-    if value < 0:
-        _fail(f"must be >= 0, got {value:g}")
-    return value
-
-
 def _integer(minimum: int | None = None) -> Callable[[Any], int]:
     def check(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -140,43 +136,52 @@ def _boolean(value: Any) -> bool:
     return value
 
 
-def _fraction(value: float) -> float:
-    if not 0.0 <= value < 1.0:
-        _fail(f"must be in [0, 1), got {value!r}")
-    return value
-
-
 #: A numeric string, as PyYAML reads ``1e-5`` (no dot); a leading sign only where allowed.
 _NUMERIC_STRING = r"^{sign}(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$"
 
 
-@dataclass(frozen=True)
+#: pydantic's numeric constraints and their JSON Schema keywords.
+_BOUND_KEYWORDS = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum",
+                   "lt": "exclusiveMaximum"}
+_BOUND_WORDS = {"greater_than": ("gt", ">"), "greater_than_equal": ("ge", ">="),
+                "less_than": ("lt", "<"), "less_than_equal": ("le", "<=")}
+
+
+def _bounds_of(schema: Mapping[str, Any]) -> dict[str, float]:
+    """The ge/gt/le/lt constraints of a (validator-wrapped) float core schema."""
+    while schema.get("type", "").startswith("function-") and "schema" in schema:
+        schema = schema["schema"]
+    return {key: schema[key] for key in _BOUND_KEYWORDS if key in schema}
+
+
+def number_json(bounds: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """JSON Schema of a number within ``bounds`` (pydantic's ge/gt/le/lt), or a numeric
+    string (how PyYAML reads ``1e-5``; its value is checked by the parser only)."""
+    bounds = dict(bounds or {})
+    number: dict[str, Any] = {"type": "number"}
+    number.update({_BOUND_KEYWORDS[key]: value for key, value in bounds.items()})
+    low = bounds.get("ge", bounds.get("gt"))
+    sign = "[-+]?" if low is None or low < 0 else "[+]?"
+    return {"anyOf": [number, {"type": "string", "pattern": _NUMERIC_STRING.format(sign=sign)}]}
+
+
 class _NumberJson:
-    """JSON Schema of a number field: a number (within the bounds), or a numeric string."""
+    """JSON Schema of a number field: :func:`number_json` with the field's own constraints
+    (``Field(gt=0)`` etc. on the float: one bound, enforced by the parser and published)."""
 
-    minimum: float | None = None
-    exclusive_maximum: float | None = None
-
-    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema,
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: core_schema.CoreSchema,
                                      handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        return self.json()
-
-    def json(self) -> dict[str, Any]:
-        number: dict[str, Any] = {"type": "number"}
-        if self.minimum is not None:
-            number["minimum"] = self.minimum
-        if self.exclusive_maximum is not None:
-            number["exclusiveMaximum"] = self.exclusive_maximum
-        sign = "[-+]?" if self.minimum is None or self.minimum < 0 else "[+]?"
-        return {"anyOf": [number, {"type": "string",
-                                   "pattern": _NUMERIC_STRING.format(sign=sign)}]}
+        return number_json(_bounds_of(schema))
 
 
-Number = Annotated[float, BeforeValidator(_number), _NumberJson()]
-NonNegative = Annotated[float, BeforeValidator(_number), AfterValidator(_nonnegative),
-                        _NumberJson(minimum=0)]
-Fraction = Annotated[float, BeforeValidator(_number), AfterValidator(_fraction),
-                     _NumberJson(minimum=0, exclusive_maximum=1)]
+# Numbers (numeric strings accepted) within pydantic bounds, which both the parser and the
+# JSON Schema carry: the bound is written once, in Field.
+Number = Annotated[float, BeforeValidator(_number), _NumberJson]
+NonNegative = Annotated[float, Field(ge=0), BeforeValidator(_number), _NumberJson]
+Positive = Annotated[float, Field(gt=0), BeforeValidator(_number), _NumberJson]
+Fraction = Annotated[float, Field(ge=0, lt=1), BeforeValidator(_number), _NumberJson]
+Probability = Annotated[float, Field(gt=0, lt=1), BeforeValidator(_number), _NumberJson]
 Int = Annotated[int, BeforeValidator(_integer())]
 NonNegativeInt = Annotated[int, Field(ge=0), BeforeValidator(_integer(0))]
 PositiveInt = Annotated[int, Field(ge=1), BeforeValidator(_integer(1))]
@@ -224,8 +229,8 @@ def _lazy_enum(values: Callable[[], Iterable[str]], *, or_pattern: str | None = 
 class BudgetModel(_Strict):
     """A total (ε, δ) budget."""
 
-    epsilon: Number = Field(description="ε > 0")
-    delta: Number = Field(description="δ in (0, 1), well below 1/n")
+    epsilon: Positive = Field(description="ε > 0")
+    delta: Probability = Field(description="δ in (0, 1), well below 1/n")
 
     @model_validator(mode="after")
     def _valid(self) -> BudgetModel:
@@ -285,12 +290,26 @@ def _columns(value: Any) -> Any:
     return value
 
 
+#: JSON Schema: ``sizes_public`` is not ``true`` (absent or false).
+_NOT_SIZES_PUBLIC: dict[str, Any] = {
+    "not": {"properties": {"sizes_public": {"const": True}}, "required": ["sizes_public"]}}
+
+
 class ParquetData(_DataBase):
     """Parquet from any URI pyarrow reads (local path, file://, s3://, gs://, hdfs://).
 
     ``val_uri`` / ``test_uri`` name separate files for the validation / test split instead of
     splitting them off ``uri`` (those files are private data too). The budget belongs to
     ``uri`` (its ledger); a validation or test file is accounted as part of that dataset."""
+
+    # the declarations the parser requires (_declared, below), for editors that read the schema
+    model_config = ConfigDict(json_schema_extra={"allOf": [
+        {"if": _NOT_SIZES_PUBLIC, "then": {"required": ["declared_train_size", "num_classes"]}},
+        {"if": {"allOf": [_NOT_SIZES_PUBLIC, {"anyOf": [
+            {"required": ["val_uri"]},
+            {"not": {"properties": {"val_fraction": {"const": 0}}, "required": ["val_fraction"]}},
+        ]}]}, "then": {"required": ["declared_validation_size"]}},
+    ]})
 
     source: Literal["parquet"]
     uri: Text = Field(description="the training data (split unless val_uri/test_uri are given)")
@@ -323,6 +342,7 @@ class ParquetData(_DataBase):
             ):
                 _fail(f"{{path}}: data.{split}_uri is the {name} split, so data.{split}_fraction "
                       "(a share of data.uri) does not apply; drop one of them")
+        self._disjoint()
         return self
 
     @model_validator(mode="after")
@@ -346,6 +366,23 @@ class ParquetData(_DataBase):
                   "certificate then lists them as treated as public). `raydp-hpo run --dry-run` "
                   "with sizes_public: true prints the realised values")
         return self
+    def _disjoint(self) -> None:
+        """Refuse a validation or test file that is the training file (or each other): the
+        splits must be disjoint, or the selection and its evaluation see training records."""
+        files = {"uri": self.uri, "val_uri": self.val_uri, "test_uri": self.test_uri}
+        seen: dict[str, str] = {}
+        for key, uri in files.items():
+            if uri is None:
+                continue
+            canonical = canonical_uri(uri)
+            if canonical in seen:
+                other = seen[canonical]
+                _fail(f"{{path}}.{key} {uri!r} is the same file as {{path}}.{other} "
+                      f"{files[other]!r} ({canonical}): validation and test data must be "
+                      f"disjoint from the training data and from each other. Name a separate "
+                      f"file in {{path}}.{key}, or drop it to split "
+                      f"{{path}}.{key.replace('_uri', '_fraction')} off {{path}}.uri")
+            seen[canonical] = key
 
 
 DataModel = Annotated[Mnist1dData | DigitsData | ParquetData, Field(discriminator="source")]
@@ -412,9 +449,31 @@ class SearchModel(_Strict):
         description="keyword arguments of the searcher (checked when it is built), e.g. "
                     "{distribution: geometric, mean: 3}; also score_epsilon, score_noise "
                     "(laplace | gaussian) and score_delta")
+    preset: Text | None = Field(
+        None,
+        description="named settings of the algorithm (raydp_hpo.searchers.PRESETS): "
+                    "linear_scaling refined (its default) | paper, random_stopping tnb20; "
+                    "search.settings override the preset's values")
     metric: Text = Field("val_accuracy", description="the trial metric the search optimises")
     mode: Annotated[Literal["max", "min"], BeforeValidator(_mode)] = "max"
     max_concurrent_trials: PositiveInt = 2
+
+    @model_validator(mode="after")
+    def _known_preset(self) -> SearchModel:
+        if self.preset is None:
+            return self
+        if "preset" in self.settings:
+            _fail("{path}: give the preset once, as search.preset or search.settings.preset")
+        from raydp_hpo.searchers import PRESETS, SearchAlgorithm
+
+        presets = PRESETS.get(SearchAlgorithm(self.algorithm))
+        names = [str(p.value) for p in presets] if presets is not None else []
+        if self.preset not in names:
+            _fail(f"{{path}}.preset {self.preset!r}: "
+                  + (f"{self.algorithm} has no presets" if not names else
+                     f"not a preset of {self.algorithm}; use one of {', '.join(names)}"
+                     f"{did_you_mean(self.preset, names)}"))
+        return self
 
 
 # ------------------------------------------------------------------------------ space
@@ -545,7 +604,10 @@ def _space(space: dict[str, Any]) -> dict[str, Any]:
 
 
 def _domain_json(kind: str) -> dict[str, Any]:
-    number = _NumberJson().json()
+    """JSON Schema of one ``{kind: args}`` domain: what :func:`parse_domain` checks item by
+    item (low > 0 for the log domains, sd > 0 for randn); low < high relates two items and is
+    the parser's alone."""
+    number = number_json()
     args: dict[str, Any]
     if kind in ("choice", "grid"):
         args = {"type": "array", "minItems": 1}
@@ -554,6 +616,11 @@ def _domain_json(kind: str) -> dict[str, Any]:
     else:
         n = 3 if kind in ("quniform", "qloguniform") else 2
         args = {"type": "array", "items": number, "minItems": n, "maxItems": n}
+        positive = number_json({"gt": 0})
+        if kind in ("loguniform", "qloguniform"):
+            args["prefixItems"] = [positive]  # low > 0 (and high > low)
+        elif kind == "randn":
+            args["prefixItems"] = [number, positive]  # a positive standard deviation
     properties: dict[str, Any] = {kind: args}
     if kind in POINT_DOMAIN_KINDS:
         properties["points"] = {
@@ -607,6 +674,10 @@ class LedgerModel(_Strict):
     namespace: Text = "raydp_hpo"
 
 
+#: What :func:`_experiment_name` accepts, as a JSON Schema pattern: no leading '.', no slash.
+_EXPERIMENT_NAME = r"^[^./\\][^/\\]*$"
+
+
 def _experiment_name(name: str) -> str:
     if name.strip(".") == "" or any(c in name for c in "/\\") or name.startswith("."):
         _fail(f"{{path}} {name!r} must be a plain name (no '/', no leading '.'): it names the run "
@@ -634,8 +705,10 @@ class ExperimentFile(_Strict):
 
     model_config = ConfigDict(title="raydp-hpo experiment file")
 
+    # the validators give the messages; json_schema_extra publishes the same rules
     experiment: Annotated[Text, AfterValidator(_experiment_name)] = Field(
-        description="name: run dir <storage_path>/<experiment>, charge-id prefix")
+        description="name: run dir <storage_path>/<experiment>, charge-id prefix",
+        json_schema_extra={"pattern": _EXPERIMENT_NAME})
     split_seed: NonNegativeInt = Field(
         0, description="PUBLIC: makes the train/val/test split reproducible")
     secret_seed: NonNegativeInt | None = Field(
@@ -647,13 +720,14 @@ class ExperimentFile(_Strict):
     search: SearchModel
     space: Space
     budget: BudgetModel
-    test_accuracy_epsilon: Number | None = Field(
+    test_accuracy_epsilon: Positive | None = Field(
         None, description="release a DP test accuracy (Laplace, its own charge, taken from the "
                           "budget); omit: a noiseless one, NOT covered by the certificate")
     resources: ResourcesModel = Field(default_factory=lambda: ResourcesModel.model_validate({}))
     storage_path: Annotated[Text, AfterValidator(_storage_path)] | None = Field(
         None, description="local dir or NFS mount shared by every node; default "
-                          "~/raydp_results, or $RAYDP_HPO_STORAGE when set")
+                          "~/raydp_results, or $RAYDP_HPO_STORAGE when set",
+        json_schema_extra={"not": {"pattern": "://"}})
     ledger: Annotated[LedgerModel, BeforeValidator(_name_shorthand), _OrName] | None = Field(
         None, description="omit: the dataset's own ledger")
     tensorboard: Bool = Field(False, description="also write Tune's per-trial TensorBoard files")
@@ -666,6 +740,12 @@ class ExperimentFile(_Strict):
             _fail(f"{{path}}={value:g} must be in (0, budget.epsilon={budget.epsilon:g}): it is "
                   "taken from the experiment's budget")
         data = info.data.get("data")
+        if value is not None and data is not None and data.test_fraction == 0 and (
+            getattr(data, "test_uri", None) is None
+        ):
+            _fail(f"{{path}}={value:g} releases a test accuracy, but there is no test split "
+                  "(data.test_fraction: 0); set data.test_fraction (or data.test_uri), or drop "
+                  "{path}")
         if value is not None and isinstance(data, ParquetData) and not data.sizes_public and (
             data.declared_test_size is None
         ):
@@ -761,9 +841,37 @@ def _problem(error: Mapping[str, Any]) -> tuple[str, str]:
             f"{did_you_mean(str(source), DATA_SOURCES)}")
     if kind == "union_tag_not_found":
         return f"{path}.source", f"{path} needs the key 'source' ({', '.join(DATA_SOURCES)})"
+    if kind in _BOUND_WORDS:
+        key, op = _BOUND_WORDS[kind]
+        got = error["input"]
+        shown = f"{got:g}" if isinstance(got, float) else repr(got)
+        bound = ctx.get(key)
+        limit = f"{bound:g}" if isinstance(bound, (int, float)) else repr(bound)
+        return path, f"{path or _FILE} must be {op} {limit}, got {shown}"
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         return path, f"{path or _FILE} must be a mapping, got {error['input']!r}"
     return path, f"{path or _FILE}: {error['msg']} (got {error['input']!r})"
+
+
+def _unknown_data_keys(error: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Without ``data.source`` pydantic cannot pick the data model, so it reports only the
+    missing source: name each key no data source has too (``data.sorce`` -> 'source')."""
+    given = error.get("input")
+    if not isinstance(given, Mapping):
+        return []
+    known = ["source", *dict.fromkeys(k for m in _DATA_MODELS.values() for k in m.model_fields
+                                      if k != "source")]
+    path = _dotted(tuple(error["loc"]))
+    return [(f"{path}.{key}", f"{path}.{key} is not a key{did_you_mean(str(key), known)} "
+                              f"(valid keys: {', '.join(known)})")
+            for key in given if key not in known]
+
+
+def _problems(error: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(dotted path, message) pairs of one pydantic error (an unknown-key hint added to a
+    missing data source)."""
+    extra = _unknown_data_keys(error) if error["type"] == "union_tag_not_found" else []
+    return [*extra, _problem(error)]
 
 
 def validate_experiment_file(raw: Any, what: str = "the experiment") -> ExperimentFile:
@@ -772,7 +880,7 @@ def validate_experiment_file(raw: Any, what: str = "the experiment") -> Experime
     try:
         return ExperimentFile.model_validate(raw)
     except ValidationError as exc:
-        problems = [_problem(e) for e in exc.errors(include_url=False)]
+        problems = [p for e in exc.errors(include_url=False) for p in _problems(e)]
         raise config_error(problems, what) from None
 
 

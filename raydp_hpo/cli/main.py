@@ -2,7 +2,10 @@
 
 Subcommands:
 
-* ``account``  — ε of DP-SGD settings under every accountant; with ``--mechanism laplace|gaussian``
+* ``account``  — ε of DP-SGD settings (or a ``--search random_stopping`` plan over them) under
+  every accountant, the headline being the tightest valid figure; with ``--epsilon E`` instead
+  of ``--noise-multiplier``, the smallest σ whose run / plan is within E
+  (:func:`~raydp_hpo.accounting.calibration.calibrate_search`); with ``--mechanism laplace|gaussian``
   the noise scale that makes a one-shot release (ε[, δ])-DP (:mod:`raydp_hpo.accounting.calibration`).
 * ``ledger show JOURNAL`` / ``ledger list [DIR]`` — a ledger's budget, spend and charges.
 * ``ledger verify JOURNAL`` — integrity of a journal, read-only (exit 0 intact, 2 corrupted).
@@ -31,9 +34,12 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from raydp_hpo.errors import BudgetExhaustedError, BudgetTooSmallError, RayDPHPOError
+
+if TYPE_CHECKING:
+    from raydp_hpo.accounting.mechanisms import Mechanism
 
 __all__ = ["main", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_BUDGET_EXHAUSTED"]
 
@@ -41,7 +47,6 @@ EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_BUDGET_EXHAUSTED = 0, 1, 2, 3
 
 
 _SGD_ARGS = ("noise_multiplier", "sample_rate", "steps")
-_RELEASE_ARGS = ("epsilon", "sensitivity")
 
 
 def _flag(name: str) -> str:
@@ -100,75 +105,139 @@ def _cmd_account_release(args: argparse.Namespace) -> int:
 
 def _cmd_account(args: argparse.Namespace) -> int:
     """ε of DP-SGD settings, or of a random-stopping search over them (``--search``); with
+    ``--epsilon`` instead of ``--noise-multiplier``, the smallest σ that meets that target; with
     ``--mechanism``, the calibrated noise of a one-shot release instead."""
     if args.mechanism is not None:
         extra = [_flag(n) for n in _SGD_ARGS if getattr(args, n) is not None]
         if args.search is not None or args.mean is not None or args.shape is not None:
             extra.append("--search/--mean/--shape")
+        if args.accountant is not None:
+            extra.append("--accountant")
         if extra:
             raise RayDPHPOError(f"--mechanism {args.mechanism} prices a one-shot release: "
                                 f"{', '.join(extra)} belong to DP-SGD accounting; drop them")
         if args.epsilon is None:
             raise RayDPHPOError(f"--mechanism {args.mechanism} needs --epsilon (> 0)")
         return _cmd_account_release(args)
-    given = [_flag(n) for n in _RELEASE_ARGS if getattr(args, n) is not None]
-    if given:
-        raise RayDPHPOError(f"{', '.join(given)} calibrate a one-shot release: add "
+    if args.sensitivity is not None:
+        raise RayDPHPOError("--sensitivity calibrates a one-shot release: add "
                             "--mechanism laplace|gaussian")
-    missing = [_flag(n) for n in (*_SGD_ARGS, "delta") if getattr(args, n) is None]
+    invert = args.epsilon is not None
+    if invert and args.noise_multiplier is not None:
+        raise RayDPHPOError(f"give --noise-multiplier (to get ε) or --epsilon (to get σ), not "
+                            f"both: got --noise-multiplier {args.noise_multiplier:g} and "
+                            f"--epsilon {args.epsilon:g}")
+    if args.accountant is not None and not invert:
+        raise RayDPHPOError("--accountant chooses the figure --epsilon calibrates σ on: add "
+                            "--epsilon (ε under every accountant is printed anyway)")
+    needed = ("sample_rate", "steps") if invert else _SGD_ARGS
+    missing = [_flag(n) for n in (*needed, "delta") if getattr(args, n) is None]
     if missing:
-        raise RayDPHPOError(f"DP-SGD accounting needs {', '.join(missing)} (or use --mechanism "
+        what = "σ for a target --epsilon" if invert else "DP-SGD accounting"
+        raise RayDPHPOError(f"{what} needs {', '.join(missing)} (or use --mechanism "
                             "laplace|gaussian to calibrate a one-shot release)")
-    from raydp_hpo.accounting.accountants import Accountant, epsilon, epsilon_or_inf
-    from raydp_hpo.accounting.mechanisms import (
-        Gaussian,
-        Mechanism,
-        RandomStopping,
-        StoppingDistribution,
-        SubsampledGaussian,
-    )
-    from raydp_hpo.accounting.rdp import classic_rdp_to_epsilon, rdp_profile
-
-    trial: Gaussian | SubsampledGaussian
-    if args.sample_rate == 1.0:
-        trial = Gaussian(args.noise_multiplier, args.steps)
-    else:
-        trial = SubsampledGaussian(args.noise_multiplier, args.sample_rate, args.steps)
-    mech: Mechanism = trial
-    if args.search == "random_stopping":
-        if args.mean is None:
-            raise RayDPHPOError("--search random_stopping needs --mean (E[K], >= 1)")
-        mech = RandomStopping(trial, StoppingDistribution(args.distribution), args.mean,
-                              args.shape)
-    elif args.mean is not None or args.shape is not None:
-        raise RayDPHPOError("--mean/--shape/--distribution price a search: add "
-                            "--search random_stopping")
-
-    # PLD in bounded memory for every valid input (raydp_hpo.accounting.pld.discretisation_interval);
-    # inf (no claim) where an accountant cannot bound the mechanism
-    rows = {
-        "rdp": epsilon(mech, args.delta, Accountant.RDP),
-        "rdp_classic": classic_rdp_to_epsilon(rdp_profile(mech).values, args.delta),
-        "pld": epsilon_or_inf(mech, args.delta, Accountant.PLD),
-    }
-    if isinstance(mech, RandomStopping):
-        rows["profile"] = epsilon_or_inf(mech, args.delta, Accountant.PROFILE)
-    rows["best"] = min(rows.values())  # every row is a valid upper bound
+    plan_of = _account_plan(args)
+    if invert:
+        return _cmd_account_invert(args, plan_of)
+    mech = plan_of(args.noise_multiplier)
+    rows = _account_rows(mech, args.delta)
     if args.json:
         print(json.dumps({"mechanism": repr(mech), "delta": args.delta, "epsilon": rows}))
         return EXIT_OK
     print(f"{mech!r} at δ={args.delta:g}")
+    _print_account_rows(mech, rows)
+    return EXIT_OK
+
+
+def _account_plan(args: argparse.Namespace) -> Callable[[float], Mechanism]:
+    """The priced plan as a function of σ: one DP-SGD run, or a random-stopping search over
+    such runs (``--search random_stopping``). Checks the search flags up front."""
+    from raydp_hpo.accounting.mechanisms import (
+        Gaussian,
+        RandomStopping,
+        StoppingDistribution,
+        SubsampledGaussian,
+    )
+
+    if args.search == "random_stopping":
+        if args.mean is None:
+            raise RayDPHPOError("--search random_stopping needs --mean (E[K], >= 1)")
+    elif args.mean is not None or args.shape is not None:
+        raise RayDPHPOError("--mean/--shape/--distribution price a search: add "
+                            "--search random_stopping")
+    law = StoppingDistribution(args.distribution)
+
+    def plan_of(sigma: float) -> Mechanism:
+        trial: Gaussian | SubsampledGaussian
+        if args.sample_rate == 1.0:
+            trial = Gaussian(sigma, args.steps)
+        else:
+            trial = SubsampledGaussian(sigma, args.sample_rate, args.steps)
+        if args.search == "random_stopping":
+            return RandomStopping(trial, law, args.mean, args.shape)
+        return trial
+
+    return plan_of
+
+
+def _account_rows(mech: Mechanism, delta: float) -> dict[str, float]:
+    """ε of ``mech`` at ``delta`` under each accountant and the headline ``tightest`` (their
+    minimum: every row is a valid upper bound for the fixed plan)."""
+    from raydp_hpo.accounting.accountants import Accountant, epsilon, epsilon_or_inf
+    from raydp_hpo.accounting.mechanisms import RandomStopping
+    from raydp_hpo.accounting.rdp import classic_rdp_to_epsilon, rdp_profile
+
+    # PLD in bounded memory for every valid input (raydp_hpo.accounting.pld.discretisation_interval);
+    # inf (no claim) where an accountant cannot bound the mechanism
+    rows = {
+        "rdp": epsilon(mech, delta, Accountant.RDP),
+        "rdp_classic": classic_rdp_to_epsilon(rdp_profile(mech).values, delta),
+        "pld": epsilon_or_inf(mech, delta, Accountant.PLD),
+    }
+    if isinstance(mech, RandomStopping):
+        rows["profile"] = epsilon_or_inf(mech, delta, Accountant.TIGHTEST)
+    rows["tightest"] = min(rows.values())
+    return rows
+
+
+def _print_account_rows(mech: Mechanism, rows: dict[str, float]) -> None:
+    from raydp_hpo.accounting.mechanisms import RandomStopping
+
+    selection = isinstance(mech, RandomStopping)
     labels = {
         "rdp": "RDP (Canonne–Kamath–Steinke conversion)"
-        + (", P&S 2022 selection" if isinstance(mech, RandomStopping) else ""),
+        + (", P&S 2022 selection" if selection else ""),
         "rdp_classic": "RDP (classic conversion, Mironov 2017)",
         "pld": "PLD (dp-accounting, pessimistic)"
-        + (": selection via its RDP (ε, δ) point" if isinstance(mech, RandomStopping) else ""),
+        + (": selection via its RDP (ε, δ) point" if selection else ""),
         "profile": "privacy profiles (Koskela, Redberg & Wang 2024)",
-        "best": "best valid bound",
+        "tightest": "tightest valid bound (Accountant.TIGHTEST)",
     }
     for key, value in rows.items():
         print(f"  {labels[key]:<58} ε = {value:.4f}")
+
+
+def _cmd_account_invert(args: argparse.Namespace, plan_of: Callable[[float], Mechanism]) -> int:
+    """``account --epsilon E``: the smallest σ whose plan (one DP-SGD run, or the whole
+    random-stopping search) is within ε = E at δ (:func:`~raydp_hpo.accounting.calibration.calibrate_search`)."""
+    from raydp_hpo.accounting.accountants import Accountant
+    from raydp_hpo.accounting.calibration import calibrate_search
+
+    accountant = Accountant(args.accountant or Accountant.TIGHTEST.value)
+    sigma = calibrate_search(plan_of, args.epsilon, args.delta, accountant)
+    mech = plan_of(sigma)
+    rows = _account_rows(mech, args.delta)
+    if args.json:
+        print(json.dumps({"mechanism": repr(mech), "delta": args.delta,
+                          "target_epsilon": args.epsilon, "accountant": accountant.value,
+                          "noise_multiplier": sigma, "epsilon": rows}))
+        return EXIT_OK
+    what = "the whole search" if args.search is not None else "one DP-SGD run"
+    print(f"σ for {what} within ε={args.epsilon:g} at δ={args.delta:g} "
+          f"(accountant {accountant.value}):")
+    print(f"  noise multiplier σ = {_round_up(sigma)}  (rounded up; --json gives the exact float)")
+    print(f"{mech!r} at δ={args.delta:g}")
+    _print_account_rows(mech, rows)
     return EXIT_OK
 
 
@@ -192,7 +261,7 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
     and (unless ``--quick``) every stored RDP curve against a recomputation."""
     from raydp_hpo.errors import LedgerCorruptedError
     from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
-    from raydp_hpo.ledger.journal import read_seal, scan_journal, seal_path
+    from raydp_hpo.ledger.journal import inspect_seal, read_seal, scan_journal, seal_path
 
     path = Path(args.journal)
     result: dict[str, object] = {"journal": str(path)}
@@ -205,13 +274,16 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
         print(json.dumps(result) if args.json else f"journal {path}: CORRUPTED\n  {exc}")
         return EXIT_BAD_INPUT
     claim = read_seal(path)
+    seal_problems = inspect_seal(path).problems()
+    ok = not issues and not seal_problems
     stored = scan.header.get("rdp_orders") is not None
     result.update(
-        ok=not issues,
+        ok=ok,
         version=scan.version,
         charges=len(scan.records),
         bytes=scan.end + (scan.torn.length if scan.torn else 0),
         seal_records=None if claim is None else claim.records,
+        seal_problems=seal_problems,
         torn_tail=None if scan.torn is None else {"offset": scan.torn.offset,
                                                   "length": scan.torn.length},
         curves="not checked (--quick)" if args.quick else (
@@ -225,10 +297,11 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
     else:
         chain = "hash-chained" if scan.version >= 2 else "CRC-32 per record, no chain"
         lines = [
-            f"journal {path}: {'ok' if not issues else 'CORRUPTED'}",
+            f"journal {path}: {'ok' if ok else 'CORRUPTED'}",
             f"  format      version {scan.version} ({chain}), {len(scan.records)} charge records",
             "  seal        " + (f"vouches for {claim.records} records ({seal_path(path)})"
                                 if claim else "none (no truncation check)"),
+            *(f"    DAMAGED: {problem}" for problem in seal_problems),
             "  torn tail   " + ("none" if scan.torn is None else
                                 f"{scan.torn.length} bytes at byte offset {scan.torn.offset}: an "
                                 "interrupted, never-acknowledged write (opening the ledger moves "
@@ -239,7 +312,9 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
             f"(δ={ledger.budget.delta:g})",
         ]
         print("\n".join(lines))
-    return EXIT_OK if not issues else EXIT_BAD_INPUT
+    if seal_problems:  # also on stderr, where the CLI's errors go
+        print(f"raydp-hpo: error: {'; '.join(seal_problems)}", file=sys.stderr)
+    return EXIT_OK if ok else EXIT_BAD_INPUT
 
 
 def _default_ledger_roots(actor_root: Path) -> list[Path]:
@@ -473,6 +548,52 @@ _positive_int = _argument_type(int, lambda v: v >= 1, "an integer >= 1")
 _positive_float = _argument_type(float, lambda v: math.isfinite(v) and v > 0,
                                  "a finite number > 0")
 _probability = _argument_type(float, lambda v: 0 < v < 1, "a number in (0, 1)")
+_rate = _argument_type(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
+_at_least_one = _argument_type(float, lambda v: math.isfinite(v) and v >= 1,
+                               "a finite number >= 1")
+_finite_float = _argument_type(float, math.isfinite, "a finite number")
+
+
+def _looks_like_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _value_flags(parser: argparse.ArgumentParser) -> set[str]:
+    """Every ``--flag`` of ``parser`` and its subcommands that takes exactly one value."""
+    flags: set[str] = set()
+    for action in parser._actions:  # noqa: SLF001 - argparse has no public walk
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            for sub in action.choices.values():
+                flags |= _value_flags(sub)
+        elif action.nargs is None and action.option_strings:
+            flags.update(f for f in action.option_strings if f.startswith("--"))
+    return flags
+
+
+def _attach_negative_values(argv: list[str], flags: set[str]) -> list[str]:
+    """``--delta -1e-5`` as ``--delta=-1e-5``: argparse takes a value that starts with '-'
+    for an option unless it looks like a plain negative number (``-1``, ``-.5``; not
+    ``-1e-5`` or ``-inf``), and then answers "expected one argument" without naming the value.
+    Attached, the value reaches the flag's type check, which names the flag, the value and
+    the valid range."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":  # the rest are positionals
+            return out + argv[i:]
+        if (token in flags and i + 1 < len(argv) and argv[i + 1].startswith("-")
+                and _looks_like_number(argv[i + 1])):
+            out.append(f"{token}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(token)
+        i += 1
+    return out
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -485,26 +606,35 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     acc = sub.add_parser(
-        "account", help="ε of DP-SGD settings under every accountant, or (--mechanism) the "
-                        "noise of a one-shot Laplace/Gaussian release")
-    acc.add_argument("--noise-multiplier", type=float, default=None, help="DP-SGD only")
-    acc.add_argument("--sample-rate", type=float, default=None, help="DP-SGD only")
-    acc.add_argument("--steps", type=int, default=None, help="DP-SGD only")
-    acc.add_argument("--delta", type=float, default=None,
+        "account", help="ε of DP-SGD settings under every accountant, σ for a target --epsilon, "
+                        "or (--mechanism) the noise of a one-shot Laplace/Gaussian release")
+    # every numeric flag checks its range here: the error names the flag, the value and the
+    # range (a negative value such as `--delta -1e-5` included, see _attach_negative_values)
+    acc.add_argument("--noise-multiplier", type=_positive_float, default=None,
+                     help="DP-SGD only (> 0)")
+    acc.add_argument("--sample-rate", type=_rate, default=None, help="DP-SGD only, in (0, 1]")
+    acc.add_argument("--steps", type=_positive_int, default=None, help="DP-SGD only (>= 1)")
+    acc.add_argument("--delta", type=_probability, default=None,
                      help="target δ (DP-SGD and --mechanism gaussian)")
     acc.add_argument("--mechanism", choices=["laplace", "gaussian"], default=None,
                      help="calibrate a one-shot release instead: Laplace b or analytic Gaussian σ")
-    acc.add_argument("--epsilon", type=float, default=None, help="target ε of --mechanism")
-    acc.add_argument("--sensitivity", type=float, default=None,
+    acc.add_argument("--epsilon", type=_positive_float, default=None,
+                     help="target ε (> 0): of --mechanism, or (instead of --noise-multiplier) "
+                          "the DP-SGD run / --search plan whose smallest σ is printed")
+    acc.add_argument("--accountant", choices=["tightest", "rdp", "pld"], default=None,
+                     help="with --epsilon: the figure σ is calibrated on (default tightest, the "
+                          "tightest valid one for a plan fixed up front; rdp for a ledger that "
+                          "halts on the adaptive RDP filter)")
+    acc.add_argument("--sensitivity", type=_positive_float, default=None,
                      help="ℓ₁ (laplace) / ℓ₂ (gaussian) sensitivity of the release (default 1)")
     acc.add_argument("--search", choices=["random_stopping"], default=None,
                      help="price a Papernot–Steinke search over these trials instead of one run")
-    acc.add_argument("--mean", type=float, default=None, help="E[K] of the search")
+    acc.add_argument("--mean", type=_at_least_one, default=None, help="E[K] of the search (>= 1)")
     acc.add_argument("--distribution", default="geometric",
                      choices=["geometric", "logarithmic", "poisson", "truncated_negative_binomial",
                               "binomial"],
                      help="law of the secret number of trials K")
-    acc.add_argument("--shape", type=float, default=None,
+    acc.add_argument("--shape", type=_finite_float, default=None,
                      help="η of the truncated negative binomial, or m (draws) of the binomial")
     acc.add_argument("--json", action="store_true")
     acc.set_defaults(func=_cmd_account)
@@ -602,7 +732,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["federated"]:  # its own options (python -m raydp_hpo.trainables.federated)
         argv = ["federated", "--", *argv[1:]]
     parser = _build_parser()
-    args = parser.parse_args(argv)
+    if argv[:1] != ["federated"]:
+        argv = _attach_negative_values(argv, _value_flags(parser))
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse printed usage and the error (or --help): its code
+        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
     try:
         return int(args.func(args))
     except (BudgetExhaustedError, BudgetTooSmallError) as exc:

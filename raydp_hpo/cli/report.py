@@ -129,6 +129,15 @@ def _plot_budget(budget: Any, points: list[SpendPoint], experiment: str, path: P
     plt.close(fig)
 
 
+def _trial_epsilon(row: dict[str, Any]) -> float | None:
+    """A trial result's own RDP ε (``trial_epsilon_rdp``; ``epsilon`` in runs before the
+    rename), or ``None``."""
+    from raydp_hpo.trial.privacy import TRIAL_EPSILON_KEY
+
+    value = row.get(TRIAL_EPSILON_KEY, row.get("epsilon"))
+    return None if value is None else float(value)
+
+
 def _plot_trials(trials: list[dict[str, Any]], metric: str, path: Path) -> None:
     import matplotlib
 
@@ -137,10 +146,11 @@ def _plot_trials(trials: list[dict[str, Any]], metric: str, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
     for i, trial in enumerate(trials):
-        rows = [r for r in trial["rows"] if metric in r and "epsilon" in r]
-        if not rows:
+        points = [(eps, r[metric]) for r in trial["rows"]
+                  if metric in r and (eps := _trial_epsilon(r)) is not None]
+        if not points:
             continue
-        ax.plot([r["epsilon"] for r in rows], [r[metric] for r in rows], "o-", markersize=4,
+        ax.plot([p[0] for p in points], [p[1] for p in points], "o-", markersize=4,
                 label=f"trial {i + 1}", alpha=0.8)
     ax.set_xlabel("ε of the trial's own training so far (not the search's cost)")
     ax.set_ylabel(metric)
@@ -193,6 +203,8 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repo
 
     cert = release["certificate"]
     eps = cert["epsilon"]
+    certified = eps.get("certified", eps.get("best"))  # "best" in releases before the rename
+    certified_by = eps.get("certified_accountant", "the smallest figure below")
     lines = [
         f"# raydp-hpo report: {experiment}",
         "",
@@ -227,9 +239,10 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repo
         f"- paper: {cert['paper']}",
         f"- accounting: {cert['description']}",
         f"- budget: ε = {cert['budget']['epsilon']:g}, δ = {cert['budget']['delta']:g}",
-        f"- ε (RDP) = {eps['rdp']:.4f}, ε (PLD) = {eps['pld']:.4f}, "
-        f"ε (profile) = {eps.get('profile', float('inf')):.4f}, "
-        f"**ε released = {eps['best']:.4f}** (≤ budget: {eps['best'] <= cert['budget']['epsilon']})",
+        f"- **ε certified = {certified:.4f}** ({certified_by}; the ledger halts on "
+        f"{cert['ledger']['halting_rule']}; ≤ budget: {certified <= cert['budget']['epsilon']})",
+        f"- references: ε (RDP) = {eps['rdp']:.4f}, ε (PLD) = {eps['pld']:.4f}, "
+        f"ε (profile) = {eps.get('profile', float('inf')):.4f}",
         f"- ledger: {cert['ledger']['name']} ({cert['ledger']['halting_rule']}), "
         f"ledger spent ε = {cert['ledger']['spent_epsilon']:.4f}",
         f"- privacy unit: {cert.get('privacy_unit', 'one record (add/remove)')}",

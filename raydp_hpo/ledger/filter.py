@@ -63,6 +63,7 @@ or a version-1 journal, is replayed by recomputing every curve.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import math
@@ -354,6 +355,10 @@ class PrivacyLedger:
         assert self._journal is not None
         header = self._journal.header
         stored = {k: header.get(k) for k in ("budget", "adaptivity", "accountant")}
+        # a value stored by an earlier version ("profile") names today's member; an unknown
+        # one stays as it is and is reported as a mismatch below
+        with contextlib.suppress(ValueError):
+            stored["accountant"] = Accountant(stored["accountant"]).value
         if stored != self._settings():
             raise LedgerMismatchError(
                 f"journal {self._journal.path} was created with {stored}, but this ledger was "

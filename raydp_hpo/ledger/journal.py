@@ -47,7 +47,9 @@ false alarm, since it is written only after the records it vouches for are durab
 or reading a journal that has fewer records than its seal claims, or other records up to that
 point, or another header, is an error. A seal with a valid slot and no journal beside it
 stops a new ledger from starting a fresh budget under that name. Readers read the seal before
-the journal. Deleting the seal removes this check (and only this check).
+the journal. Deleting the seal removes this check (and only this check). ``raydp-hpo ledger
+verify`` reports a damaged slot (:func:`inspect_seal`) as corruption; with both slots damaged
+the seal vouches for nothing.
 
 Locking: the writer holds an exclusive POSIX record lock on the whole file
 (``fcntl`` ``F_OFD_SETLK`` open-file-description lock on Linux; ``fcntl.lockf`` elsewhere,
@@ -95,6 +97,8 @@ __all__ = [
     "JournalScan",
     "TornTail",
     "SealClaim",
+    "SealState",
+    "inspect_seal",
     "read_header",
     "read_seal",
     "seal_path",
@@ -323,6 +327,87 @@ def _seal_claims(raw: bytes) -> list[SealClaim]:
         except (ValueError, KeyError, TypeError):
             continue  # a torn or empty slot: no claim
     return claims
+
+
+@dataclass(frozen=True)
+class SealState:
+    """What a seal file holds, slot by slot (:func:`inspect_seal`, for ``ledger verify``).
+
+    ``damaged`` lists (slot number from 1, what is wrong) for each slot that holds bytes but
+    no valid claim (bad JSON, a failed CRC, missing fields); an all-NUL slot was never written
+    and is not damage. ``odd_size`` is set when the file is not a whole number of slots."""
+
+    path: Path
+    exists: bool
+    size: int
+    claims: tuple[SealClaim, ...]
+    damaged: tuple[tuple[int, str], ...]
+    odd_size: bool
+
+    @property
+    def unusable(self) -> bool:
+        """The seal holds bytes but not one valid slot: it vouches for nothing, so a journal
+        cut at a line boundary would no longer be caught."""
+        return self.exists and self.size > 0 and not self.claims
+
+    def problems(self) -> list[str]:
+        """Each thing wrong with the seal, as a sentence naming the file."""
+        out = []
+        if self.odd_size:
+            out.append(f"seal {self.path} is {self.size} bytes, not a whole number of "
+                       f"{_SEAL_SLOT}-byte slots (at most 2): it was written by something else")
+        for slot, why in self.damaged:
+            out.append(f"seal {self.path}: slot {slot} is damaged ({why})" + (
+                "; the other slot still vouches (a crash during a seal write leaves one torn "
+                "slot; the ledger's next open or charge rewrites it)" if self.claims else ""))
+        if self.unusable:
+            out.append(f"seal {self.path} has no valid slot: it vouches for no record, so a "
+                       "truncated journal would go unnoticed. Restore the seal from the "
+                       "journal's backup; or, after checking the journal against that backup, "
+                       "delete the seal (the next ledger open writes a fresh one)")
+        return out
+
+
+def _slot_problem(raw: bytes) -> str | None:
+    """Why a non-empty seal slot is not a valid claim (None: it is valid)."""
+    try:
+        rec = json.loads(raw)
+    except ValueError:
+        return "not a JSON record"
+    if not isinstance(rec, dict) or not {"records", "chain", "header", "crc"} <= set(rec):
+        return "not a seal record (fields missing)"
+    if not _v1_check(rec):
+        return "CRC mismatch"
+    try:
+        int(rec["records"])
+    except (ValueError, TypeError):
+        return "record count is not an integer"
+    return None
+
+
+def inspect_seal(path: str | os.PathLike[str]) -> SealState:
+    """Read the seal of the journal at ``path`` slot by slot, without changing anything.
+
+    :func:`read_seal` takes the strongest valid slot and skips a torn one (a crash during a
+    seal write leaves one torn slot and the other valid: no false alarm there); this names
+    every damaged slot so ``raydp-hpo ledger verify`` can report them."""
+    seal = seal_path(path)
+    try:
+        raw = seal.read_bytes()
+    except FileNotFoundError:
+        return SealState(seal, False, 0, (), (), False)
+    except OSError as exc:
+        raise RayDPHPOError(f"cannot read seal {seal}: {exc.strerror or exc}") from None
+    damaged = []
+    for k in range(0, len(raw), _SEAL_SLOT):
+        slot = raw[k : k + _SEAL_SLOT]
+        if not slot.strip(b"\x00"):
+            continue  # never written (a hole before the second slot)
+        why = _slot_problem(slot)
+        if why is not None:
+            damaged.append((k // _SEAL_SLOT + 1, why))
+    odd = len(raw) % _SEAL_SLOT != 0 or len(raw) > 2 * _SEAL_SLOT
+    return SealState(seal, True, len(raw), tuple(_seal_claims(raw)), tuple(damaged), odd)
 
 
 def read_seal(path: Path) -> SealClaim | None:

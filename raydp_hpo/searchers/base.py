@@ -29,20 +29,28 @@ from __future__ import annotations
 
 import abc
 import functools
+import inspect
 import itertools
 import math
 import pickle
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
+from typing import Any, ClassVar
 
 import numpy as np
 from ray.tune.search import Searcher
 from ray.tune.search.sample import Categorical, Domain, Function
 
 from raydp_hpo._atomic_io import atomic_write_bytes
-from raydp_hpo._validation import coerce_enum, positive_float, positive_int
+from raydp_hpo._validation import (
+    closest_match,
+    coerce_enum,
+    did_you_mean,
+    positive_float,
+    positive_int,
+)
 from raydp_hpo.accounting.accountants import Accountant, epsilon, smallest_noise_multiplier
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import Mechanism, WorstCase, mechanism_to_dict
@@ -69,6 +77,9 @@ __all__ = [
     "Release",
     "DPSearcher",
     "Phase",
+    "searcher_settings",
+    "check_settings",
+    "resolve_preset",
 ]
 
 #: The config key carrying the privacy contract of a trial; never part of a release.
@@ -347,6 +358,15 @@ class DPSearcher(Searcher, abc.ABC):
     paper: str = ""
     #: whether the space must give ``epochs`` (False where the searcher sets it itself)
     _requires_epochs: bool = True
+    #: the Enum of this algorithm's named presets (``None``: it has none); a ``preset=``
+    #: setting names one, and settings given explicitly override its values
+    #: (:func:`resolve_preset`)
+    preset_type: ClassVar[type[Enum] | None] = None
+    #: the constructor settings of each preset (keys of :attr:`preset_type`)
+    presets: ClassVar[Mapping[Any, Mapping[str, Any]]] = {}
+    #: groups of settings that are alternatives to each other: one of them given explicitly
+    #: drops the others from a preset (e.g. absolute ε's instead of fractions of the budget)
+    _alternative_settings: ClassVar[tuple[frozenset[str], ...]] = ()
 
     def __init__(
         self,
@@ -859,12 +879,97 @@ class DPSearcher(Searcher, abc.ABC):
         self.set_state(state)
 
 
+_KEYWORD_KINDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def _init_settings(cls: type) -> tuple[str, ...]:
+    """The keyword parameters of ``cls``'s constructors along its MRO, read from their
+    signatures (so no hand-kept list can go stale): each ``__init__`` that passes ``**kwargs``
+    on adds its parent's, down to :class:`DPSearcher`."""
+    names: list[str] = []
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = list(inspect.signature(init).parameters.values())[1:]  # without self
+        names += [p.name for p in params if p.kind in _KEYWORD_KINDS]
+        if klass is DPSearcher or all(p.kind is not p.VAR_KEYWORD for p in params):
+            break
+    return tuple(dict.fromkeys(names))
+
+
+def searcher_settings(cls: type[DPSearcher]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the settings of ``cls``'s algorithm, the settings every searcher takes): every
+    keyword its constructor accepts, ``preset`` included where the algorithm has presets."""
+    common = tuple(k for k in _init_settings(DPSearcher) if k != "param_space")
+    own = [k for k in _init_settings(cls) if k not in common and k != "param_space"]
+    if cls.preset_type is not None:
+        own.append("preset")
+    return tuple(own), common
+
+
+def check_settings(cls: type[DPSearcher], settings: Mapping[str, Any]) -> None:
+    """Refuse every setting ``cls`` does not take, all at once, each with the closest valid
+    one, and list the valid settings (:class:`InvalidParameterError`, before anything is
+    built). Used by the constructors, :func:`~raydp_hpo.searchers.make_searcher`, ``DPTuner``
+    (``search_kwargs``) and experiment files (``search.settings``)."""
+    own, common = searcher_settings(cls)
+    valid = (*own, *common)
+    unknown = [k for k in settings if k not in (*valid, "param_space")]
+    if not unknown:
+        return
+    named = cls.algorithm or cls.__name__
+    listed = ", ".join(_with_guess(k, valid) for k in unknown)
+    set_by_tuner = {"metric", "mode", *TUNER_ASSIGNED, *TUNER_DEFAULTS}
+    raise InvalidParameterError(
+        f"unknown {named} setting{'s' if len(unknown) > 1 else ''}: {listed}. Settings of "
+        f"{named}: {', '.join(own) or '(none of its own)'}; of every searcher: "
+        f"{', '.join(k for k in common if k not in set_by_tuner)} (and "
+        f"{', '.join(k for k in common if k in set_by_tuner)}, which DPTuner and experiment "
+        "files set themselves)"
+    )
+
+
+def _with_guess(name: object, valid: tuple[str, ...]) -> str:
+    close = closest_match(str(name), valid)
+    return f"{name!r} (did you mean {close!r}?)" if close else repr(name)
+
+
+def resolve_preset(cls: type[DPSearcher], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` with its ``preset`` (a :attr:`DPSearcher.preset_type` member or its value)
+    replaced by the preset's settings; settings given explicitly override the preset's, and
+    one of a group of alternatives given explicitly drops the others
+    (:attr:`DPSearcher._alternative_settings`). Without ``preset``: ``settings`` as they are."""
+    if "preset" not in settings:
+        return dict(settings)
+    explicit = {k: v for k, v in settings.items() if k != "preset"}
+    if cls.preset_type is None:
+        raise InvalidParameterError(f"{cls.algorithm or cls.__name__} has no presets")
+    names = [str(m.value) for m in cls.preset_type]
+    value = settings["preset"]
+    if not isinstance(value, cls.preset_type) and value not in names:
+        raise InvalidParameterError(
+            f"unknown {cls.algorithm} preset {value!r}"
+            f"{did_you_mean(str(value), names)}; use one of {', '.join(names)}"
+        )
+    preset = cls.preset_type(getattr(value, "value", value))
+    values = dict(cls.presets[preset])
+    for group in cls._alternative_settings:
+        if group & explicit.keys():
+            for key in group:
+                values.pop(key, None)
+    return {**values, **explicit}
+
+
 def _deferring_init(init: Callable[..., None]) -> Callable[..., None]:
-    """``init`` that, called with ``param_space=None`` (positional or keyword), keeps its
-    arguments for ``set_search_properties`` instead of building the plan now."""
+    """``init`` that refuses unknown settings (:func:`check_settings`), expands a ``preset``
+    (:func:`resolve_preset`) and, called with ``param_space=None`` (positional or keyword),
+    keeps its arguments for ``set_search_properties`` instead of building the plan now."""
 
     @functools.wraps(init)
     def __init__(self: DPSearcher, *args: Any, **kwargs: Any) -> None:
+        check_settings(type(self), kwargs)
+        kwargs = resolve_preset(type(self), kwargs)
         space = args[0] if args else kwargs.get("param_space")
         if space is not None:
             init(self, *args, **kwargs)

@@ -10,7 +10,13 @@ Adaptive Hyperparameter Optimization", Algorithms 1–3 and Theorem 4.1.
 * Thm. 4.1: the whole is μ_t-GDP with μ_t = √(n·μ₁² + n·μ₂² + μ_f²) (Dong, Roth & Su 2022,
   Cor. 3.3); (ε, δ) by their Cor. 2.13.
 
-Full batch (the paper's setting, default): trials get ``optimizer="gd"`` and ``mu``; the
+Defaults (issue #31): the refined DP-SGD variant — ``LinearScalingPreset.REFINED``, measured
+best by ``benchmarks/privacy_utility.py`` (DP-SGD at a fixed T, ``line_fit="proportional"``,
+``sweep_estimate="quadratic"``, ``sweep_draw="refined"``, sweeps at fractions 0.1 and 0.2 of
+the budget's ε); the sample rate, T, learning-rate range and optimizer come from the search
+space unless set. ``preset="paper"`` is the paper's full-batch rule below (the defaults before).
+
+Full batch (the paper's setting, ``preset="paper"``): trials get ``optimizer="gd"`` and ``mu``; the
 trainable sets σ = √T/μ, so a run is ``Gaussian(√T/μ, T)``, exactly μ-GDP for every T. The
 plan writes each run as ``Gaussian(1/μ, 1)`` — the same RDP curve and the same μ for every T —
 so the plan is fixed although T is chosen adaptively:
@@ -29,7 +35,7 @@ Subsampled option (``full_batch=False``): DP-SGD at a fixed sample rate; σᵢ i
 that ``SubsampledGaussian(σᵢ, q, T_max)`` has the sweep's εᵢ (runs with T < T_max are
 dominated), and the plan composes these upper bounds.
 
-Robust extrapolation (a deviation from Alg. 2, on by default). Each sweep's best r is the best
+Robust extrapolation (a deviation from Alg. 2, on by default for the two-point line). Each sweep's best r is the best
 of n noisy runs, so the two points of the fit are noisy too; the slope α = (r₂ − r₁)/(x₂ − x₁)
 is divided by a small Δx (0.1 in ε) and multiplied by the long lever x_f − x₂ (≈ 2.3 at a total
 ε = 3), so r* lands far outside anything a sweep tried: above it, a learning rate at which
@@ -45,7 +51,7 @@ predicts, but not an unvalidated order of magnitude). ``max_extrapolation=None``
 paper's unclamped rule (clipped to [r_min, r_max] only). When a sweep failed entirely the
 other's best r is used and, when both failed, the data-independent √(r_min·r_max), as before.
 
-Proportional fit (``line_fit="proportional"``, off by default). Even clamped, the two-point
+Proportional fit (``line_fit="proportional"``, the default; preset ``paper``: two-point). Even clamped, the two-point
 slope is the difference of two best-of-n draws divided by a small Δx. Panda et al. build their
 rule on Prop. 2.1(a) — at a fixed T, a larger ε means a smaller σ and a proportionally larger
 η, "the optimal learning rate is inversely proportional to the noise scale" (the original
@@ -93,7 +99,7 @@ import numpy as np
 from ray.tune.search import Searcher
 
 from raydp_hpo._validation import coerce_enum, positive_float
-from raydp_hpo.accounting.accountants import calibrate_noise
+from raydp_hpo.accounting.accountants import Accountant, calibrate_noise
 from raydp_hpo.accounting.gdp import compose_mu, gdp_epsilon, gdp_mu
 from raydp_hpo.accounting.mechanisms import Composition, Gaussian, Mechanism, SubsampledGaussian
 from raydp_hpo.errors import BudgetTooSmallError, InvalidParameterError, SearchSpaceError
@@ -107,9 +113,10 @@ from raydp_hpo.searchers.base import (
     finite_values,
     plan_epsilon,
 )
-from raydp_hpo.trial.privacy import Optimizer
+from raydp_hpo.trial.privacy import Optimizer, dpsgd_steps
 
-__all__ = ["LinearScalingSearch", "FitVariable", "LineFit", "SweepDraw", "SweepEstimate"]
+__all__ = ["LinearScalingSearch", "LinearScalingPreset", "PRESETS", "FitVariable", "LineFit",
+           "SweepDraw", "SweepEstimate"]
 
 PAPER = (
     "Panda et al. (2024), A New Linear Scaling Rule for Private Adaptive Hyperparameter "
@@ -121,7 +128,7 @@ PAPER = (
 class FitVariable(Enum):
     """The abscissa of the line fit r = α·x + b.
 
-    ``EPSILON`` (default): x is each run's ε at the budget's δ — the paper's Sec. 4.2 text
+    ``EPSILON`` (preset ``paper``): x is each run's ε at the budget's δ — the paper's Sec. 4.2 text
     ("fit a line to (ε₁, r(ε₁)), (ε₂, r(ε₂))", ε₁ = 0.1, ε₂ = 0.2). ``MU``: x = μ, as written in
     Algorithm 2 ("given (μ₁, r₁), (μ₂, r₂)"; "r* = αμ_f + b"); full batch only (a DP-SGD run
     has no exact μ). ``INVERSE_NOISE``: x = 1/σ, the run's noise multiplier — the "original
@@ -139,7 +146,7 @@ class FitVariable(Enum):
 class LineFit(Enum):
     """How r* is read off the two sweep points (xᵢ, rᵢ).
 
-    ``TWO_POINT`` (default): Panda et al. Alg. 2, the line through both points, r* = α·x_f + b
+    ``TWO_POINT`` (preset ``paper``): Panda et al. Alg. 2, the line through both points, r* = α·x_f + b
     (clamped, see ``max_extrapolation``). ``PROPORTIONAL``: the line through the origin,
     r = α·x — Panda et al.'s Prop. 2.1(a) ("fix T, reduce σ, increase η") with the original
     linear scaling rule η* ∝ 1/σ; each sweep gives one estimate of α, rᵢ/xᵢ, and r* is their
@@ -155,7 +162,7 @@ class LineFit(Enum):
 class SweepEstimate(Enum):
     """What a proportional fit reads from the sweeps (``line_fit="proportional"`` only).
 
-    ``BEST`` (default): Alg. 3 — each sweep's best run; α̂ = (Πᵢ rᵢ/xᵢ)^{1/m}.
+    ``BEST`` (preset ``paper``): Alg. 3 — each sweep's best run; α̂ = (Πᵢ rᵢ/xᵢ)^{1/m}.
     ``QUADRATIC``: every completed sweep run's (noisy) score. Under the proportional rule
     every sweep peaks at the same u = log(r/x) = log α, at its own level, so a least-squares
     fit of y = a_sweep + b·u + c·u² (one intercept per sweep, shared b and c) to the 2n
@@ -176,7 +183,7 @@ class SweepEstimate(Enum):
 class SweepDraw(Enum):
     """The law of r in a sweep run (Alg. 3).
 
-    ``UNIFORM`` (default): the paper's "r uniform in [r_min, r_max]". ``LOG_UNIFORM``:
+    ``UNIFORM`` (preset ``paper``): the paper's "r uniform in [r_min, r_max]". ``LOG_UNIFORM``:
     log r uniform over the same range — the usual prior for a learning rate spanning several
     decades (with lr ∈ [10⁻³, 10] and T fixed, a uniform r puts 90% of the runs at lr > 1).
 
@@ -206,35 +213,167 @@ class SweepDraw(Enum):
     REFINED = "refined"
 
 
+#: Default (ε₁, ε₂) of the sweep runs as fractions of the budget's ε (the benchmark's setting).
+DEFAULT_SWEEP_FRACTIONS = (0.1, 0.2)
+
+
+class LinearScalingPreset(Enum):
+    """Named settings of :class:`LinearScalingSearch` (``preset=`` in ``search_kwargs`` or an
+    experiment file's ``search.preset``); settings given explicitly override a preset's.
+
+    ``REFINED`` (the constructor's defaults): ``linear_scaling_refined`` of
+    ``benchmarks/privacy_utility.py`` — DP-SGD at the space's sample rate and a fixed
+    T = ⌈epochs/q⌉, 3 runs per sweep at 0.1·ε and 0.2·ε, the proportional rule in 1/σ, the
+    quadratic sweep estimate and coarse-to-fine sweeps (± 1 decade). At ε = 3 it went 93%
+    [89%, 96%] (MNIST-1D) and 99% [97%, 101%] (digits) of the way from one-shot random search
+    to the non-private-tuning oracle, four fresh 20-seed runs pooled
+    (``benchmarks/results/privacy_utility_summary.md``), with 2·3 + 1 = 7 runs of one-shot's
+    size; issue #31 reports 102% at 3× one-shot's compute on a held-out tabular task.
+    ``PAPER``: Panda et al.'s full-batch rule, the defaults before issue #31 — DP-GD, 5 runs
+    per sweep at ε₁ = 0.1 and ε₂ = 0.2 (absolute), r uniform, the line through both sweeps'
+    best r clamped to a factor 2 (``max_extrapolation=None``: the paper's unclamped line),
+    T ∈ [10, 100]; on the same held-out task 75% at 171× one-shot's gradient evaluations.
+    """
+
+    REFINED = "refined"
+    PAPER = "paper"
+
+
+PRESETS: dict[LinearScalingPreset, dict[str, Any]] = {
+    LinearScalingPreset.REFINED: {
+        "full_batch": False, "runs_per_sweep": 3, "sweep_epsilon_fractions": (0.1, 0.2),
+        "fit_variable": "inverse_noise", "line_fit": "proportional", "sweep_draw": "refined",
+        "sweep_estimate": "quadratic", "refine_decades": 1.0,
+    },
+    LinearScalingPreset.PAPER: {
+        "full_batch": True, "runs_per_sweep": 5, "sweep_epsilons": (0.1, 0.2),
+        "steps_range": (10, 100), "fit_variable": "epsilon", "line_fit": "two_point", "sweep_draw": "uniform",
+        "sweep_estimate": "best", "max_extrapolation": 2.0,
+    },
+}
+
+
+def _pair(name: str, value: Any) -> tuple[float, float]:
+    try:
+        first, second = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(f"{name} must be a pair of numbers, got {value!r}") from None
+    return first, second
+
+
+def _constant(space: Mapping[str, Any], key: str) -> Any:
+    """The one value of ``space[key]``; :class:`InvalidParameterError` naming the setting to
+    add when it varies."""
+    vals = finite_values(key, space[key])
+    if vals is None or len(vals) != 1:
+        setting = "steps_range=(T, T)" if key == "epochs" else "sample_rate=q"
+        values = "a continuous domain" if vals is None else f"values {vals}"
+        raise InvalidParameterError(
+            f"linear scaling trains every DP-SGD run at one sample rate and one T, but the "
+            f"search space's {key!r} varies ({values}): add the setting {setting} "
+            f"(search_kwargs / search.settings) or fix {key!r} to a constant"
+        )
+    return vals[0]
+
+
+def _sample_rate_from(space: Mapping[str, Any], dataset_size: int, used: set[str]) -> float:
+    """DP-SGD's q from the space: its ``sample_rate``, or ``batch_size`` / the declared
+    dataset size."""
+    for key in ("sample_rate", "batch_size"):
+        if key in space:
+            value = _constant(space, key)
+            used.add(key)
+            return float(value) if key == "sample_rate" else float(value) / dataset_size
+    raise InvalidParameterError(
+        "linear scaling trains with DP-SGD by default and needs its sample rate: add the "
+        "setting sample_rate=q (search_kwargs / search.settings), or a constant sample_rate "
+        "(or batch_size) to the search space; preset='paper' trains full batch instead"
+    )
+
+
+def _steps_from(space: Mapping[str, Any], q: float, used: set[str]) -> tuple[int, int]:
+    """(T, T) with T = ⌈epochs/q⌉ from the space's constant ``epochs``."""
+    if "epochs" not in space:
+        raise InvalidParameterError(
+            "linear scaling trains every DP-SGD run for one number of steps T: add the "
+            "setting steps_range=(T, T) (search_kwargs / search.settings), or a constant "
+            "epochs to the search space (T = ⌈epochs / sample_rate⌉)"
+        )
+    epochs = _constant(space, "epochs")
+    if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not epochs > 0:
+        raise InvalidParameterError(f"search space 'epochs' must be a number > 0, got {epochs!r}")
+    used.add("epochs")
+    steps = dpsgd_steps(float(epochs), q)
+    return steps, steps
+
+
+def _lr_range_from(space: Mapping[str, Any], lr_key: str, used: set[str]) -> tuple[float, float]:
+    """(η_min, η_max) from the space's learning rate (a domain's bounds, a finite set's
+    extremes), else (1e-3, 1)."""
+    value = space.get(lr_key)
+    if value is not None:
+        vals = finite_values(lr_key, value)
+        if vals is not None and all(isinstance(v, (int, float)) for v in vals):
+            used.add(lr_key)
+            return float(min(vals)), float(max(vals))
+        if isinstance(getattr(value, "lower", None), (int, float)) and isinstance(
+                getattr(value, "upper", None), (int, float)):
+            used.add(lr_key)
+            return float(value.lower), float(value.upper)
+    return 1e-3, 1.0
+
+
+def _optimizer_from(space: Mapping[str, Any], used: set[str]) -> Optimizer:
+    """The space's constant DP-SGD optimizer (sgd, momentum or adam), else sgd."""
+    vals = finite_values("optimizer", space["optimizer"]) if "optimizer" in space else None
+    if vals is not None and len(vals) == 1 and vals[0] in ("sgd", "momentum", "adam"):
+        used.add("optimizer")
+        return Optimizer(vals[0])
+    return Optimizer.SGD
+
+
 class LinearScalingSearch(DPSearcher):
     """Panda et al. (2024) Algorithm 2 as a Ray Tune searcher.
 
-    Args (beyond :class:`~raydp_hpo.searchers.base.DPSearcher`):
-        runs_per_sweep: n, runs per sweep (Alg. 3).
+    Args (beyond :class:`~raydp_hpo.searchers.base.DPSearcher`); the defaults are
+    :class:`LinearScalingPreset` ``REFINED``, ``preset="paper"`` the paper's full-batch rule:
+        preset: a :class:`LinearScalingPreset` (or its value); the settings given explicitly
+            override its values.
+        runs_per_sweep: n, runs per sweep (Alg. 3); default 3 (paper: 5).
         sweep_epsilons: (ε₁, ε₂), the per-run ε of the two sweeps at ``budget.delta``
-            (paper default 0.1, 0.2); μᵢ = gdp_mu(εᵢ, δ).
-        lr_range: (η_min, η_max).
-        steps_range: (T_min, T_max).
+            (paper 0.1, 0.2); μᵢ = gdp_mu(εᵢ, δ).
+        sweep_epsilon_fractions: (ε₁, ε₂) as fractions of the budget's ε instead (default,
+            when neither is given: 0.1 and 0.2); not with ``sweep_epsilons``.
+        lr_range: (η_min, η_max); default: the bounds of the space's ``lr_key`` entry, else
+            (1e-3, 1).
+        steps_range: (T_min, T_max); default: DP-SGD (T, T) with T = ⌈epochs/q⌉ from the
+            space's constant ``epochs``; full batch (10, 100).
         lr_key: config key of the learning rate η.
-        full_batch: full-batch DP-GD (the paper) or DP-SGD at ``sample_rate``.
-        sample_rate: DP-SGD sample rate (only with ``full_batch=False``).
-        optimizer: optimizer for ``full_batch=False`` (sgd/momentum/adam).
+        full_batch: full-batch DP-GD (the paper) or DP-SGD at ``sample_rate`` (default).
+        sample_rate: DP-SGD sample rate q; default: the space's constant ``sample_rate``, or
+            its constant ``batch_size`` over ``dataset_size`` (an error names this setting
+            when the space has neither).
+        optimizer: optimizer for ``full_batch=False`` (sgd/momentum/adam); default: the
+            space's constant ``optimizer`` if one of these, else sgd.
         fit_variable: abscissa of the line fit (see :class:`FitVariable`).
         max_extrapolation: c ≥ 1, r* is clamped to [min(r₁, r₂)/c, c·max(r₁, r₂)] (see the
             module docstring; post-processing, no privacy cost); ``None``: the paper's
             unclamped line (clipped to [r_min, r_max] only). Two-point line only: the
             proportional fit estimates no slope.
-        line_fit: the line through both sweep points (paper) or through the origin (see
-            :class:`LineFit`).
+        line_fit: the line through both sweep points (paper) or through the origin (default;
+            see :class:`LineFit`).
         sweep_draw: the law of r in a sweep run (see :class:`SweepDraw`).
         sweep_estimate: what the proportional fit reads from the sweeps, each sweep's best
-            run (paper) or a quadratic fit to every sweep score (see :class:`SweepEstimate`).
+            run (paper) or a quadratic fit to every sweep score (default; see
+            :class:`SweepEstimate`).
         refine_decades: half-width, in decades of r, of the second sweep's window with
             ``sweep_draw="refined"`` (see :class:`SweepDraw`); ignored otherwise.
 
     The space holds only the other (fixed) hyperparameters as constants: Alg. 3 searches r
     alone. Keys it sets itself (``lr_key`` and the privacy keys: noise, batch, epochs,
-    optimizer) are ignored with a warning, so one space serves every searcher. μ_f is the largest value such that the plan is admissible and μ_t meets the budget
+    optimizer) never reach a trial: they supply the defaults above where used and are
+    otherwise ignored with a warning, so one space serves every searcher. In full batch, μ_f
+    is the largest value such that the plan is admissible and μ_t meets the budget
     under exact GDP conversion; it must be at least μ₂ (else the budget is refused). With
     ``score_epsilon`` set, the admissibility of the whole plan (including the 2n
     ``Laplace(score_epsilon)`` score releases) lowers μ_f further; μ_t (:attr:`total_mu`) is
@@ -244,40 +383,40 @@ class LinearScalingSearch(DPSearcher):
     algorithm = "linear_scaling"
     paper = PAPER
     _requires_epochs = False
+    preset_type = LinearScalingPreset
+    presets = PRESETS
+    _alternative_settings = (frozenset({"sweep_epsilons", "sweep_epsilon_fractions"}),)
 
     def __init__(
         self,
         param_space: Mapping[str, Any],
         *,
-        runs_per_sweep: int = 5,
-        sweep_epsilons: tuple[float, float] = (0.1, 0.2),
-        lr_range: tuple[float, float] = (1e-3, 1.0),
-        steps_range: tuple[int, int] = (10, 100),
+        runs_per_sweep: int = 3,
+        sweep_epsilons: tuple[float, float] | None = None,
+        sweep_epsilon_fractions: tuple[float, float] | None = None,
+        lr_range: tuple[float, float] | None = None,
+        steps_range: tuple[int, int] | None = None,
         lr_key: str = "lr",
-        full_batch: bool = True,
+        full_batch: bool = False,
         sample_rate: float | None = None,
-        optimizer: Optimizer | str = Optimizer.MOMENTUM,
-        fit_variable: FitVariable | str = FitVariable.EPSILON,
+        optimizer: Optimizer | str | None = None,
+        fit_variable: FitVariable | str = FitVariable.INVERSE_NOISE,
         max_extrapolation: float | None = 2.0,
-        line_fit: LineFit | str = LineFit.TWO_POINT,
-        sweep_draw: SweepDraw | str = SweepDraw.UNIFORM,
-        sweep_estimate: SweepEstimate | str = SweepEstimate.BEST,
+        line_fit: LineFit | str = LineFit.PROPORTIONAL,
+        sweep_draw: SweepDraw | str = SweepDraw.REFINED,
+        sweep_estimate: SweepEstimate | str = SweepEstimate.QUADRATIC,
         refine_decades: float = 1.0,
         **kwargs: Any,
     ) -> None:
-        own = [k for k in (*PRIVACY_KEYS, lr_key)
-               if isinstance(param_space, Mapping) and k in param_space]
-        if own:
-            # One space for every searcher: keys this algorithm sets itself are dropped (never
-            # reach a trial, so the plan below is what the trials run), not refused.
-            warnings.warn(
-                f"linear scaling sets {', '.join(map(repr, own))} itself (r = η·T, μ per sweep, "
-                "the noise and the batch); it ignores them in the search space (tune them with "
-                "lr_range / steps_range / sweep_epsilons / sample_rate)",
-                UserWarning, stacklevel=2,
-            )
-            param_space = {k: v for k, v in param_space.items() if k not in own}
-        super().__init__(param_space, **kwargs)
+        space = dict(param_space) if isinstance(param_space, Mapping) else {}
+        own = [k for k in (*PRIVACY_KEYS, lr_key) if k in space]
+        # One space for every searcher: keys this algorithm sets itself never reach a trial
+        # (so the plan below is what the trials run); they only supply defaults below.
+        super().__init__(
+            {k: v for k, v in space.items() if k not in own}
+            if isinstance(param_space, Mapping) else param_space,
+            **kwargs,
+        )
         for key, value in self._space.items():
             vals = finite_values(key, value)
             if vals is None or len(vals) != 1:
@@ -285,13 +424,34 @@ class LinearScalingSearch(DPSearcher):
                     f"search space key {key!r} varies; Panda et al. (2024) Alg. 3 searches only "
                     f"r = η·T — fix {key!r} to a constant"
                 )
+        full_batch = bool(full_batch)
+        used: set[str] = set()
+        if not full_batch and sample_rate is None:
+            sample_rate = _sample_rate_from(space, self._dataset_size, used)
+        if not full_batch and (isinstance(sample_rate, bool)
+                               or not isinstance(sample_rate, (int, float))
+                               or not 0 < sample_rate < 1):
+            raise InvalidParameterError(
+                f"full_batch=False needs sample_rate in (0, 1), got {sample_rate=!r}"
+            )
+        q = 1.0 if full_batch else float(sample_rate)  # type: ignore[arg-type]
+        if steps_range is None:
+            steps_range = (10, 100) if full_batch else _steps_from(space, q, used)
+        if lr_range is None:
+            lr_range = _lr_range_from(space, lr_key, used)
+        if optimizer is None:
+            optimizer = Optimizer.GD if full_batch else _optimizer_from(space, used)
+        ignored = [k for k in own if k not in used]
+        if ignored:
+            warnings.warn(
+                f"linear scaling sets {', '.join(map(repr, ignored))} itself (r = η·T, the noise "
+                "per sweep, the batch); it ignores them in the search space (set them with "
+                "lr_range / steps_range / sweep_epsilons / sample_rate)",
+                UserWarning, stacklevel=3,
+            )
         if isinstance(runs_per_sweep, bool) or not isinstance(runs_per_sweep, int) or runs_per_sweep < 1:
             raise InvalidParameterError(f"runs_per_sweep must be an integer >= 1, got {runs_per_sweep=!r}")
-        eps1, eps2 = (float(e) for e in sweep_epsilons)
-        if not (0 < eps1 < eps2):
-            raise InvalidParameterError(
-                f"sweep_epsilons must satisfy 0 < ε1 < ε2, got {sweep_epsilons=!r}"
-            )
+        eps1, eps2 = self._sweep_epsilons(sweep_epsilons, sweep_epsilon_fractions)
         lr_min, lr_max = (float(x) for x in lr_range)
         if not (0 < lr_min <= lr_max):
             raise InvalidParameterError(f"lr_range must satisfy 0 < min <= max, got {lr_range=!r}")
@@ -301,15 +461,10 @@ class LinearScalingSearch(DPSearcher):
                 f"steps_range must be integers 1 <= T_min <= T_max, got {steps_range=!r}"
             )
         self._optimizer = Optimizer.GD if full_batch else Optimizer(str(getattr(optimizer, "value", optimizer)).lower())
-        if not full_batch:
-            if sample_rate is None or not 0 < sample_rate < 1:
-                raise InvalidParameterError(
-                    f"full_batch=False needs sample_rate in (0, 1), got {sample_rate=!r}"
-                )
-            if self._optimizer in (Optimizer.GD, Optimizer.ADADP):
-                raise InvalidParameterError(
-                    f"optimizer must be sgd, momentum or adam with full_batch=False, got {optimizer!r}"
-                )
+        if not full_batch and self._optimizer in (Optimizer.GD, Optimizer.ADADP):
+            raise InvalidParameterError(
+                f"optimizer must be sgd, momentum or adam with full_batch=False, got {optimizer!r}"
+            )
         if max_extrapolation is not None and (
             isinstance(max_extrapolation, bool)
             or not isinstance(max_extrapolation, (int, float))
@@ -322,8 +477,8 @@ class LinearScalingSearch(DPSearcher):
             )
         self._max_extrapolation = None if max_extrapolation is None else float(max_extrapolation)
         self._n = runs_per_sweep
-        self._full_batch = bool(full_batch)
-        self._q = 1.0 if full_batch else float(sample_rate)  # type: ignore[arg-type]
+        self._full_batch = full_batch
+        self._q = q
         self._lr_key = lr_key
         self._lr_range = (lr_min, lr_max)
         self._steps_range = (t_min, t_max)
@@ -337,20 +492,22 @@ class LinearScalingSearch(DPSearcher):
             raise InvalidParameterError(
                 "sweep_estimate='quadratic' needs line_fit='proportional' (it estimates the "
                 "common peak of the sweeps in log(r/x)); the two-point line reads each sweep's "
-                "best run"
+                "best run: add sweep_estimate='best' (or use preset='paper')"
             )
         if self._sweep_draw is SweepDraw.REFINED and self._line_fit is not LineFit.PROPORTIONAL:
             raise InvalidParameterError(
                 "sweep_draw='refined' needs line_fit='proportional' (it carries the first "
                 "sweep's best r to the second sweep by r ∝ x); the two-point line fits a slope "
-                "to two independent sweeps: use 'uniform', 'log_uniform' or 'stratified'"
+                "to two independent sweeps: use 'uniform', 'log_uniform' or 'stratified' (or "
+                "preset='paper')"
             )
         self._refine_decades = positive_float("refine_decades", refine_decades)
         if self._full_batch and self._fit is FitVariable.INVERSE_NOISE:
             raise InvalidParameterError(
                 "fit_variable='inverse_noise' needs full_batch=False (DP-SGD at a fixed σ per "
                 "sweep); in full batch σ = √T/μ changes with each run's T — use "
-                "fit_variable='mu' (1/σ ∝ μ at a fixed T)"
+                "fit_variable='mu' (1/σ ∝ μ at a fixed T), or preset='paper' for the paper's "
+                "full-batch rule"
             )
         if not self._full_batch and self._fit is FitVariable.MU:
             raise InvalidParameterError(
@@ -368,7 +525,8 @@ class LinearScalingSearch(DPSearcher):
             final_eps = gdp_epsilon(self._mu_f, delta)
         else:
             self._sigmas = tuple(  # type: ignore[assignment]
-                calibrate_noise(e, delta, self._q, t_max) for e in self._sweep_eps
+                calibrate_noise(e, delta, self._q, t_max, Accountant.RDP)
+                for e in self._sweep_eps
             )
             self._sigma_f = self._choose_final_subsampled()
             self._mu_f = math.nan
@@ -396,6 +554,35 @@ class LinearScalingSearch(DPSearcher):
         self._r_of: dict[str, float] = {}
         self._final: str | None = None
         self._fit_result: dict[str, float] = {}
+
+    def _sweep_epsilons(
+        self,
+        absolute: tuple[float, float] | None,
+        fractions: tuple[float, float] | None,
+    ) -> tuple[float, float]:
+        """(ε₁, ε₂) of the sweep runs: ``absolute``, or ``fractions`` of the budget's ε
+        (default 0.1 and 0.2), rounded to 12 digits so that 0.1·3 is 0.3 exactly."""
+        if absolute is not None and fractions is not None:
+            raise InvalidParameterError(
+                "give sweep_epsilons (each sweep run's ε) or sweep_epsilon_fractions (fractions "
+                f"of the budget's ε), not both; got {absolute=!r}, {fractions=!r}"
+            )
+        if absolute is None:
+            pair = _pair("sweep_epsilon_fractions", DEFAULT_SWEEP_FRACTIONS
+                         if fractions is None else fractions)
+            if not 0 < pair[0] < pair[1] < 1:
+                raise InvalidParameterError(
+                    "sweep_epsilon_fractions must satisfy 0 < f1 < f2 < 1 (fractions of the "
+                    f"budget's ε), got {fractions=!r}"
+                )
+            eps = self._budget.epsilon
+            return round(pair[0] * eps, 12), round(pair[1] * eps, 12)
+        eps1, eps2 = _pair("sweep_epsilons", absolute)
+        if not (0 < eps1 < eps2):
+            raise InvalidParameterError(
+                f"sweep_epsilons must satisfy 0 < ε1 < ε2, got sweep_epsilons={absolute!r}"
+            )
+        return eps1, eps2
 
     # ------------------------------------------------------------------ plan
 

@@ -37,6 +37,9 @@ import numpy as np
 from raydp_hpo.errors import DataValidationError, InvalidParameterError
 
 __all__ = [
+    "canonical_uri",
+    "dataset_fingerprint",
+    "dataset_ledger_name",
     "Dataset",
     "DataSplits",
     "PublicSizes",
@@ -223,10 +226,16 @@ def dataset_fingerprint(source: str, *, uri: str | None = None, size: int | None
     if source == "parquet":
         if not uri:
             raise InvalidParameterError("a Parquet dataset's fingerprint needs its uri")
-        if "://" not in uri:
-            uri = "file://" + str(Path(uri).expanduser().resolve())
-        return f"parquet:{uri.rstrip('/')}"
+        return f"parquet:{canonical_uri(uri)}"
     return source
+
+
+def canonical_uri(uri: str) -> str:
+    """The identity of a Parquet location: a local path as an absolute ``file://`` URI
+    (``~`` expanded, symlinks and ``..`` resolved), any URI without its trailing ``/``."""
+    if "://" not in uri:
+        uri = "file://" + str(Path(uri).expanduser().resolve())
+    return uri.rstrip("/")
 
 
 def dataset_ledger_name(fingerprint: str) -> str:

@@ -52,6 +52,7 @@ from raydp_hpo.trainables.privacy_gate import RaydpSettings, admit, ledger_delta
 from raydp_hpo.trainables.secret_rng import derive_seed, secret_generator
 from raydp_hpo.trial.privacy import (
     NOISY_SCORE_KEY,
+    TRIAL_EPSILON_KEY,
     DPSGDPrivacy,
     Optimizer,
     dpsgd_steps,
@@ -706,7 +707,8 @@ def train_dp(
             "steps": steps,
             "loss": loss_sum / max(count, 1),
             "val_accuracy": min(1.0, mean_correct / n_val_public),
-            "epsilon": 0.0
+            # this trial's own ε under RDP, not the search's (TRIAL_EPSILON_KEY)
+            TRIAL_EPSILON_KEY: 0.0
             if settings.nonprivate
             else epsilon(privacy.mechanism_of_evaluations(steps * evals_per_step), delta, Accountant.RDP),
             "delta": delta,
@@ -714,7 +716,9 @@ def train_dp(
         if privacy.optimizer is Optimizer.ADADP:
             metrics["learning_rate"] = float(np.mean([r.lr for r in runners]))
         if epoch + 1 == epochs:
-            metrics["test_accuracy"] = float(np.mean([r.accuracy(data.test) for r in runners]))
+            if len(data.test) > 0:  # no test split (test_fraction 0): no test accuracy, not NaN
+                metrics["test_accuracy"] = float(np.mean([r.accuracy(data.test)
+                                                          for r in runners]))
             if score is not None:
                 # The selection score: the count plus Laplace(1/ε_s) or N(0, σ_s²) (sensitivity
                 # 1), over the public validation size, clipped to [0, 1] (post-processing).
@@ -724,7 +728,7 @@ def train_dp(
                 metrics["val_accuracy"] = min(1.0, max(0.0, noisy / n_val_public))
                 metrics[NOISY_SCORE_KEY] = score.epsilon
                 metrics["score_noise"] = score.noise.value
-                metrics["epsilon"] = epsilon(
+                metrics[TRIAL_EPSILON_KEY] = epsilon(
                     trial_mechanism(privacy.mechanism_of_evaluations(steps * evals_per_step), score),
                     delta,
                     Accountant.RDP,

@@ -73,8 +73,16 @@ from raydp_hpo.errors import InvalidParameterError
 #: set it too, or the searcher does not read the score (:meth:`DPSearcher.on_trial_complete`).
 NOISY_SCORE_KEY = "score_epsilon"
 
+#: Result key of the built-in trainable's per-epoch ε: **this trial's own ε under RDP, not the
+#: search's** — the RDP figure of the trial's training so far (and, on the final result, its
+#: released score), at the budget's δ. The search's cost is the privacy certificate's ε (the
+#: plan, the selection, every charge); one trial's figure is neither. (Named ``epsilon``
+#: before, which read as the search's ε.)
+TRIAL_EPSILON_KEY = "trial_epsilon_rdp"
+
 __all__ = [
     "NOISY_SCORE_KEY",
+    "TRIAL_EPSILON_KEY",
     "Optimizer",
     "DPSGDPrivacy",
     "dpsgd_steps",
@@ -317,11 +325,11 @@ def privacy_from_config(config: Mapping[str, Any], dataset_size: int) -> DPSGDPr
             sigma = math.sqrt(steps) / mu  # exact: T Gaussian steps are (√T/σ)-GDP
         else:
             delta = unit_interval_float("target_delta", config.get("target_delta", 1e-5))
-            from raydp_hpo.accounting.accountants import calibrate_noise
+            from raydp_hpo.accounting.accountants import Accountant, calibrate_noise
 
-            sigma = calibrate_noise(gdp_epsilon(mu, delta), delta, q, evals)
+            sigma = calibrate_noise(gdp_epsilon(mu, delta), delta, q, evals, Accountant.RDP)
     elif "target_epsilon" in config:
-        from raydp_hpo.accounting.accountants import calibrate_noise
+        from raydp_hpo.accounting.accountants import Accountant, calibrate_noise
 
         delta = unit_interval_float("target_delta", config.get("target_delta", 1e-5))
         target = positive_float("target_epsilon", config["target_epsilon"])
@@ -334,7 +342,9 @@ def privacy_from_config(config: Mapping[str, Any], dataset_size: int) -> DPSGDPr
             while gdp_epsilon(math.sqrt(steps) / sigma, delta) > target:
                 sigma *= 1.0 + 1e-9
         else:
-            sigma = calibrate_noise(target, delta, q, evals)
+            # RDP, as the ledger's adaptive filter prices a trial's own charge (the library
+            # default, the tightest fixed-plan figure, would give a σ the filter prices higher)
+            sigma = calibrate_noise(target, delta, q, evals, Accountant.RDP)
     else:
         raise InvalidParameterError(
             "config needs 'noise_multiplier', 'target_epsilon' or 'mu' to set the DP noise"

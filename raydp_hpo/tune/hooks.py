@@ -34,7 +34,7 @@ from ray.tune.logger import LoggerCallback, TBXLoggerCallback
 from raydp_hpo.accounting.mechanisms import Mechanism
 from raydp_hpo.errors import InvalidParameterError
 from raydp_hpo.ledger.ledger_like import LedgerLike
-from raydp_hpo.trial.privacy import NOISY_SCORE_KEY
+from raydp_hpo.trial.privacy import NOISY_SCORE_KEY, TRIAL_EPSILON_KEY
 
 __all__ = [
     "LedgerStopper",
@@ -226,7 +226,7 @@ class LedgerAuditCallback(Callback):
     ) -> None:
         keep = {
             k: result[k]
-            for k in ("training_iteration", "epoch", "epsilon", "val_accuracy", "loss")
+            for k in ("training_iteration", "epoch", TRIAL_EPSILON_KEY, "val_accuracy", "loss")
             if k in result
         }
         if result.get(BUDGET_EXHAUSTED_KEY):

@@ -88,7 +88,7 @@ from raydp_hpo.ledger.plan_receipt import PlanReceipt
 from raydp_hpo.searchers.base import Release
 from raydp_hpo.tune.publish import PUBLIC_DIR
 
-__all__ = ["DPTuner", "DPResult", "PrivacyCertificate"]
+__all__ = ["DPTuner", "DPResult", "PrivacyCertificate", "require_earlier_charges"]
 
 _log = logging.getLogger(__name__)
 
@@ -103,6 +103,15 @@ ADJACENCY = (
 @dataclass(frozen=True)
 class PrivacyCertificate:
     """What the released output costs: every charge of the experiment and the total ε.
+
+    ``epsilon`` is the **certified** figure, the one the ledger's halting rule
+    (``ledger_halting_rule``, ``"<adaptivity>/<accountant>"``) stands behind
+    (:attr:`certified_accountant`): on a ledger that halts with ``fixed_plan`` every figure is a
+    valid bound for the fixed charges, so it is the tightest (``Accountant.TIGHTEST``: the
+    minimum of ``epsilon_rdp``, ``epsilon_pld`` and ``epsilon_profile``); on one that halts on
+    the adaptive RDP filter it is ``epsilon_rdp`` — the PLD and profile figures are valid only
+    for a plan fixed in advance and are then references, not claims. :meth:`format` and
+    :meth:`to_dict` name the certified figure and mark the others.
 
     ``adjacency`` states the privacy unit and neighbouring relation (add/remove one record);
     ``public`` lists every quantity the guarantee treats as public (declared sizes, the
@@ -129,15 +138,48 @@ class PrivacyCertificate:
     dataset_ledger: tuple[str, PrivacyBudget, float] | None = None
 
     @property
+    def fixed_plan(self) -> bool:
+        """Whether the ledger halts with ``Adaptivity.FIXED_PLAN`` (standard composition of a
+        plan fixed in advance), read from ``ledger_halting_rule``."""
+        return self.ledger_halting_rule.split("/", 1)[0] == Adaptivity.FIXED_PLAN.value
+
+    @property
+    def certified_accountant(self) -> Accountant:
+        """The accountant of the certified figure :attr:`epsilon`: ``TIGHTEST`` under a
+        fixed-plan halting rule, ``RDP`` under the adaptive RDP filter."""
+        return Accountant.TIGHTEST if self.fixed_plan else Accountant.RDP
+
+    @property
     def epsilon(self) -> float:
-        """The tightest valid bound: RDP, PLD and privacy-profile figures are each an upper
-        bound for the fixed set of charges (the profile one accounts random stopping by
-        Koskela, Redberg & Wang 2024; :mod:`raydp_hpo.accounting.profiles`)."""
-        return min(self.epsilon_rdp, self.epsilon_pld, self.epsilon_profile)
+        """The certified ε (:attr:`certified_accountant`): with a fixed plan the tightest valid
+        bound — RDP, PLD and privacy-profile figures are each an upper bound for the fixed set
+        of charges (the profile one accounts random stopping by Koskela, Redberg & Wang 2024;
+        :mod:`raydp_hpo.accounting.profiles`); under the adaptive RDP filter the RDP figure."""
+        if self.fixed_plan:
+            return min(self.epsilon_rdp, self.epsilon_pld, self.epsilon_profile)
+        return self.epsilon_rdp
 
     @property
     def within_budget(self) -> bool:
         return self.epsilon <= self.budget.epsilon
+
+    def _figures(self) -> list[tuple[str, str, float]]:
+        """``(key, label, value)`` of each figure, the certified one first."""
+        figures = [("rdp", "RDP", self.epsilon_rdp), ("pld", "PLD", self.epsilon_pld),
+                   ("profile", "profile", self.epsilon_profile)]
+        if self.fixed_plan:
+            return [("tightest", "tightest", self.epsilon), *figures]
+        return figures
+
+    def _role(self, key: str, value: float) -> str:
+        """How a figure is to be read: ``certified``, or a reference (looser, or not valid
+        for adaptive charges)."""
+        if key == self.certified_accountant.value:
+            return "certified"
+        if self.fixed_plan:
+            return ("reference; the certified minimum" if value == self.epsilon
+                    else "looser reference")
+        return "reference only: valid for a fixed plan, not for adaptive charges"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -148,8 +190,11 @@ class PrivacyCertificate:
             "charges": [
                 {"charge_id": cid, "mechanism": mechanism_to_dict(m)} for cid, m in self.charges
             ],
+            # "best" is the certified figure, under its former name (readers of older files)
             "epsilon": {"rdp": self.epsilon_rdp, "pld": self.epsilon_pld,
-                        "profile": self.epsilon_profile, "best": self.epsilon},
+                        "profile": self.epsilon_profile, "certified": self.epsilon,
+                        "certified_accountant": self.certified_accountant.value,
+                        "best": self.epsilon},
             "ledger": {
                 "name": self.ledger_name,
                 "spent_epsilon": self.ledger_spent_epsilon,
@@ -170,10 +215,17 @@ class PrivacyCertificate:
             f"  paper         {self.paper}",
             f"  accounting    {self.description}",
             f"  budget        ε={self.budget.epsilon:g}, δ={self.budget.delta:g}",
-            f"  ε (RDP)       {self.epsilon_rdp:.4f}",
-            f"  ε (PLD)       {self.epsilon_pld:.4f}",
-            f"  ε (profile)   {self.epsilon_profile:.4f}",
-            f"  ε (released)  {self.epsilon:.4f}  ≤ budget: {self.within_budget}",
+            f"  admitted on   ledger halting rule {self.ledger_halting_rule}; certified figure: "
+            f"{self.certified_accountant.value}",
+        ]
+        for key, label, value in self._figures():
+            role = self._role(key, value)
+            if role == "certified":
+                lines.append(f"  ε ({label}){' ' * max(1, 10 - len(label))}{value:.4f}  "
+                             f"certified, ≤ budget: {self.within_budget}")
+            else:
+                lines.append(f"  ε ({label}){' ' * max(1, 10 - len(label))}{value:.4f}  ({role})")
+        lines += [
             f"  ledger        {self.ledger_name} ({self.ledger_halting_rule}), "
             f"spent ε={self.ledger_spent_epsilon:.4f}",
             f"  privacy unit  {self.adjacency}",
@@ -531,7 +583,9 @@ class DPTuner:
             An explicit choice, logged: a budget per experiment is how tuning 200
             configurations ends up reported as one run's ε.
         experiment: experiment name (prefix of every charge id); default: a fresh unique one.
-        search_kwargs: algorithm-specific keyword arguments (unknown ones raise).
+        search_kwargs: algorithm-specific keyword arguments, ``preset`` included (e.g.
+            ``{"preset": "tnb20"}``, :data:`raydp_hpo.searchers.PRESETS`); unknown ones are
+            refused here, all at once.
         max_concurrent_trials: trials running at once (default 2).
         max_failures: how often Tune retries a failed trial (default 0). **Every retry that
             starts from scratch pays again**: a trial that charges itself (``grid_composed``)
@@ -619,7 +673,7 @@ class DPTuner:
         tensorboard: bool = False,
     ) -> None:
         from raydp_hpo._validation import positive_float, positive_int
-        from raydp_hpo.searchers import DPSearcher, SearchAlgorithm
+        from raydp_hpo.searchers import DPSearcher, SearchAlgorithm, check_search_settings
         from raydp_hpo.trainables.data import DataSplits
         from raydp_hpo.tune.config import resolve_tune_settings
 
@@ -707,6 +761,8 @@ class DPTuner:
                                       f"{uuid.uuid4().hex[:6]}")
         self._namespace = namespace
         self._search_kwargs = dict(search_kwargs or {})
+        if not isinstance(search, DPSearcher):  # a misspelled setting fails here, not in fit
+            check_search_settings(search, self._search_kwargs)
         self._max_concurrent = settings.max_concurrent_trials
         self._max_failures = settings.max_failures
         if self._max_failures > 0:
@@ -1001,7 +1057,9 @@ class DPTuner:
         the plan charge: this assumes the interruption of the driver did not depend on the
         data (trials run in their own processes, so their outputs cannot stop the driver; an
         operator or an out-of-memory kill that correlates with the data is outside it). A
-        tuner from :meth:`restore` resumes by default.
+        tuner from :meth:`restore` resumes by default. A resume is refused unless the ledger
+        it attaches to holds the experiment's earlier charges
+        (:func:`require_earlier_charges`): a moved journal is never a fresh budget.
         """
         resume = self._resume if resume is None else bool(resume)
         ensure_ray()
@@ -1187,6 +1245,17 @@ class DPTuner:
                 "DPTuner.restore(path) or fit(resume=True) to continue it, or another "
                 "experiment name"
             )
+        if resume:
+            if not tune.Tuner.can_restore(str(tune_dir)):
+                raise RayDPHPOError(
+                    f"nothing to resume at {tune_dir}; run fit() without resume=True"
+                )
+            # before the dedicated ledger's actor starts: it would create a fresh journal
+            if shared is None:
+                require_earlier_charges(self._dedicated_journal(), self._experiment)
+            else:
+                require_earlier_charges(None, self._experiment, shared.charges(),
+                                        where=f"the shared ledger {shared.name!r}")
         # The dedicated ledger: a fresh experiment with a plan charges it in this process
         # before the ledger's actor starts (below, once Tune's inputs are built), so the
         # actor's start (a new worker that loads the accountants, ~0.5-1 s) runs beside the
@@ -1314,7 +1383,7 @@ class DPTuner:
                 with contextlib.suppress(OSError):
                     (exp_dir / _RESTORE_FILE).unlink()
             raise
-        with _quiet_tune_output(self._verbose):
+        with _quiet_tune_output(self._verbose), _ledger_refusals_without_traceback():
             grid = tuner.fit()
         ledger.verify()  # raises the reason if the ledger never came up
         if resume:
@@ -1721,6 +1790,54 @@ def _whose_budget(ledger: LedgerHandle | None, dataset: str | None, fresh_budget
             "(fresh_budget=True)"
         )
     return str(data.name)
+#: Tune's logger that prints a failed trial's error with its traceback.
+_TUNE_CONTROLLER_LOGGER = "ray.tune.execution.tune_controller"
+
+
+class _LedgerRefusalFilter(logging.Filter):
+    """A trial the ledger refused (``BudgetExhaustedError`` at admission: nothing charged,
+    nothing trained) is the search's documented halting rule, not a crash: Tune's "Trial task
+    failed" record for it becomes one line naming the refusal, without the traceback. Every
+    other trial error keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        cause = _ledger_refusal(exc) if exc is not None else None
+        if cause is not None:
+            record.msg = f"{record.getMessage()}: refused by the ledger: {cause}"
+            record.args = ()
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def _ledger_refusal(err: BaseException) -> BudgetExhaustedError | None:
+    """The ledger's own refusal inside ``err`` (Ray wraps it in a ``RayTaskError`` that is
+    also an instance of the cause's class, with the task's traceback as its text)."""
+    from ray.exceptions import RayTaskError
+
+    seen: BaseException | None = err
+    found = None
+    for _ in range(10):
+        if seen is None:
+            break
+        if isinstance(seen, BudgetExhaustedError) and not isinstance(seen, RayTaskError):
+            found = seen
+        seen = getattr(seen, "cause", None) or seen.__cause__
+    return found
+
+
+@contextlib.contextmanager
+def _ledger_refusals_without_traceback() -> Any:
+    """:class:`_LedgerRefusalFilter` on Tune's trial-failure logger while a search runs."""
+    logger = logging.getLogger(_TUNE_CONTROLLER_LOGGER)
+    refusals = _LedgerRefusalFilter()
+    logger.addFilter(refusals)
+    try:
+        yield
+    finally:
+        logger.removeFilter(refusals)
 
 
 def _halting_accountant(adaptivity: Adaptivity) -> Accountant:
@@ -1739,6 +1856,43 @@ def _halting_accountant(adaptivity: Adaptivity) -> Accountant:
     from raydp_hpo.ledger.filter import tightest_halting_accountant
 
     return tightest_halting_accountant(adaptivity)
+
+
+def require_earlier_charges(journal: Path | None, experiment: str,
+                            charges: Sequence[Any] | None = None, *,
+                            where: str | None = None) -> None:
+    """Refuse to resume ``experiment`` unless the ledger it attaches to holds its earlier
+    charges (ids ``<experiment>/...``): the journal at ``journal`` (read-only, nothing
+    created), or ``charges`` of a live ledger (``where`` names it).
+
+    A resume replays the plan charge by its id and continues trials inside their admitted
+    charges. On a ledger without them — the journal and its seal moved away, another storage
+    path, another ledger — the replay would be a fresh charge of the whole plan on a fresh
+    budget: the experiment's first charges would be forgotten, and its spend counted
+    nowhere. Raises :class:`LedgerMismatchError` naming the journal it expected."""
+    prefix = f"{experiment}/"
+    if charges is None:
+        assert journal is not None
+        if not journal.exists():
+            raise LedgerMismatchError(
+                f"cannot resume experiment {experiment!r}: its charges should be in the ledger "
+                f"journal {journal}, which does not exist (moved or deleted?). Put the journal "
+                "and its .seal back where they were; resuming on a fresh ledger would charge "
+                "the experiment again on a budget that does not know its earlier spend. "
+                "Nothing was charged"
+            )
+        from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
+
+        charges = PrivacyLedger.read_only(journal, curve_check=CurveCheck.ON_DEMAND).charges()
+        where = f"the ledger journal {journal}"
+    if not any(c.charge_id.startswith(prefix) for c in charges):
+        raise LedgerMismatchError(
+            f"cannot resume experiment {experiment!r}: {where} holds no charge of it (no "
+            f"charge id starting with {prefix!r}), so it is not the ledger the experiment "
+            "charged. Resume with the ledger (journal, storage path) it started on; resuming "
+            "here would charge it again on a budget that does not know its earlier spend. "
+            "Nothing was charged"
+        )
 
 
 def _resumed_accountant(journal: Path, adaptivity: Adaptivity) -> Accountant:

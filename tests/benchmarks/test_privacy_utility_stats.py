@@ -86,26 +86,52 @@ def test_mode_modifiers_compose_and_bad_models_are_refused() -> None:
         pu.with_mnist1d_model("default", "resnet")
 
 
+#: what method_setup passed for linear_scaling_refined before the presets (issue #31), at
+#: the default sizing on MNIST-1D and ε = 3: the preset must run exactly this
+_REFINED_BEFORE_PRESETS = {
+    "runs_per_sweep": 3, "sweep_epsilons": (0.3, 0.6), "lr_range": (1e-3, 10.0),
+    "full_batch": False, "sample_rate": 0.1, "optimizer": "sgd", "steps_range": (150, 150),
+    "fit_variable": "inverse_noise", "line_fit": "proportional", "sweep_draw": "refined",
+    "sweep_estimate": "quadratic", "refine_decades": 1.0}
+
+
+def _searcher(space: dict, kwargs: dict, epsilon: float = 3.0, seed: int = 0):
+    from raydp_hpo.searchers import make_searcher
+
+    return make_searcher("linear_scaling", space, metric="val_accuracy", dataset_size=2819,
+                         budget=PrivacyBudget(epsilon, 1e-5), seed=seed, **kwargs)
+
+
+def test_linear_scaling_refined_is_the_preset_and_runs_what_was_measured() -> None:
+    """The benchmark's linear_scaling_refined is ``preset="refined"`` and nothing else; on
+    its space that preset builds the very search the explicit settings of runs X–X4 built:
+    the same plan and, from one seed, the same trial configurations."""
+    size = pu.sizing("default")
+    space, kwargs = pu.method_setup("linear_scaling_refined", size, "mnist1d", 3.0)
+    assert kwargs == {"preset": "refined"}
+    old_space = {"model": space["model"], "max_grad_norm": space["max_grad_norm"]}
+    new, old = _searcher(space, kwargs), _searcher(old_space, _REFINED_BEFORE_PRESETS)
+    assert new.privacy_plan() == old.privacy_plan()
+    assert [new.suggest(f"t{i}") for i in range(3)] == [old.suggest(f"t{i}") for i in range(3)]
+
+
 @pytest.mark.parametrize("mode", ["default", "quick", "full"])
 def test_linear_scaling_proportional_runs_the_benchmarks_dpsgd(mode: str) -> None:
     """The benchmark's linear_scaling_proportional trains like every other method (DP-SGD at
-    the sizing's sample rate, its fixed T = epochs / q steps) and its plan fits ε = 3 on the
-    default MNIST-1D training split (2819 records); the final σ is below the sweeps' σ."""
-    from raydp_hpo.searchers import make_searcher
+    the sizing's sample rate, its fixed T = epochs / q steps, sweeps at fixed fractions 0.1
+    and 0.2 of the total ε) and its plan fits ε = 3 on the default MNIST-1D training split
+    (2819 records); the final σ is below the sweeps' σ."""
     from raydp_hpo.trial.privacy import dpsgd_steps
 
     size = pu.sizing(mode)
     space, kwargs = pu.method_setup("linear_scaling_proportional", size, "mnist1d", 3.0)
+    assert kwargs["preset"] == "refined"
+    s = _searcher(space, kwargs)
     steps = dpsgd_steps(float(size["epochs"]), float(size["sample_rate"]))
-    assert kwargs["steps_range"] == (steps, steps) and kwargs["full_batch"] is False
-    assert kwargs["line_fit"] == "proportional" and kwargs["fit_variable"] == "inverse_noise"
-    # sweeps at fixed fractions 0.1 and 0.2 of the total ε (0.3 and 0.6 at ε = 3, exactly)
-    assert kwargs["sweep_epsilons"] == (0.3, 0.6)
-    assert pu.method_setup("linear_scaling_proportional", size, "mnist1d", 1.0)[1][
-        "sweep_epsilons"] == (0.1, 0.2)
-    budget = PrivacyBudget(3.0, 1e-5)
-    s = make_searcher("linear_scaling", param_space=space, metric="val_accuracy",
-                      dataset_size=2819, budget=budget, seed=0, **kwargs)
+    assert s._steps_range == (steps, steps) and not s._full_batch  # noqa: SLF001
+    assert s._line_fit.value == "proportional" and s._fit.value == "inverse_noise"  # noqa: SLF001
+    assert s._sweep_eps == (0.3, 0.6)  # noqa: SLF001
+    assert _searcher(space, kwargs, epsilon=1.0)._sweep_eps == (0.1, 0.2)  # noqa: SLF001
     assert s.plan_epsilon() <= 3.0
     cfg = s.suggest("t0")
     assert isinstance(cfg, dict) and cfg["sample_rate"] == size["sample_rate"]
@@ -113,27 +139,31 @@ def test_linear_scaling_proportional_runs_the_benchmarks_dpsgd(mode: str) -> Non
     assert s._sigma_f < min(s._sigmas)  # noqa: SLF001
 
 
-def test_linear_scaling_quadratic_differs_only_in_the_sweep_estimate() -> None:
+def test_linear_scaling_ablations_differ_from_the_preset_only_as_named() -> None:
+    """linear_scaling_quadratic: the refined preset with log-uniform sweeps; _proportional:
+    also each sweep's best run. Same space (hence the same plan and σ's)."""
     size = pu.sizing("default")
-    prop = pu.method_setup("linear_scaling_proportional", size, "digits", 3.0)
+    refined = pu.method_setup("linear_scaling_refined", size, "digits", 3.0)
     quad = pu.method_setup("linear_scaling_quadratic", size, "digits", 3.0)
-    assert prop[0] == quad[0]
-    assert prop[1]["sweep_estimate"] == "best" and quad[1]["sweep_estimate"] == "quadratic"
-    assert {k: v for k, v in prop[1].items() if k != "sweep_estimate"} == {
-        k: v for k, v in quad[1].items() if k != "sweep_estimate"}
-
-
-def test_linear_scaling_refined_differs_only_in_the_sweep_draw() -> None:
-    """The pre-registered refined variant is the quadratic one with coarse-to-fine sweeps
-    (± 1 decade), nothing else: same plan, σ's, fractions and estimate."""
-    size = pu.sizing("default")
-    quad = pu.method_setup("linear_scaling_quadratic", size, "mnist1d", 3.0)
-    refined = pu.method_setup("linear_scaling_refined", size, "mnist1d", 3.0)
-    assert quad[0] == refined[0] and quad[1]["sweep_draw"] == "log_uniform"
-    assert refined[1]["sweep_draw"] == "refined" and refined[1]["refine_decades"] == 1.0
-    assert {k: v for k, v in refined[1].items() if k not in ("sweep_draw", "refine_decades")} \
-        == {k: v for k, v in quad[1].items() if k != "sweep_draw"}
+    prop = pu.method_setup("linear_scaling_proportional", size, "digits", 3.0)
+    for space in (quad[0], prop[0]):  # the lr domains are equal objects, not one object
+        assert {k: v for k, v in space.items() if k != "lr"} == {
+            k: v for k, v in refined[0].items() if k != "lr"}
+        assert (space["lr"].lower, space["lr"].upper) == (1e-3, 10.0)
+    assert quad[1] == {"preset": "refined", "sweep_draw": "log_uniform"}
+    assert prop[1] == {"preset": "refined", "sweep_draw": "log_uniform",
+                       "sweep_estimate": "best"}
+    assert _searcher(*quad).privacy_plan() == _searcher(*refined).privacy_plan()
     assert "linear_scaling_refined" in pu.METHODS
+
+
+def test_linear_scaling_is_the_paper_preset() -> None:
+    size = pu.sizing("default")
+    space, kwargs = pu.method_setup("linear_scaling", size, "digits", 3.0)
+    assert kwargs == {"preset": "paper", "runs_per_sweep": 3, "steps_range": (10, 40),
+                      "lr_range": (1e-3, 10.0)}
+    s = _searcher(space, kwargs)
+    assert s._full_batch and s._line_fit.value == "two_point"  # noqa: SLF001
 
 
 def test_random_stopping_tnb20_is_random_stopping_with_its_own_law() -> None:
@@ -149,7 +179,7 @@ def test_random_stopping_tnb20_is_random_stopping_with_its_own_law() -> None:
     assert {k: v for k, v in rs[0].items() if k != "lr"} == {
         k: v for k, v in tnb[0].items() if k != "lr"}
     assert (tnb[0]["lr"].lower, tnb[0]["lr"].upper) == (1e-3, 10.0)
-    assert tnb[1] == {"distribution": "truncated_negative_binomial", "mean": 20.0, "shape": 2.0}
+    assert tnb[1] == {"preset": "tnb20"}
     s = make_searcher("random_stopping", param_space=tnb[0], metric="val_accuracy",
                       dataset_size=2819, budget=PrivacyBudget(3.0, 1e-5), seed=0, **tnb[1])
     assert s.plan_epsilon() <= 3.0

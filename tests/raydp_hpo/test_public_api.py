@@ -58,7 +58,7 @@ def test_rdp_figures_and_stopping_draws_leave_dp_accounting_unloaded() -> None:
         m = SubsampledGaussian(1.1, 0.01, 100)
         epsilon([m, RandomStopping(m, "truncated_negative_binomial", 5.0, 0.5)], 1e-5,
                 Accountant.RDP)
-        calibrate_noise(3.0, 1e-5, 0.01, 100)
+        calibrate_noise(3.0, 1e-5, 0.01, 100, Accountant.RDP)
         sample_stopping_k(np.random.default_rng(0), "logarithmic", 5.0)
         stopping_pmf(3, "truncated_negative_binomial", 5.0, 0.5)
         """

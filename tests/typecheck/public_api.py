@@ -34,6 +34,7 @@ from raydp_hpo import (
     calibrate_analytic_gaussian,
     calibrate_laplace,
     calibrate_noise,
+    calibrate_search,
     epsilon,
     epsilons,
     gdp_epsilon,
@@ -54,6 +55,7 @@ def accounting() -> None:
     assert_type(epsilons([trial, trial], 1e-5), dict[Accountant, float])
     assert_type(calibrate_noise(3.0, 1e-5, 0.01, 1000), float)
     assert_type(calibrate_laplace(1.0), float)
+    assert_type(calibrate_search(lambda s: SubsampledGaussian(s, 0.01, 100), 3.0, 1e-5), float)
     assert_type(calibrate_analytic_gaussian(1.0, 1e-5), float)
     assert_type(gdp_epsilon(1.0, 1e-5), float)
     search = RandomStopping(trial, StoppingDistribution.GEOMETRIC, mean=10)

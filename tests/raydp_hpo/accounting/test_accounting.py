@@ -144,7 +144,7 @@ def test_bad_inputs_name_the_value() -> None:
     steps=st.integers(10, 3000),
 )
 def test_calibration_never_overshoots(target: float, q: float, steps: int) -> None:
-    sigma = calibrate_noise(target, 1e-5, q, steps)
+    sigma = calibrate_noise(target, 1e-5, q, steps, Accountant.RDP)
     eps = epsilon(SubsampledGaussian(sigma, q, steps), 1e-5, Accountant.RDP)
     assert eps <= target
     # and is tight: 1% less noise overshoots or the bracket was already at tolerance (1e-3).
@@ -242,8 +242,11 @@ def test_profile_accountant_composes_with_a_final_run() -> None:
     assert got <= basic + 2e-3
     # nested compositions are flattened: the same figure
     assert epsilon(Composition((rs, final)), 1e-5, Accountant.PROFILE) == got
+    # no profile (nor PLD) δ for a composition containing a selection: TIGHTEST's δ(ε) falls
+    # back to RDP's (it raised before TIGHTEST became the default of delta())
     with pytest.raises(UnsupportedMechanismError):
-        delta([rs, final], 2.0, Accountant.PROFILE)
+        delta([rs, final], 2.0, Accountant.PLD)
+    assert delta([rs, final], 2.0) == delta([rs, final], 2.0, Accountant.RDP)
 
 
 def test_profile_accountant_without_a_selection_is_pld_or_rdp() -> None:

@@ -328,9 +328,9 @@ CASES: list[Case] = [
     # -- account arguments ----------------------------------------------------------------------
     _acc("account no arguments", words=("--noise-multiplier",)),
     _acc("account negative noise", "--noise-multiplier", "-1", "--sample-rate", "0.01",
-         "--steps", "100", "--delta", "1e-5", words=("noise_multiplier", "-1")),
+         "--steps", "100", "--delta", "1e-5", words=("--noise-multiplier", "-1")),
     _acc("account sample rate above 1", "--noise-multiplier", "1", "--sample-rate", "2",
-         "--steps", "100", "--delta", "1e-5", words=("sample_rate", "2")),
+         "--steps", "100", "--delta", "1e-5", words=("--sample-rate", "2")),
     _acc("account steps zero", "--noise-multiplier", "1", "--sample-rate", "0.01",
          "--steps", "0", "--delta", "1e-5", words=("steps", "0")),
     _acc("account steps text", "--noise-multiplier", "1", "--sample-rate", "0.01",
@@ -340,7 +340,7 @@ CASES: list[Case] = [
     _acc("account delta above 1", "--noise-multiplier", "1", "--sample-rate", "0.01",
          "--steps", "100", "--delta", "1.5", words=("delta", "1.5")),
     _acc("account nan noise", "--noise-multiplier", "nan", "--sample-rate", "0.01",
-         "--steps", "100", "--delta", "1e-5", words=("noise_multiplier", "nan")),
+         "--steps", "100", "--delta", "1e-5", words=("--noise-multiplier", "nan")),
     _acc("account laplace without epsilon", "--mechanism", "laplace", "--sensitivity", "1",
          words=("--epsilon",)),
     _acc("account laplace negative sensitivity", "--mechanism", "laplace", "--epsilon", "1",
@@ -412,6 +412,56 @@ CASES: list[Case] = [
     _pq("parquet test size undeclared", {"uri": "{data}/good.parquet", "label_column": "y"},
         words=("test_accuracy_epsilon", "data.declared_test_size", "sizes_public"),
         top=(("test_accuracy_epsilon", 0.5),)),
+    # -- issue #31: inputs that were accepted silently or reported badly ------------------------
+    _led("ledger verify both seal slots damaged", "verify", "{tmp}/sealbroken.journal",
+         words=("sealbroken.journal.seal", "no valid slot"),
+         files=(("sealbroken.journal", "@sealbroken"),)),
+    # argparse read "-1e-5" (not a plain "-1") as an option: "expected one argument"
+    _acc("account delta negative exponent", "--noise-multiplier", "1", "--sample-rate", "0.01",
+         "--steps", "100", "--delta", "-1e-5", words=("--delta", "'-1e-5'", "(0, 1)")),
+    _acc("account epsilon negative exponent", "--mechanism", "laplace", "--epsilon", "-1e-3",
+         words=("--epsilon", "'-1e-3'", "> 0")),
+    _acc("account sensitivity negative infinity", "--mechanism", "laplace", "--epsilon", "1",
+         "--sensitivity", "-inf", words=("--sensitivity", "'-inf'", "> 0")),
+    _acc("account delta zero", "--mechanism", "gaussian", "--epsilon", "1", "--delta", "0",
+         words=("--delta", "'0'", "(0, 1)")),
+    _cli("run progress interval negative exponent", "run", "{tmp}/exp.yaml",
+         "--progress-interval", "-1e-3", words=("--progress-interval", "'-1e-3'", "> 0")),
+    _exp("data source key misspelled", ("data.sorce", "mnist1d"), ("data.source", _D),
+         words=("data.sorce is not a key", "did you mean 'source'", "needs the key 'source'")),
+    _pq("parquet val_uri is the training file", {"uri": "{data}/good.parquet",
+                                                 "label_column": "y", "val_fraction": _DELETE,
+                                                 "val_uri": "{data}/./good.parquet"},
+        words=("data.val_uri", "same file as data.uri", "disjoint")),
+    _pq("parquet test_uri is the training file", {"uri": "{data}/good.parquet",
+                                                  "label_column": "y", "test_fraction": _DELETE,
+                                                  "test_uri": "file://{data}/good.parquet"},
+        words=("data.test_uri", "same file as data.uri", "disjoint")),
+    _exp("test epsilon without a test split", ("data.test_fraction", 0),
+         ("test_accuracy_epsilon", 0.5), words=("test_accuracy_epsilon", "no test split")),
+    # the whole grid's cost is known before any charge: 3 trials ran, then the ledger stopped it
+    _exp("grid of 10000 points the budget cannot pay",
+         ("search", {"algorithm": "grid_composed", "settings": {}}),
+         ("space.lr", {"loguniform": [0.01, 1.0], "points": 100}),
+         ("space.max_grad_norm", {"uniform": [0.5, 2.0], "points": 100}),
+         ("space.batch_size", 32),
+         words=("the budget cannot pay", "10000 grid points", "ε=8"), exit_code=EXIT_BUDGET),
+    # a started run (its tune/ dir) whose ledger journal and seal were moved away: resuming
+    # re-charged the whole plan on a fresh ledger
+    Case("resume after the journal was moved", "experiment",
+         ("run", "{tmp}/exp.yaml", "--resume"),
+         (("exp.yaml", yaml.safe_dump(BASE, sort_keys=False)),
+          ("store/bad-input/tune/.started", ""),
+          ("store/bad-input/run.json", '{"experiment": "bad-input", "status": "failed"}')),
+         EXIT_BAD_INPUT,
+         ("cannot resume", "'bad-input'", "store/ledgers/data-mnist1d-", "does not exist")),
+    Case("resume on a ledger without its charges", "experiment",
+         ("run", "{tmp}/exp.yaml", "--resume"),
+         (("exp.yaml", yaml.safe_dump(_set(BASE, "ledger", {"name": "seeded",
+                                                            "journal": "{journal}"}),
+                                      sort_keys=False)),
+          ("store/bad-input/tune/.started", "")),
+         EXIT_BAD_INPUT, ("cannot resume", "seed.journal", "holds no charge", "'bad-input/'")),
 ]
 
 assert len({c.name for c in CASES}) == len(CASES), "case names must be unique"
@@ -432,7 +482,8 @@ def _seed_ledger(path: Path) -> Any:
 
 def _special_journal(kind: str, path: Path) -> None:
     """A damaged copy of a 3-charge journal: forged (record 2 rewritten, chain kept),
-    flipped (a byte of record 1), cut (records 2-3 removed at a line boundary)."""
+    flipped (a byte of record 1), cut (records 2-3 removed at a line boundary), sealbroken
+    (the journal intact, both slots of its seal damaged)."""
     from raydp_hpo.accounting.mechanisms import Gaussian
 
     ledger = _seed_ledger(path)
@@ -446,6 +497,13 @@ def _special_journal(kind: str, path: Path) -> None:
         lines[1] = lines[1].replace(b'"seed"', b'"seeD"')
     elif kind == "@cut":
         lines = lines[:2]
+    elif kind == "@sealbroken":  # the journal intact, both seal slots damaged
+        from raydp_hpo.ledger.journal import seal_path
+
+        seal = bytearray(seal_path(path).read_bytes())
+        for k in range(0, len(seal), 256):
+            seal[k + 10] ^= 0x01
+        seal_path(path).write_bytes(bytes(seal))
     path.write_bytes(b"".join(lines))
 
 
@@ -490,6 +548,7 @@ def prepare(case: Case, tmp: Path, data: Path) -> tuple[list[str], Path]:
 
     for name, content in case.files:
         target = tmp / name
+        target.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(content, str) and content.startswith("@"):
             _special_journal(content, target)
         elif isinstance(content, bytes):

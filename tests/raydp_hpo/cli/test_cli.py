@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import SubsampledGaussian
 from raydp_hpo.cli.main import EXIT_BAD_INPUT, main
@@ -20,7 +22,7 @@ def test_account_prints_each_accountant(capsys) -> None:
     out = json.loads(capsys.readouterr().out)
     eps = out["epsilon"]
     assert abs(eps["rdp_classic"] - 3.01) < 0.01  # Abadi et al.
-    assert eps["best"] == min(eps["rdp"], eps["rdp_classic"], eps["pld"])
+    assert eps["tightest"] == min(eps["rdp"], eps["rdp_classic"], eps["pld"])
 
 
 def test_pld_grid_is_bounded_for_every_valid_input() -> None:
@@ -50,7 +52,7 @@ def test_account_near_noiseless_mechanism_answers_without_crash(capsys) -> None:
         eps = json.loads(capsys.readouterr().out)["epsilon"]
         assert (eps["pld"] != float("inf")) is finite_pld
         # exact Gaussian: μ = √10/σ-GDP; every figure is an upper bound, so ≥ a lower estimate
-        assert eps["best"] >= 0.99 * (10 / float(sigma) ** 2) / 2
+        assert eps["tightest"] >= 0.99 * (10 / float(sigma) ** 2) / 2
 
 
 def test_account_prices_a_random_stopping_search_by_privacy_profiles(capsys) -> None:
@@ -61,17 +63,77 @@ def test_account_prices_a_random_stopping_search_by_privacy_profiles(capsys) -> 
     assert rc == 0
     eps = json.loads(capsys.readouterr().out)["epsilon"]
     assert abs(eps["rdp"] - 4.10) < 0.01
-    assert eps["profile"] <= 2.875 and eps["best"] == eps["profile"]
+    assert eps["profile"] <= 2.875 and eps["tightest"] == eps["profile"]
     assert main(["account", "--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "10",
                  "--delta", "1e-5", "--search", "random_stopping"]) == EXIT_BAD_INPUT
     assert "--mean" in capsys.readouterr().err
+
+
+def test_account_epsilon_inverts_for_one_dp_sgd_run(capsys) -> None:
+    """`account --epsilon E` without --noise-multiplier: the smallest σ for the target, on the
+    tightest valid figure by default (the same float as calibrate_noise), RDP on request."""
+    from raydp_hpo.accounting.accountants import Accountant, calibrate_noise, epsilon
+
+    argv = ["account", "--epsilon", "3", "--sample-rate", "0.02", "--steps", "1000",
+            "--delta", "1e-5", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    sigma = out["noise_multiplier"]
+    assert out["accountant"] == "tightest" and sigma == calibrate_noise(3.0, 1e-5, 0.02, 1000)
+    assert out["epsilon"]["tightest"] <= 3.0 < out["epsilon"]["rdp"]  # RDP alone overshoots
+    assert sigma == pytest.approx(1.1514, abs=2e-3)
+    assert main([*argv, "--accountant", "rdp"]) == 0
+    rdp = json.loads(capsys.readouterr().out)
+    assert rdp["noise_multiplier"] == calibrate_noise(3.0, 1e-5, 0.02, 1000, Accountant.RDP)
+    assert epsilon(SubsampledGaussian(rdp["noise_multiplier"], 0.02, 1000), 1e-5,
+                   Accountant.RDP) <= 3.0
+
+
+def test_account_epsilon_inverts_a_random_stopping_plan(capsys) -> None:
+    """`account --epsilon E --search random_stopping`: the σ of the whole plan."""
+    from raydp_hpo.accounting.mechanisms import RandomStopping, StoppingDistribution
+
+    assert main(["account", "--epsilon", "3", "--sample-rate", "0.01", "--steps", "1000",
+                 "--delta", "1e-5", "--search", "random_stopping", "--mean", "10"]) == 0
+    text = capsys.readouterr().out
+    assert "σ for the whole search within ε=3" in text and "σ = 0.973" in text
+    assert main(["account", "--epsilon", "3", "--sample-rate", "0.01", "--steps", "1000",
+                 "--delta", "1e-5", "--search", "random_stopping", "--mean", "10",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    plan = RandomStopping(SubsampledGaussian(out["noise_multiplier"], 0.01, 1000),
+                          StoppingDistribution.GEOMETRIC, 10)
+    from raydp_hpo.accounting.accountants import epsilon
+
+    assert epsilon(plan, 1e-5) <= 3.0 and out["epsilon"]["profile"] <= 3.0
+    assert out["noise_multiplier"] == pytest.approx(0.9731, abs=2e-3)
+
+
+def test_account_epsilon_wrong_combinations_exit_2(capsys) -> None:
+    cases = [
+        (["--epsilon", "3", "--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "10",
+          "--delta", "1e-5"], "not both"),
+        (["--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "10", "--delta", "1e-5",
+          "--accountant", "rdp"], "--accountant"),
+        (["--epsilon", "3", "--sample-rate", "0.01", "--delta", "1e-5"], "--steps"),
+        (["--epsilon", "3", "--sample-rate", "0.01", "--steps", "10", "--delta", "1e-5",
+          "--search", "random_stopping"], "--mean"),
+        (["--epsilon", "-1", "--sample-rate", "0.01", "--steps", "10", "--delta", "1e-5"],
+         "argument --epsilon: must be a finite number > 0, got '-1'"),
+        (["--epsilon", "3", "--sample-rate", "0.01", "--steps", "10", "--delta", "1e-5",
+          "--sensitivity", "1"], "--mechanism"),
+        (["--mechanism", "laplace", "--epsilon", "1", "--accountant", "rdp"], "--accountant"),
+    ]
+    for argv, needle in cases:
+        assert main(["account", *argv]) == EXIT_BAD_INPUT, argv
+        assert needle in capsys.readouterr().err, argv
 
 
 def test_account_bad_input_exit_code(capsys) -> None:
     rc = main(["account", "--noise-multiplier", "1.1", "--sample-rate", "1.5",
                "--steps", "10", "--delta", "1e-5"])
     assert rc == EXIT_BAD_INPUT
-    assert "sample_rate" in capsys.readouterr().err
+    assert "--sample-rate" in capsys.readouterr().err
 
 
 def test_ledger_show_and_list_in_subprocess(tmp_path: Path) -> None:
@@ -145,8 +207,9 @@ def test_account_mechanism_wrong_combinations_exit_2(capsys) -> None:
         (["--mechanism", "laplace", "--epsilon", "1", "--search", "random_stopping"], "--search"),
         (["--epsilon", "1", "--delta", "1e-5"], "--mechanism"),
         (["--noise-multiplier", "1", "--delta", "1e-5"], "--sample-rate, --steps"),
-        (["--mechanism", "gaussian", "--epsilon", "0", "--delta", "1e-5"], "epsilon=0.0"),
-        (["--mechanism", "laplace", "--epsilon", "1", "--sensitivity", "nan"], "sensitivity=nan"),
+        (["--mechanism", "gaussian", "--epsilon", "0", "--delta", "1e-5"], "--epsilon: must be a finite number > 0, got '0'"),
+        (["--mechanism", "laplace", "--epsilon", "1", "--sensitivity", "nan"],
+         "--sensitivity: must be a finite number > 0, got 'nan'"),
     ]
     for argv, needle in cases:
         assert main(["account", *argv]) == EXIT_BAD_INPUT, argv

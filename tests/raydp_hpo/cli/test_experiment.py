@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -346,7 +347,7 @@ def test_every_error_of_a_file_is_reported_at_once_with_its_path(raw: dict[str, 
     with pytest.raises(ConfigError) as info:
         parse_experiment(raw)
     paths = {path for path, _ in info.value.problems}
-    assert {"budget", "search.algorithm", "space.lr", "resources.cpu", "tensorbord"} <= paths
+    assert {"budget.delta", "search.algorithm", "space.lr", "resources.cpu", "tensorbord"} <= paths
     message = str(info.value)
     assert "5 errors" in message
     for words in ("delta", "random_stoping", "space.lr", "resources.cpu", "tensorbord"):
@@ -461,7 +462,69 @@ def test_points_make_one_space_fit_every_searcher(raw: dict[str, Any]) -> None:
 
 def test_linear_scaling_accepts_the_common_space_with_a_warning(raw: dict[str, Any]) -> None:
     """The example's space (lr, batch size, noise, optimizer) under linear scaling: the keys
-    it sets itself are ignored with a warning (before: refused)."""
+    it sets itself are ignored with a warning (before: refused). Its default (refined DP-SGD)
+    needs one sample rate, which a batch-size choice does not give: the error says which
+    setting to add; with it, the lr range, epochs and optimizer come from the space."""
+    from raydp_hpo.errors import ConfigError
+
     raw["search"] = {"algorithm": "linear_scaling", "settings": {"runs_per_sweep": 2}}
-    with pytest.warns(UserWarning, match="linear scaling sets .*'lr'"):
+    with pytest.raises(ConfigError, match=r"'batch_size' varies .*add the setting sample_rate"):
         validate_search(parse_experiment(raw), 1600, 200)
+    raw["search"]["settings"]["sample_rate"] = 0.05
+    with pytest.warns(UserWarning, match="linear scaling sets 'noise_multiplier', 'batch_size' "
+                                         "itself"):
+        validate_search(parse_experiment(raw), 1600, 200)
+    raw["search"] = {"algorithm": "linear_scaling", "preset": "paper",
+                     "settings": {"runs_per_sweep": 2}}
+    with pytest.warns(UserWarning, match="linear scaling sets .*'batch_size', 'epochs'"):
+        validate_search(parse_experiment(raw), 1600, 200)
+
+
+def test_search_preset_in_an_experiment_file(raw: dict[str, Any]) -> None:
+    """search.preset names a preset of the algorithm; settings override its values; an
+    unknown preset (with a guess), a preset of an algorithm without presets and a preset given
+    twice are refused when the file is parsed; unknown settings are all named at once."""
+    from raydp_hpo.errors import ConfigError
+
+    raw["search"] = {"algorithm": "random_stopping", "preset": "tnb20",
+                     "settings": {"mean": 4}}
+    spec = parse_experiment(raw)
+    assert spec.search.settings == {"preset": "tnb20", "mean": 4}
+    validate_search(spec, 1600, 200)
+    raw["search"]["preset"] = "tnb2"
+    with pytest.raises(ConfigError, match=r"search.preset 'tnb2': not a preset of "
+                                          r"random_stopping; use one of tnb20; did you mean"):
+        parse_experiment(raw)
+    raw["search"] = {"algorithm": "grid_composed", "preset": "paper"}
+    with pytest.raises(ConfigError, match="grid_composed has no presets"):
+        parse_experiment(raw)
+    raw["search"] = {"algorithm": "random_stopping", "preset": "tnb20",
+                     "settings": {"preset": "tnb20"}}
+    with pytest.raises(ConfigError, match="give the preset once"):
+        parse_experiment(raw)
+    raw["search"] = {"algorithm": "random_stopping", "settings": {"shap": 2, "meen": 3}}
+    with pytest.raises(ConfigError, match=r"'shap' \(did you mean 'shape'\?\), 'meen' \(did "
+                                          r"you mean 'mean'\?\)"):
+        validate_search(parse_experiment(raw), 1600, 200)
+
+
+def test_no_test_split_is_said_not_nan(raw: dict[str, Any]) -> None:
+    """data.test_fraction: 0 (issue #31): a DP test accuracy is refused up front (there is no
+    split to release it from), and the summary says there is no test split instead of NaN."""
+    from raydp_hpo.accounting.mechanisms import Gaussian
+    from raydp_hpo.cli.experiment import RunOutcome, format_summary
+    from raydp_hpo.tune.tuner import DPResult, PrivacyCertificate
+
+    raw["data"]["test_fraction"] = 0
+    spec = parse_experiment(raw)  # fine without a test accuracy
+    with pytest.raises(ConfigError, match=r"no test split \(data.test_fraction: 0\)"):
+        parse_experiment({**raw, "test_accuracy_epsilon": 0.5})
+    data = load_data(spec.data, spec.split_seed)
+    assert len(data.test) == 0
+    certificate = PrivacyCertificate("random_stopping", "P&S 2022", "RDP", spec.budget,
+                                     (("e/plan", Gaussian(5.0)),), 1.0, 1.0, "l", 1.0, "rdp")
+    result = DPResult({"lr": 0.5}, None, None, certificate, None, False)
+    text = format_summary(RunOutcome(Path("run"), result, Path("j"), 0,
+                                     test_split=len(data.test) > 0))
+    assert "no test split" in text and "nan" not in text.lower()
+    assert "nan" not in json.dumps(result.private_evaluation()).lower()

@@ -119,3 +119,71 @@ def test_schema_command_prints_the_schema(capsys: pytest.CaptureFixture[str],
                                         "budget"}
     assert main(["schema", "--output", str(tmp_path)]) == EXIT_BAD_INPUT  # a directory
     assert "is a directory" in capsys.readouterr().err
+
+
+# -- the bad-input catalogue against the published schema -----------------------------------
+#: Catalogue rows the parser refuses for a reason JSON Schema cannot express (each says why).
+#: Every other experiment-file row the parser refuses must be refused by the schema too.
+SCHEMA_CANNOT_EXPRESS = {
+    # JSON has no NaN or infinity: a schema bound cannot refuse YAML's .nan / .inf
+    "budget epsilon nan": "non-finite number",
+    "budget epsilon inf": "non-finite number",
+    # one field against another
+    "test epsilon above budget": "cross-field: test_accuracy_epsilon < budget.epsilon",
+    "ledger delta differs": "cross-field: ledger.budget.delta == budget.delta",
+    "space uniform reversed": "cross-item: low < high",
+    "data fractions sum": "cross-field: val_fraction + test_fraction < 1",
+    "parquet both column kinds given": "cross-field: feature_columns or feature_column",
+    "parquet val_uri with val_fraction": "cross-field: val_uri or val_fraction",
+    "parquet val_uri is the training file": "cross-field, after resolving paths: val_uri != uri",
+    "parquet test_uri is the training file": "cross-field, after resolving paths: test_uri != uri",
+    "test epsilon without a test split": "cross-field: data.test_fraction > 0",
+    "parquet test size undeclared": "cross-field: test_accuracy_epsilon needs "
+                                    "data.declared_test_size",
+}
+
+
+def _catalogue_files(tmp: Path) -> list[tuple[str, bool, Any]]:
+    """(row name, refused by the parser, parsed YAML) of every experiment-file row whose
+    file is YAML (rows refused before YAML — not UTF-8, bad syntax — are no schema matter)."""
+    from raydp_hpo.cli.experiment import load_experiment
+    from tests.raydp_hpo.cli.bad_input_catalogue import BASE, CASES
+
+    out = [("BASE", False, copy.deepcopy(BASE))]
+    for case in CASES:
+        if case.kind not in ("experiment", "data") or not case.files:
+            continue
+        text = case.files[0][1]
+        if isinstance(text, bytes):
+            continue
+        text = text.replace("{tmp}", str(tmp)).replace("{data}", str(tmp))
+        try:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError:
+            continue
+        (tmp / "exp.yaml").write_text(text, encoding="utf-8")
+        try:
+            load_experiment(tmp / "exp.yaml")
+        except ConfigError:
+            out.append((case.name, True, raw))
+        else:  # refused later (data, searcher, budget, resources) or not at all
+            out.append((case.name, False, raw))
+    return out
+
+
+def test_the_schema_refuses_every_catalogue_row_the_parser_refuses(
+        schema: dict[str, Any], tmp_path: Path) -> None:
+    """Every constraint the parser enforces that JSON Schema can express is in the published
+    schema (budget ε > 0, δ in (0, 1), log-domain low > 0, plain experiment names, ...)."""
+    pytest.importorskip("jsonschema")
+    rows = _catalogue_files(tmp_path)
+    assert _schema_errors(schema, rows[0][2]) == []  # the valid BASE experiment passes
+    refused = {name for name, parser_refuses, _ in rows if parser_refuses}
+    assert set(SCHEMA_CANNOT_EXPRESS) <= refused  # the list names real parser refusals
+    gaps = [name for name, parser_refuses, raw in rows
+            if parser_refuses and name not in SCHEMA_CANNOT_EXPRESS
+            and not _schema_errors(schema, raw)]
+    assert gaps == [], f"the schema accepts what the parser refuses: {gaps}"
+    listed = [name for name, _, raw in rows
+              if name in SCHEMA_CANNOT_EXPRESS and _schema_errors(schema, raw)]
+    assert listed == [], f"the schema refuses these now: drop them from the list: {listed}"

@@ -43,7 +43,9 @@ def _run_dir(tmp_path: Path) -> Path:
     for i, accs in enumerate(([0.2, 0.3], [0.25, 0.4])):
         d = run / "tune" / f"trial_{i}"
         d.mkdir(parents=True)
-        rows = [{"trial_id": f"t{i}", "epoch": e + 1, "val_accuracy": a, "epsilon": 1.0 + e}
+        # trial 0 under the metric's name today, trial 1 as runs before the rename wrote it
+        key = "trial_epsilon_rdp" if i == 0 else "epsilon"
+        rows = [{"trial_id": f"t{i}", "epoch": e + 1, "val_accuracy": a, key: 1.0 + e}
                 for e, a in enumerate(accs)]
         (d / "result.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     return run
@@ -71,6 +73,11 @@ def test_report_writes_markdown_and_pngs(tmp_path: Path, capsys: pytest.CaptureF
     md = files.markdown.read_text()
     assert "Privacy certificate" in md and "PRIVATE ARTEFACT" in md
     assert "| lr | `0.5` |" in md and "exp/plan" in md
+    # the certified figure is named (the adaptive RDP filter's), the others are references
+    rdp = epsilon(RandomStopping(SubsampledGaussian(1.0, 0.08, 13), StoppingDistribution.GEOMETRIC,
+                                 2.0), 1e-5, Accountant.RDP)
+    assert f"**ε certified = {rdp:.4f}** (rdp; the ledger halts on adaptive/rdp" in md
+    assert "- references: ε (RDP)" in md
     # the noiseless test accuracy is not listed as part of the covered release
     public_part = md.split("## Public release (covered by the certificate)")[1].split("## ")[0]
     assert "test accuracy" not in public_part

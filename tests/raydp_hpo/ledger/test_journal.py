@@ -515,3 +515,28 @@ def test_a_torn_seal_slot_is_no_false_alarm(tmp_path: Path) -> None:
     path.write_bytes(raw[: raw.rindex(b"\n", 0, len(raw) - 1) + 1])  # drop the last record
     with pytest.raises(LedgerCorruptedError, match="seal"):
         PrivacyLedger.open(path)
+
+
+@pytest.mark.parametrize(("slots", "words"), [
+    ((0, 1), ("no valid slot", "slot 1 is damaged", "slot 2 is damaged")),
+    ((1,), ("slot 2 is damaged", "the other slot still vouches")),
+])
+def test_ledger_verify_reports_damaged_seal_slots(tmp_path: Path, capsys, slots: tuple[int, ...],
+                                                  words: tuple[str, ...]) -> None:
+    """A damaged seal slot is reported (exit 2, the seal file named), never "ok": with both
+    slots gone the seal vouches for nothing and a truncation would go unnoticed."""
+    path, _ = _journal(tmp_path, n=3)
+    seal = seal_path(path)
+    raw = bytearray(seal.read_bytes())
+    for slot in slots:
+        raw[slot * 256 + 10] ^= 0x01
+    seal.write_bytes(bytes(raw))
+    before = _files(tmp_path)
+    assert main(["ledger", "verify", str(path)]) == EXIT_BAD_INPUT
+    captured = capsys.readouterr()
+    assert "CORRUPTED" in captured.out and str(seal) in captured.err
+    assert all(w in captured.out for w in words), captured.out
+    assert main(["ledger", "verify", str(path), "--json"]) == EXIT_BAD_INPUT
+    report = json.loads(capsys.readouterr().out)
+    assert not report["ok"] and len(report["seal_problems"]) == len(slots) + (len(slots) == 2)
+    assert _files(tmp_path) == before  # verify changes nothing

@@ -47,8 +47,11 @@ FACTORIES: dict[str, Callable[..., DPSearcher]] = {
         RANDOM_SPACE, subsample_rate=0.2, mean=3, **{**COMMON, **kw}),
     "svt_threshold": lambda **kw: SVTThresholdSearch(
         GRID_SPACE, num_partitions=20, round_epsilon=0.05, max_rounds=10, **{**COMMON, **kw}),
-    "linear_scaling": lambda **kw: LinearScalingSearch(
-        {"momentum": 0.9}, runs_per_sweep=2, **{**COMMON, **kw}),
+    "linear_scaling": lambda **kw: LinearScalingSearch(  # the default: refined DP-SGD
+        {"momentum": 0.9, "sample_rate": 0.1, "epochs": 1}, runs_per_sweep=2,
+        **{**COMMON, **kw}),
+    "linear_scaling_paper": lambda **kw: LinearScalingSearch(
+        {"momentum": 0.9}, preset="paper", runs_per_sweep=2, **{**COMMON, **kw}),
     "one_shot_random": lambda **kw: OneShotRandomSearch(RANDOM_SPACE, **{**COMMON, **kw}),
     "grid_composed": lambda **kw: GridSearchComposed(GRID_SPACE, **{**COMMON, **kw}),
 }
@@ -321,7 +324,8 @@ def test_factory_builds_every_algorithm() -> None:
         SearchAlgorithm.SUBSAMPLED_TRANSFER: dict(param_space=RANDOM_SPACE, mean=2),
         SearchAlgorithm.SVT_THRESHOLD: dict(param_space=GRID_SPACE, max_rounds=5,
                                             num_partitions=10),
-        SearchAlgorithm.LINEAR_SCALING: dict(param_space={}, runs_per_sweep=2),
+        SearchAlgorithm.LINEAR_SCALING: dict(param_space={"sample_rate": 0.1, "epochs": 1},
+                                             runs_per_sweep=2),
         SearchAlgorithm.ONE_SHOT_RANDOM: dict(param_space=RANDOM_SPACE),
         SearchAlgorithm.GRID_COMPOSED: dict(param_space=GRID_SPACE),
     }
@@ -330,6 +334,6 @@ def test_factory_builds_every_algorithm() -> None:
         assert s.privacy_plan().algorithm == alg.value
     with pytest.raises(ValueError, match="unknown search algorithm"):
         make_searcher("bayes", **COMMON)
-    with pytest.raises(TypeError):
+    with pytest.raises(InvalidParameterError, match="'noise_multiplyer'"):
         make_searcher(SearchAlgorithm.ONE_SHOT_RANDOM, param_space=RANDOM_SPACE,
                       noise_multiplyer=1.0, **COMMON)

@@ -36,6 +36,9 @@ from tests.raydp_hpo.searchers._results import complete
 N = 10_000
 BUDGET = PrivacyBudget(epsilon=3.0, delta=1e-5)
 KW = dict(metric="acc", dataset_size=N, budget=BUDGET, seed=1)
+#: linear scaling as before issue #31 (the paper's full-batch rule): tests of that rule and of
+#: single options on top of it name the preset; the refined default has tests of its own
+LS_KW = {**KW, "preset": "paper"}
 GRID = {"lr": tune.choice([0.01, 0.1, 1.0]), "epochs": 1, "sample_rate": 0.01}
 
 
@@ -43,7 +46,7 @@ def test_linear_scaling_total_mu_and_gdp_budget() -> None:
     """score_epsilon=None (validation split public): exactly Panda et al.'s μ-GDP plan."""
     budget = PrivacyBudget(1.0, 1e-5)
     s = LinearScalingSearch({"momentum": 0.9}, runs_per_sweep=3, score_epsilon=None,
-                            **{**KW, "budget": budget})
+                            **{**LS_KW, "budget": budget})
     mu1, mu2, muf = s._mus[0], s._mus[1], s._mu_f  # noqa: SLF001
     assert s.total_mu == pytest.approx(math.sqrt(3 * mu1**2 + 3 * mu2**2 + muf**2), rel=1e-12)
     assert gdp_epsilon(s.total_mu, budget.delta) <= budget.epsilon
@@ -58,7 +61,7 @@ def test_linear_scaling_plan_composes_noisy_sweep_scores() -> None:
     """Each sweep run is training ∘ Laplace(ε_s); the plan holds the 2n Laplace releases as a
     separate component; μ_t covers the Gaussian part only and the whole plan fits (RDP)."""
     budget = PrivacyBudget(1.0, 1e-5)
-    kw = {**KW, "budget": budget}
+    kw = {**LS_KW, "budget": budget}
     s = LinearScalingSearch({"momentum": 0.9}, runs_per_sweep=3, **kw)
     public = LinearScalingSearch({"momentum": 0.9}, runs_per_sweep=3, score_epsilon=None, **kw)
     mu1, mu2, muf = s._mus[0], s._mus[1], s._mu_f  # noqa: SLF001
@@ -85,7 +88,7 @@ def test_linear_scaling_plan_composes_noisy_sweep_scores() -> None:
 
 
 def test_linear_scaling_subsampled_includes_scores() -> None:
-    s = LinearScalingSearch({}, runs_per_sweep=2, full_batch=False, sample_rate=0.01, **KW)
+    s = LinearScalingSearch({}, runs_per_sweep=2, full_batch=False, sample_rate=0.01, **LS_KW)
     plan = s.privacy_plan().mechanism
     assert isinstance(plan, Composition) and Laplace(DEFAULT_SCORE_EPSILON, 4) in plan.mechanisms
     assert s.plan_epsilon() <= BUDGET.epsilon
@@ -93,7 +96,7 @@ def test_linear_scaling_subsampled_includes_scores() -> None:
 
 def test_linear_scaling_fit_and_final_run() -> None:
     s = LinearScalingSearch({}, runs_per_sweep=2, steps_range=(10, 100), lr_range=(0.01, 1.0),
-                            **{**KW, "budget": PrivacyBudget(1.0, 1e-5)})
+                            **{**LS_KW, "budget": PrivacyBudget(1.0, 1e-5)})
     cfgs = [s.suggest(f"t{i}") for i in range(4)]
     assert s.suggest("t4") is None  # waits for the sweeps
     for i, c in enumerate(cfgs):
@@ -142,7 +145,7 @@ def test_linear_scaling_does_not_extrapolate_beyond_the_sweeps(pick: str) -> Non
     # seed 29: the sweeps' best r stay below r_max / 2, so the old clip to [r_min, r_max]
     # alone cannot keep r* within the factor 2 (checked: this test fails on the old code)
     s = LinearScalingSearch({}, runs_per_sweep=3, steps_range=(10, 40), lr_range=(1e-3, 10.0),
-                            score_epsilon=None, **{**KW, "seed": 29})
+                            score_epsilon=None, **{**LS_KW, "seed": 29})
     r1, r2, final = _run_sweeps(s, 3, pick)
     r_star = final["lr"] * final["epochs"]
     assert min(r1, r2) / 2 * (1 - 1e-9) <= r_star <= 2 * max(r1, r2) * (1 + 1e-9)
@@ -155,24 +158,25 @@ def test_linear_scaling_does_not_extrapolate_beyond_the_sweeps(pick: str) -> Non
 def test_linear_scaling_unclamped_option_is_the_paper_rule() -> None:
     """max_extrapolation=None: r* = α·x_f + b, clipped to [r_min, r_max] only (Panda et al.)."""
     s = LinearScalingSearch({}, runs_per_sweep=3, steps_range=(10, 40), lr_range=(1e-3, 10.0),
-                            score_epsilon=None, max_extrapolation=None, **KW)
+                            score_epsilon=None, max_extrapolation=None, **LS_KW)
     _, _, final = _run_sweeps(s, 3, "up")
     line = s._fit_result["r_line"]  # noqa: SLF001
     assert final["lr"] * final["epochs"] == pytest.approx(min(max(line, 1e-2), 400.0), rel=1e-9)
     with pytest.raises(InvalidParameterError, match="max_extrapolation"):
-        LinearScalingSearch({}, max_extrapolation=0.5, **KW)
+        LinearScalingSearch({}, max_extrapolation=0.5, **LS_KW)
 
 
 def test_linear_scaling_ignores_keys_it_sets_itself_with_a_warning() -> None:
-    """One space for every searcher: lr, the noise and the batch in the space are dropped with
+    """One space for every searcher: the noise and the batch in the space are dropped with
     a warning (before: an error) and never reach a trial, whose privacy settings are the
-    plan's own."""
+    plan's own; the lr domain gives the lr range (here the fallback's (1e-3, 1) again)."""
     space = {"lr": tune.loguniform(1e-3, 1), "noise_multiplier": 1.0,
              "batch_size": tune.choice([32, 64]), "epochs": 1, "width": 3}
-    with pytest.warns(UserWarning, match="'noise_multiplier', 'batch_size', 'epochs', 'lr'"):
-        s = LinearScalingSearch(space, runs_per_sweep=2, **KW)
+    with pytest.warns(UserWarning, match="sets 'noise_multiplier', 'batch_size', 'epochs' itself"):
+        s = LinearScalingSearch(space, runs_per_sweep=2, **LS_KW)
+    assert s._lr_range == (1e-3, 1.0)  # noqa: SLF001
     assert s.plan_epsilon() == LinearScalingSearch({"width": 3}, runs_per_sweep=2,
-                                                   **KW).plan_epsilon()
+                                                   **LS_KW).plan_epsilon()
     cfg = s.suggest("t0")
     assert isinstance(cfg, dict) and cfg["width"] == 3 and "mu" in cfg
     assert "noise_multiplier" not in cfg and "batch_size" not in cfg
@@ -181,13 +185,13 @@ def test_linear_scaling_ignores_keys_it_sets_itself_with_a_warning() -> None:
 
 def test_linear_scaling_refuses_bad_space_and_small_budget() -> None:
     with pytest.raises(SearchSpaceError, match="fix 'width'"):
-        LinearScalingSearch({"width": tune.choice([1, 2])}, **KW)
+        LinearScalingSearch({"width": tune.choice([1, 2])}, **LS_KW)
     with pytest.raises(InvalidParameterError, match=r"at least ε="):
-        LinearScalingSearch({}, runs_per_sweep=20, **{**KW, "budget": PrivacyBudget(0.5, 1e-5)})
+        LinearScalingSearch({}, runs_per_sweep=20, **{**LS_KW, "budget": PrivacyBudget(0.5, 1e-5)})
 
 
 def test_linear_scaling_subsampled_option() -> None:
-    s = LinearScalingSearch({}, runs_per_sweep=2, full_batch=False, sample_rate=0.01, **KW)
+    s = LinearScalingSearch({}, runs_per_sweep=2, full_batch=False, sample_rate=0.01, **LS_KW)
     assert s.plan_epsilon() <= BUDGET.epsilon
     cfg = s.suggest("t0")
     assert isinstance(cfg, dict) and cfg["sample_rate"] == 0.01 and "noise_multiplier" in cfg
@@ -203,7 +207,7 @@ def test_linear_scaling_proportional_fit_is_the_noise_scaling_rule() -> None:
     their geometric mean (Panda et al. Prop. 2.1(a), η* ∝ 1/σ at a fixed T); not clamped to a
     factor of the sweeps' r (the extrapolation factor σᵢ/σ_f is public). Exact to 1e-9."""
     s = LinearScalingSearch({}, runs_per_sweep=3, sweep_draw="log_uniform", **PROPORTIONAL,
-                            **{**KW, "dataset_size": 2800})
+                            **{**LS_KW, "dataset_size": 2800})
     r1, r2, final = _run_sweeps(s, 3, "up")
     r1, r2 = r1 / 0.1, r2 / 0.1  # _run_sweeps reads lr·epochs; T = epochs / q steps
     sigma1, sigma2 = s._sigmas  # noqa: SLF001
@@ -224,7 +228,7 @@ def test_linear_scaling_proportional_fit_is_the_noise_scaling_rule() -> None:
 
 def test_linear_scaling_proportional_fit_with_one_failed_sweep() -> None:
     """A sweep whose runs all failed gives no estimate: α̂ is the other sweep's rᵢ·σᵢ."""
-    s = LinearScalingSearch({}, runs_per_sweep=2, **PROPORTIONAL, **{**KW, "dataset_size": 2800})
+    s = LinearScalingSearch({}, runs_per_sweep=2, **PROPORTIONAL, **{**LS_KW, "dataset_size": 2800})
     cfgs = [s.suggest(f"t{i}") for i in range(4)]
     rs = [c["lr"] * c["epochs"] / 0.1 for c in cfgs]  # type: ignore[index]
     for i in range(2):
@@ -242,7 +246,7 @@ def _quadratic_search(score_of_u, **extra) -> tuple[LinearScalingSearch, dict, l
     ``score_of_u(u, level)``; returns the searcher, the final config and the sweeps' u's."""
     s = LinearScalingSearch({}, runs_per_sweep=3, sweep_draw="log_uniform",
                             sweep_estimate="quadratic", **PROPORTIONAL,
-                            **{**KW, "dataset_size": 2800, **extra})
+                            **{**LS_KW, "dataset_size": 2800, **extra})
     cfgs = [s.suggest(f"t{i}") for i in range(6)]
     us = []
     for i, c in enumerate(cfgs):
@@ -280,7 +284,7 @@ def test_linear_scaling_quadratic_estimate_falls_back_without_a_peak() -> None:
     expected = math.exp(sum(best) / 2) / final["noise_multiplier"]
     assert final["lr"] * 150 == pytest.approx(min(expected, 1500.0), rel=1e-9)
     with pytest.raises(InvalidParameterError, match="needs line_fit='proportional'"):
-        LinearScalingSearch({}, sweep_estimate="quadratic", **KW)
+        LinearScalingSearch({}, sweep_estimate="quadratic", **LS_KW)
 
 
 def test_linear_scaling_log_uniform_sweep_draw() -> None:
@@ -288,8 +292,8 @@ def test_linear_scaling_log_uniform_sweep_draw() -> None:
     almost every run in the top decade. 400 draws each; binomial sd of a fraction ≤ 0.025,
     bands at ≥ 4 sd."""
     kw = {**PROPORTIONAL, "sweep_epsilons": (0.3, 0.6)}
-    log_s = LinearScalingSearch({}, sweep_draw="log_uniform", **kw, **{**KW, "dataset_size": 2800})
-    uni_s = LinearScalingSearch({}, **kw, **{**KW, "dataset_size": 2800})
+    log_s = LinearScalingSearch({}, sweep_draw="log_uniform", **kw, **{**LS_KW, "dataset_size": 2800})
+    uni_s = LinearScalingSearch({}, **kw, **{**LS_KW, "dataset_size": 2800})
     r_min, r_max = 0.15, 1500.0
     mid = math.sqrt(r_min * r_max)
     log_draws = np.array([log_s._draw_r(0, 0) for _ in range(400)])  # noqa: SLF001
@@ -305,7 +309,7 @@ def test_linear_scaling_stratified_sweep_draw_puts_one_run_per_stratum() -> None
     stratum: each lies in its stratum (exact), its lower half holds 0.5 ± 0.12 of them
     (binomial sd 0.029, ≥ 4 sd)."""
     s = LinearScalingSearch({}, runs_per_sweep=3, sweep_draw="stratified", **PROPORTIONAL,
-                            **{**KW, "dataset_size": 2800})
+                            **{**LS_KW, "dataset_size": 2800})
     lo, hi = math.log(0.15), math.log(1500.0)
     width = (hi - lo) / 3
     for k in range(3):
@@ -322,7 +326,7 @@ def test_linear_scaling_stratified_sweep_draw_puts_one_run_per_stratum() -> None
 def _refined(**extra) -> LinearScalingSearch:
     return LinearScalingSearch({}, runs_per_sweep=3, sweep_draw="refined",
                                sweep_estimate="quadratic", **PROPORTIONAL,
-                               **{**KW, "dataset_size": 2800, **extra})
+                               **{**LS_KW, "dataset_size": 2800, **extra})
 
 
 @pytest.mark.parametrize(("best_run", "decades"), [(1, 1.0), (0, 1.75)])
@@ -380,7 +384,7 @@ def test_linear_scaling_refined_after_a_failed_first_sweep_searches_everywhere()
 
 def test_linear_scaling_refined_refuses_what_it_cannot_mean() -> None:
     with pytest.raises(InvalidParameterError, match="'refined' needs line_fit='proportional'"):
-        LinearScalingSearch({}, sweep_draw="refined", **KW)
+        LinearScalingSearch({}, sweep_draw="refined", **LS_KW)
     for bad in (0, -1.0, float("nan"), True, "1"):
         with pytest.raises(InvalidParameterError, match="refine_decades must be"):
             _refined(refine_decades=bad)
@@ -390,13 +394,13 @@ def test_linear_scaling_refuses_fit_variables_without_a_meaning() -> None:
     """μ is exact only for full-batch runs, 1/σ is fixed per sweep only for DP-SGD: the other
     combinations (μ of a DP-SGD run was NaN and crashed the final run) are refused by name."""
     with pytest.raises(InvalidParameterError, match="fit_variable='mu' needs full_batch=True"):
-        LinearScalingSearch({}, full_batch=False, sample_rate=0.1, fit_variable="mu", **KW)
+        LinearScalingSearch({}, full_batch=False, sample_rate=0.1, fit_variable="mu", **LS_KW)
     with pytest.raises(InvalidParameterError, match="'inverse_noise' needs full_batch=False"):
-        LinearScalingSearch({}, fit_variable="inverse_noise", **KW)
+        LinearScalingSearch({}, fit_variable="inverse_noise", **LS_KW)
     with pytest.raises(InvalidParameterError, match="line_fit 'origin'"):
-        LinearScalingSearch({}, line_fit="origin", **KW)
+        LinearScalingSearch({}, line_fit="origin", **LS_KW)
     with pytest.raises(InvalidParameterError, match="sweep_draw 'normal'"):
-        LinearScalingSearch({}, sweep_draw="normal", **KW)
+        LinearScalingSearch({}, sweep_draw="normal", **LS_KW)
 
 
 @pytest.mark.parametrize("score_epsilon", [DEFAULT_SCORE_EPSILON, None])

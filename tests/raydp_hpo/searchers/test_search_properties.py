@@ -20,7 +20,8 @@ CASES: dict[SearchAlgorithm, tuple[dict[str, Any], dict[str, Any]]] = {
     SearchAlgorithm.SUBSAMPLED_TRANSFER: (RANDOM_SPACE, {"subsample_rate": 0.2, "mean": 3}),
     SearchAlgorithm.SVT_THRESHOLD: (GRID_SPACE, {"num_partitions": 20, "round_epsilon": 0.05,
                                                  "max_rounds": 10}),
-    SearchAlgorithm.LINEAR_SCALING: ({"momentum": 0.9}, {"runs_per_sweep": 2}),
+    SearchAlgorithm.LINEAR_SCALING: ({"momentum": 0.9, "sample_rate": 0.1, "epochs": 1},
+                                     {"runs_per_sweep": 2}),
     SearchAlgorithm.ONE_SHOT_RANDOM: (RANDOM_SPACE, {}),
     SearchAlgorithm.GRID_COMPOSED: (GRID_SPACE, {}),
 }

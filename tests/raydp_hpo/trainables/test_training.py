@@ -66,7 +66,7 @@ def test_declared_mechanism_matches_opacus_accountant(digits, ledger, optimizer)
     eps_opacus = opacus.get_epsilon(1e-5)
     eps_ours = epsilon(result.mechanism, 1e-5, Accountant.RDP)
     assert eps_ours == pytest.approx(eps_opacus, rel=0.02)
-    assert result.metrics["epsilon"] == pytest.approx(eps_ours, rel=1e-12)
+    assert result.metrics["trial_epsilon_rdp"] == pytest.approx(eps_ours, rel=1e-12)
     expected = {"sgd": 23, "adadp": 46, "gd": 2}[optimizer]  # ⌈2/q⌉ steps, q = 128/1439
     assert log.releases == expected
 
@@ -216,7 +216,7 @@ def test_covered_trial_checks_plan_charge_and_domination(digits, ledger):
 
 def test_nonprivate_oracle_needs_no_ledger(digits):
     result = _train(_config(raydp={"nonprivate": True}), digits)
-    assert result.charge_id is None and result.metrics["epsilon"] == 0.0
+    assert result.charge_id is None and result.metrics["trial_epsilon_rdp"] == 0.0
     assert result.releases[0].releases == 0
 
 
@@ -451,3 +451,14 @@ def test_validation_count_has_sensitivity_n_val_over_k_and_1() -> None:
         assert abs(validation_count(moved, n_val) - validation_count(counts, n_val)) <= 1 + 1e-9
     # the case the clip is for: one model all right on a realised split larger than declared
     assert validation_count([realised] + [0] * (k - 1), n_val) == n_val / k
+
+
+def test_no_test_split_means_no_test_accuracy_not_nan(ledger):
+    """test_fraction 0 (issue #31): the trial reports no test_accuracy at all; before, the
+    accuracy of an empty split was NaN and the final summary printed `test accuracy nan`."""
+    data = split(load_digits(), val_fraction=0.1, test_fraction=0.0, seed=0)
+    assert len(data.test) == 0
+    r = _train(_config(), data, ledger=ledger)
+    assert "test_accuracy" not in r.metrics
+    assert all(np.isfinite(v) for m in r.history for v in m.values()
+               if isinstance(v, float)), r.history

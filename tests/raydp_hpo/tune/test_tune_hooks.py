@@ -45,7 +45,7 @@ def test_audit_callback_writes_jsonl(tmp_path: Path) -> None:
     cb.on_step_end(0, [])  # first step: spend asked at once (local ledger: answered at once)
     cb.on_trial_start(0, [], trial)
     ledger.charge("abc", TRIAL)
-    cb.on_trial_result(1, [], trial, {"val_accuracy": 0.5, "epsilon": 1.0, "junk": 3})
+    cb.on_trial_result(1, [], trial, {"val_accuracy": 0.5, "trial_epsilon_rdp": 1.0, "junk": 3})
     cb.on_trial_complete(2, [], trial)
     cb.on_step_end(3, [])  # within the interval: nothing asked
     cb.on_experiment_end([])  # always asked at the end
@@ -54,6 +54,8 @@ def test_audit_callback_writes_jsonl(tmp_path: Path) -> None:
     assert lines[0]["spent_epsilon"] == 0.0 and lines[-1]["spent_epsilon"] == ledger.spent()
     assert "raydp" not in lines[1]["config"]
     assert "junk" not in lines[2]["result"]
+    # the trial's own RDP ε is kept under its name (it was "epsilon", read as the search's)
+    assert lines[2]["result"] == {"val_accuracy": 0.5, "trial_epsilon_rdp": 1.0}
 
 
 @pytest.mark.ray

@@ -12,7 +12,7 @@ from ray import tune
 
 from raydp_hpo.accounting.accountants import Accountant, epsilon
 from raydp_hpo.accounting.budget import PrivacyBudget
-from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
+from raydp_hpo.errors import InvalidParameterError, LedgerMismatchError, RayDPHPOError
 from raydp_hpo.ledger.actor import get_ledger
 from raydp_hpo.ledger.filter import PrivacyLedger
 from raydp_hpo.searchers import OneShotRandomSearch
@@ -257,9 +257,16 @@ ALGORITHM_CASES = {
         {**SPACE, "lr": tune.grid_search([0.1, 0.5])},
         {"num_partitions": 3, "max_rounds": 2, "round_epsilon": 0.5},
     ),
+    # the default since issue #31 (refined DP-SGD: q, T and the optimizer from the space)
     "linear_scaling": (
+        {"max_grad_norm": 1.0, "model": "mlp", "sample_rate": 0.25, "epochs": 1,
+         "optimizer": "sgd"},
+        {"runs_per_sweep": 1, "sweep_epsilons": (0.3, 0.6)},
+    ),
+    "linear_scaling_paper": (
         {"max_grad_norm": 1.0, "model": "mlp"},
-        {"runs_per_sweep": 1, "sweep_epsilons": (0.3, 0.6), "steps_range": (2, 4)},
+        {"preset": "paper", "runs_per_sweep": 1, "sweep_epsilons": (0.3, 0.6),
+         "steps_range": (2, 4)},
     ),
     "one_shot_random": (SPACE, {}),
 }
@@ -269,7 +276,8 @@ ALGORITHM_CASES = {
 def test_each_algorithm_in_a_real_tuner(ray_session, data, tmp_path: Path, algorithm) -> None:
     space, kwargs = ALGORITHM_CASES[algorithm]
     budget = PrivacyBudget(6.0, 1e-5)
-    tuner = DPTuner(None, param_space=space, search=algorithm, budget=budget,
+    tuner = DPTuner(None, param_space=space, search=algorithm.removesuffix("_paper"),
+                    budget=budget,
                     data=data, storage_path=tmp_path,
                     experiment=f"{algorithm}-{uuid.uuid4().hex[:6]}", search_kwargs=kwargs,
                     max_concurrent_trials=2, fresh_budget=True)
@@ -301,6 +309,15 @@ def test_resume_replays_the_plan_charge(ray_session, data, tmp_path: Path) -> No
     assert again.certificate.charges == first.certificate.charges
     assert again.certificate.epsilon == pytest.approx(first.certificate.epsilon)
     assert again.hyperparameters == first.hyperparameters
+    # issue #31: the journal and its seal moved away, a resume would charge the plan afresh on
+    # a new ledger: it is refused, naming the journal, before the ledger's actor starts
+    journal = Path(first.experiment_path) / "ledger.journal"
+    seal = journal.with_name(journal.name + ".seal")
+    journal.rename(tmp_path / "moved.journal")
+    seal.rename(tmp_path / "moved.journal.seal")
+    with pytest.raises(LedgerMismatchError, match=f"cannot resume .*{journal}.*does not exist"):
+        DPTuner.restore(first.experiment_path, data=data).fit()
+    assert not journal.exists() and not seal.exists()  # no fresh ledger was started
 
 
 def test_runs_inside_a_ray_task(ray_session, tmp_path: Path) -> None:
@@ -443,3 +460,56 @@ def test_a_retried_trial_pays_again(ray_session, data, tmp_path: Path) -> None:
     assert result.certificate.epsilon_rdp == pytest.approx(
         epsilon([m for _, m in result.certificate.charges], 1e-5, Accountant.RDP))
     assert not any(t["error"] for t in result.private_trials)
+
+
+def test_a_ledger_refusal_is_logged_without_a_traceback(caplog) -> None:
+    """Issue #31: a grid the ledger stops mid-search printed Tune's "Trial task failed"
+    record with a full traceback for the refused trial (the documented halting rule, nothing
+    charged). The refusal is one line naming it; any other trial error keeps its traceback."""
+    import logging
+
+    from ray.exceptions import RayTaskError
+
+    from raydp_hpo.errors import BudgetExhaustedError
+    from raydp_hpo.tune.tuner import _TUNE_CONTROLLER_LOGGER, _ledger_refusals_without_traceback
+
+    refused = RayTaskError("train", "Traceback ...",
+                           BudgetExhaustedError("g/t1", 1.7, 1.3, 1.5, 1e-5))
+    refused = refused.as_instanceof_cause()
+    crash = RayTaskError("train", "Traceback ...", ZeroDivisionError("boom"))
+    logger = logging.getLogger(_TUNE_CONTROLLER_LOGGER)
+    with caplog.at_level(logging.INFO, logger=_TUNE_CONTROLLER_LOGGER), \
+            _ledger_refusals_without_traceback():
+        logger.error("Trial task failed for trial t1", exc_info=refused)
+        logger.error("Trial task failed for trial t2", exc_info=crash)
+    first, second = caplog.records
+    assert first.exc_info is None and first.levelname == "WARNING"
+    assert "refused by the ledger" in first.getMessage() and "'g/t1'" in first.getMessage()
+    assert "Traceback" not in caplog.text.split("t2")[0]
+    assert second.exc_info is not None  # a real crash keeps its traceback
+    assert not logger.filters  # removed after the search
+
+
+def test_resume_needs_the_experiments_charges_on_its_ledger(tmp_path: Path) -> None:
+    """require_earlier_charges (issue #31): a missing journal, or one without a charge of the
+    experiment, is refused by name and read only (nothing created); one with them passes."""
+    from raydp_hpo.accounting.mechanisms import SubsampledGaussian
+    from raydp_hpo.tune.tuner import require_earlier_charges
+
+    journal = tmp_path / "ledger.journal"
+    with pytest.raises(LedgerMismatchError, match=f"{journal}, which does not exist"):
+        require_earlier_charges(journal, "exp")
+    assert not journal.exists()
+    with PrivacyLedger(PrivacyBudget(3.0, 1e-5), journal) as ledger:
+        ledger.charge("other/plan", SubsampledGaussian(2.0, 0.01, 10))
+    before = journal.read_bytes()
+    with pytest.raises(LedgerMismatchError, match="holds no charge of it .*'exp/'"):
+        require_earlier_charges(journal, "exp")
+    with pytest.raises(LedgerMismatchError, match="'exp/'"):
+        require_earlier_charges(journal, "exp", ())  # a live ledger's charges
+    with PrivacyLedger.open(journal) as ledger:
+        ledger.charge("exp/plan", SubsampledGaussian(2.0, 0.01, 10))
+        charges = ledger.charges()
+    require_earlier_charges(journal, "exp")
+    require_earlier_charges(None, "exp", charges, where="the shared ledger 'x'")
+    assert journal.read_bytes().startswith(before)
