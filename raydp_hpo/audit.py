@@ -1227,7 +1227,7 @@ def _dataset_ledger(budget: PrivacyBudget) -> Any:
     from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger
 
     return PrivacyLedger(budget, adaptivity=Adaptivity.EXPERIMENTS,
-                         accountant=Accountant.PROFILE)
+                         accountant=Accountant.TIGHTEST)
 
 
 def dataset_ledger_claim(delta: float = 1e-5) -> dict[str, float]:

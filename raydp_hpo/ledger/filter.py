@@ -232,13 +232,13 @@ def tightest_halting_accountant(adaptivity: Adaptivity) -> Accountant:
     ``FIXED_PLAN``: :attr:`Accountant.PROFILE`, the minimum of the RDP, PLD and privacy-profile
     figures (each valid for the fixed sequence the plan is; see the module docstring).
     ``ADAPTIVE``: :attr:`Accountant.RDP`, the only one with a filter theorem (Feldman & Zrnic
-    2021). ``EXPERIMENTS``: :attr:`Accountant.PROFILE` prices each charge's own (εₖ, δₖ)
+    2021). ``EXPERIMENTS``: :attr:`Accountant.TIGHTEST` prices each charge's own (εₖ, δₖ)
     point (one fixed mechanism); the halting rule is basic composition of the points. Searchers calibrate on the same accountant the ledger then halts on, so the σ
     they calibrate is exactly what the ledger admits.
     """
     if not isinstance(adaptivity, Adaptivity):
         raise InvalidParameterError(f"adaptivity must be an Adaptivity, got {adaptivity!r}")
-    return Accountant.RDP if adaptivity is Adaptivity.ADAPTIVE else Accountant.PROFILE
+    return Accountant.RDP if adaptivity is Adaptivity.ADAPTIVE else Accountant.TIGHTEST
 
 
 def admits_as_first_charge(
@@ -418,7 +418,9 @@ class PrivacyLedger:
                 pure = None if p is None else pure + p
         self._rdp = RdpProfile(total, side_eps, side_delta)
         self._pure = pure
-        self._points = [self._point(c.mechanism, i + 1) for i, c in enumerate(self._charges)]
+        if self._adaptivity is Adaptivity.EXPERIMENTS:  # few charges: whole experiments
+            self._points = [self._point(c.mechanism, i + 1)
+                            for i, c in enumerate(self._charges)]
         self._pld_composer = None
         self._pld_trial = None
         self._pld_spent = None

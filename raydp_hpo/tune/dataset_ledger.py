@@ -40,7 +40,7 @@ __all__ = ["dataset_ledger_journal", "dataset_ledger_budget", "dataset_ledger_ru
 
 #: How a new dataset ledger halts (see the module docstring).
 DATASET_ADAPTIVITY = Adaptivity.EXPERIMENTS
-DATASET_ACCOUNTANT = Accountant.PROFILE
+DATASET_ACCOUNTANT = Accountant.TIGHTEST
 
 
 def dataset_ledger_rule(journal: Path) -> tuple[Adaptivity, Accountant]:

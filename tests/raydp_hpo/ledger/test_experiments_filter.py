@@ -1,6 +1,7 @@
-"""A dataset ledger composes whole experiments: (εₖ, δₖ) points, δ shares δ·6/(π²k²), basic
-composition (:mod:`raydp_hpo.ledger.experiments`). The points are checked against
-dp-accounting's own PLD accountant, computed here independently of this project's wrappers."""
+"""A dataset ledger composes whole experiments: admitted when the RDP filter at δ/2 (A) or
+basic composition of (εₖ, δₖ) points at δ shares (δ/2)·6/(π²k²) (B) admits
+(:mod:`raydp_hpo.ledger.experiments`). The points are checked against dp-accounting's own PLD
+accountant, computed here independently of this project's wrappers."""
 
 from __future__ import annotations
 
@@ -16,14 +17,14 @@ from raydp_hpo.accounting.accountants import Accountant
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import ApproxDP, SubsampledGaussian
 from raydp_hpo.ledger.experiments import experiment_delta, experiment_point
-from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger
+from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger, filter_epsilon
 
 BUDGET = PrivacyBudget(8.0, 1e-5)
 
 
 def _ledger(journal: Path | None = None, budget: PrivacyBudget = BUDGET) -> PrivacyLedger:
     return PrivacyLedger(budget, journal, adaptivity=Adaptivity.EXPERIMENTS,
-                         accountant=Accountant.PROFILE)
+                         accountant=Accountant.TIGHTEST)
 
 
 def _dp_accounting_epsilon(sigma: float, q: float, steps: int, delta: float) -> float:
@@ -35,42 +36,47 @@ def _dp_accounting_epsilon(sigma: float, q: float, steps: int, delta: float) -> 
     return acc.get_epsilon(delta)
 
 
-def test_delta_shares_sum_to_delta_and_never_run_out() -> None:
+def test_delta_shares_sum_to_half_delta_and_never_run_out() -> None:
     shares = [experiment_delta(1e-5, k) for k in range(1, 100_001)]
-    assert shares[0] == pytest.approx(1e-5 * 6 / math.pi**2, rel=1e-12)
+    assert shares[0] == pytest.approx(1e-5 / 2 * 6 / math.pi**2, rel=1e-12)
     assert shares[1] == pytest.approx(shares[0] / 4, rel=1e-12)
-    assert math.fsum(shares) < 1e-5  # partial sums of 6/(π²k²) stay below 1
-    assert math.fsum(shares) > 1e-5 * (1 - 1e-4)  # ... and approach it (tail < 6/(π²n))
+    assert math.fsum(shares) < 0.5e-5  # partial sums of 6/(π²k²) stay below 1
+    assert math.fsum(shares) > 0.5e-5 * (1 - 1e-4)  # ... and approach it (tail < 6/(π²n))
     with pytest.raises(ValueError, match="k must be an int >= 1"):
         experiment_delta(1e-5, 0)
 
 
-def test_points_match_dp_accounting_and_compose_by_basic_composition() -> None:
-    """Two DP-SGD experiments charged one after the other: each point is its own PLD ε at
-    its δ share (dp-accounting, to 1 %), and the ledger's spend is their sum."""
+def test_points_match_dp_accounting_and_the_tighter_rule_halts() -> None:
+    """Two DP-SGD experiments charged one after the other: each point (rule B) is its own PLD
+    ε at its δ share (dp-accounting, to 1 %); the spend is the smaller of rule B (their sum)
+    and rule A (the RDP filter at δ/2 over both curves), each computed independently here.
+    One experiment: B is the tighter (its own tightest figure); two: A is."""
+    from raydp_hpo.accounting.rdp import rdp_profile
+
     ledger = _ledger()
     plans = [SubsampledGaussian(1.0, 0.01, 1000), SubsampledGaussian(1.5, 0.02, 500)]
-    spent = 0.0
+    basic, rdp = 0.0, None
     for k, plan in enumerate(plans, start=1):
         delta_k = experiment_delta(BUDGET.delta, k)
         reference = _dp_accounting_epsilon(plan.noise_multiplier, plan.sample_rate,
                                            plan.steps, delta_k)
-        decision = ledger.try_charge(f"exp{k}/plan", plan)
-        assert decision.admitted
-        eps_k = decision.epsilon_after - spent
+        assert ledger.try_charge(f"exp{k}/plan", plan).admitted
+        by = ledger.report().epsilon_by_accountant
+        eps_k = by["basic_composition"] - basic
         # an upper bound, and tight: within 1 % above dp-accounting's own figure
         assert reference * (1 - 1e-3) <= eps_k <= reference * 1.01
-        spent = decision.epsilon_after
-    report = ledger.report()
-    assert report.spent_epsilon == pytest.approx(spent, rel=1e-12)
-    assert report.epsilon_by_accountant["basic_composition"] == pytest.approx(spent, rel=1e-12)
-    assert report.epsilon_by_accountant["delta_used"] == pytest.approx(
+        basic = by["basic_composition"]
+        rdp = rdp_profile(plan) if rdp is None else rdp + rdp_profile(plan)
+        rule_a = filter_epsilon(rdp, BUDGET.delta / 2)
+        assert by["rdp_filter_half_delta"] == pytest.approx(rule_a, rel=1e-9)
+        assert ledger.spent() == pytest.approx(min(basic, rule_a), rel=1e-12)
+        if k == 1:
+            assert basic < rule_a  # one experiment: its own tightest figure wins
+            # issue #30's waste: the RDP filter at the whole δ charged far more for it
+            assert basic < 0.8 * filter_epsilon(rdp, BUDGET.delta)
+    assert rule_a < basic  # two: RDP composes them sub-additively
+    assert by["basic_composition_delta"] == pytest.approx(
         experiment_delta(1e-5, 1) + experiment_delta(1e-5, 2), rel=1e-12)
-    # tighter than the adaptive RDP filter over the same two plans
-    rdp_filter = PrivacyLedger(BUDGET)
-    for k, plan in enumerate(plans):
-        rdp_filter.charge(f"exp{k}", plan)
-    assert spent < 0.85 * rdp_filter.spent()
 
 
 def test_a_reservation_is_its_own_point_and_may_not_exceed_its_delta_share() -> None:
@@ -87,7 +93,7 @@ def test_a_reservation_is_its_own_point_and_may_not_exceed_its_delta_share() -> 
     refused = ledger.try_charge("c/point", ApproxDP(0.6, experiment_delta(BUDGET.delta, 3)))
     assert not refused.admitted and refused.epsilon_after == pytest.approx(8.1)
     assert experiment_point(ApproxDP(0.5, 1e-7, count=3), 1e-6,
-                            Accountant.PROFILE) == (1.5, pytest.approx(3e-7))
+                            Accountant.TIGHTEST) == (1.5, pytest.approx(3e-7))
 
 
 def test_a_reopened_journal_replays_the_same_points(tmp_path: Path) -> None:
