@@ -15,6 +15,7 @@ import pytest
 from ray import tune
 
 from raydp_hpo.accounting.budget import PrivacyBudget
+from raydp_hpo.accounting.mechanisms import SubsampledGaussian
 from raydp_hpo.cli.experiment import DataSpec
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 from raydp_hpo.ledger.experiments import experiment_delta
@@ -29,7 +30,7 @@ from raydp_hpo.trainables.data import (
     split,
 )
 from raydp_hpo.tune.dataset_ledger import create_dataset_ledger, dataset_ledger_journal
-from raydp_hpo.tune.tuner import DPTuner
+from raydp_hpo.tune.tuner import DPTuner, _DatasetPointRule
 
 SPACE = {"lr": tune.loguniform(0.05, 1.0), "epochs": 1, "sample_rate": 0.1,
          "max_grad_norm": 1.0, "model": "mlp", "optimizer": "sgd"}
@@ -184,3 +185,55 @@ def test_experiments_on_a_dataset_ledger_compose_within_its_budget(ray_session,
     finally:
         with contextlib.suppress(ValueError):
             ray.kill(ray.get_actor(dataset_ledger_name(dataset), namespace="raydp_hpo"))
+
+
+def test_an_experiment_is_calibrated_as_its_point_and_resumes_as_the_same_point() -> None:
+    """Without Ray, on a real dataset ledger (``PrivacyLedger``, what the actor serves): the
+    experiment takes the next δ share, its searcher calibrates σ so that its plan is
+    admitted there as one point, its own ledger gets exactly that point, and a resume (the
+    point already charged) reproduces the same plan — a replay, not a second charge. Another
+    experiment admitted in between makes the charge fail loudly, with nothing charged."""
+    from raydp_hpo.accounting.accountants import Accountant, epsilon
+    from raydp_hpo.accounting.budget import PrivacyBudget as Budget
+
+    data = split(load_mnist1d(num_samples=600, seed=5), 0.2, 0.2, seed=0)
+    class Named(PrivacyLedger):  # the actor handle's one extra: its name
+        name = "data-x"
+
+    ledger = Named(Budget(3.0, 1e-5), adaptivity=Adaptivity.EXPERIMENTS,
+                   accountant=Accountant.TIGHTEST)
+    ledger.charge("earlier/point", SubsampledGaussian(1.0, 0.02, 300))
+
+    def plan(resume: bool):
+        tuner = DPTuner(None, param_space=SPACE, search="random_stopping", budget=BUDGET,
+                        data=data, dataset="x", experiment="exp", search_kwargs={"mean": 2.0})
+        tuner._slot = tuner._take_slot(ledger, resume)
+        tuner._set_budget(Budget(tuner._slot.cap, tuner._slot.delta))
+        tuner._slot_rule = _DatasetPointRule(ledger.budget, tuner._slot.prior,
+                                             tuner._slot.delta, None)
+        searcher = tuner._build_searcher(None, Adaptivity.FIXED_PLAN)
+        p = searcher.privacy_plan()
+        tuner._point = tuner._point_mechanism(p)
+        tuner._budget = Budget(tuner._point_epsilon(), tuner._slot.delta)
+        return tuner, p.mechanism
+
+    tuner, mechanism = plan(resume=False)
+    assert tuner._slot.k == 2 and tuner._slot.delta == experiment_delta(1e-5, 2)
+    assert ledger.would_admit(mechanism)
+    figure = epsilon(mechanism, tuner._slot.delta, Accountant.TIGHTEST)
+    assert tuner._budget.epsilon == pytest.approx(figure, rel=1e-6)  # its own ledger's budget
+    assert figure <= BUDGET.epsilon
+    tuner._reserve(ledger)
+    assert [c.charge_id for c in ledger.charges()] == ["earlier/point", "exp/point"]
+    again, same = plan(resume=True)  # the point is on the ledger: k and prior as before
+    assert again._slot.k == 2 and same == mechanism
+    again._reserve(ledger)  # a replay
+    assert len(ledger.charges()) == 2
+    # a race: another experiment admitted between planning and charging
+    racing, _ = plan(resume=False)
+    racing._experiment = "other"
+    ledger.charge("sneaked/point", SubsampledGaussian(50.0, 0.01, 10))
+    before = ledger.charges()
+    with pytest.raises(RayDPHPOError, match="run this experiment again"):
+        racing._reserve(ledger)
+    assert ledger.charges() == before
