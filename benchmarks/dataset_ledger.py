@@ -69,9 +69,23 @@ def experiment(dataset: str, algorithm: str, storage: Path, name: str,
 def run(raw: dict[str, Any]) -> Any:
     from raydp_hpo.cli.experiment import parse_experiment, run_experiment
 
+    spec = parse_experiment(raw)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return run_experiment(parse_experiment(raw), out=lambda _line: None)
+        return run_experiment(spec, out=lambda _line: None)
+
+
+def stop_ledger(raw: dict[str, Any]) -> None:
+    """Stop the dataset ledger's actor (its journal stays): the next part uses another
+    storage path, hence another journal, for the same dataset."""
+    import contextlib
+
+    import ray
+
+    from raydp_hpo.cli.experiment import parse_experiment
+
+    with contextlib.suppress(ValueError):
+        ray.kill(ray.get_actor(parse_experiment(raw).ledger_name, namespace="raydp_hpo"))
 
 
 def old_rule(plan: Any, delta: float) -> float:
@@ -94,8 +108,11 @@ def single_searches(datasets: list[str], quick: bool) -> list[str]:
         for algorithm in SEARCHES:
             with tempfile.TemporaryDirectory(prefix="rdh-bench-", dir=Path.home()) as tmp:
                 t0 = time.perf_counter()
-                outcome = run(experiment(dataset, algorithm, Path(tmp), f"{algorithm}-1",
-                                         quick=quick))
+                raw = experiment(dataset, algorithm, Path(tmp), f"{algorithm}-1", quick=quick)
+                try:
+                    outcome = run(raw)
+                finally:
+                    stop_ledger(raw)
                 cert = outcome.result.certificate
                 report = PrivacyLedger.read_only(outcome.journal).report()
                 point = report.charges[0].mechanism
@@ -135,6 +152,7 @@ def several(dataset: str, count: int, algorithms: list[str], quick: bool) -> str
                       f"{str(exc)[:160]}", flush=True)
                 continue
             certified.append(outcome.result.certificate.epsilon)
+        stop_ledger(experiment(dataset, algorithms[0], storage, "e0", quick=quick))
         report = PrivacyLedger.read_only(journal).report()
         by = report.epsilon_by_accountant
         return (f"| {dataset} | {count} × ε={per:g} ({', '.join(sorted(set(algorithms)))}) | "

@@ -205,7 +205,8 @@ class PrivacyCertificate:
             **({} if self.dataset_ledger is None else {"dataset_ledger": {
                 "name": self.dataset_ledger[0], "budget": self.dataset_ledger[1].to_dict(),
                 "spent_epsilon": self.dataset_ledger[2],
-                "halting_rule": "experiments: basic composition of (ε, δ) points"}}),
+                "halting_rule": "experiments: the RDP filter at δ/2 or basic composition of "
+                                "the experiments' (ε, δ) points"}}),
         }
 
     def format(self) -> str:
@@ -235,7 +236,8 @@ class PrivacyCertificate:
             lines.append(
                 f"  dataset       {name}: this experiment is its point (ε={self.budget.epsilon:.4f}, "
                 f"δ={self.budget.delta:.3g}); the dataset has spent ε={spent:.4f} of "
-                f"ε={total.epsilon:g}, δ={total.delta:g} (basic composition of the points)")
+                f"ε={total.epsilon:g}, δ={total.delta:g} (the RDP filter at δ/2 or basic "
+                "composition of the experiments' points)")
         lines.append(f"  charges       {len(self.charges)}")
         for cid, mech in self.charges[:10]:
             lines.append(f"    {cid}: {type(mech).__name__}")
@@ -1214,8 +1216,8 @@ class DPTuner:
             self._set_budget(PrivacyBudget(self._slot.cap, self._slot.delta))
             if self._slot.reserved is None:
                 self._slot_rule = _DatasetPointRule(
-                    dataset_ledger.budget, self._slot.prior, self._slot.delta,
-                    self._test_epsilon)
+                    dataset_ledger.budget, Accountant(dataset_ledger.settings()["accountant"]),
+                    self._slot.prior, self._test_epsilon)
         dedicated = None if shared is not None else self._dedicated_adaptivity()
         try:
             searcher = self._build_searcher(shared, dedicated)
@@ -1959,8 +1961,8 @@ class _DatasetPointRule:
     calibrating σ asks no actor; the real charge is checked again when it is made."""
 
     budget: PrivacyBudget
+    accountant: Accountant  # the dataset ledger's: how it prices a point
     prior: tuple[tuple[str, Mechanism], ...]
-    delta: float
     test_epsilon: float | None
 
     def __post_init__(self) -> None:
@@ -1979,7 +1981,7 @@ class _DatasetPointRule:
 
         if self._replica is None:
             replica = PrivacyLedger(self.budget, adaptivity=Adaptivity.EXPERIMENTS,
-                                    accountant=_halting_accountant(Adaptivity.FIXED_PLAN))
+                                    accountant=self.accountant)
             for charge_id, prior in self.prior:
                 replica.charge(charge_id, prior)
             self._replica = replica

@@ -209,8 +209,8 @@ def test_an_experiment_is_calibrated_as_its_point_and_resumes_as_the_same_point(
                         data=data, dataset="x", experiment="exp", search_kwargs={"mean": 2.0})
         tuner._slot = tuner._take_slot(ledger, resume)
         tuner._set_budget(Budget(tuner._slot.cap, tuner._slot.delta))
-        tuner._slot_rule = _DatasetPointRule(ledger.budget, tuner._slot.prior,
-                                             tuner._slot.delta, None)
+        tuner._slot_rule = _DatasetPointRule(ledger.budget, Accountant.TIGHTEST,
+                                             tuner._slot.prior, None)
         searcher = tuner._build_searcher(None, Adaptivity.FIXED_PLAN)
         p = searcher.privacy_plan()
         tuner._point = tuner._point_mechanism(p)
