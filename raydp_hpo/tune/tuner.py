@@ -68,7 +68,7 @@ from raydp_hpo._ray_runtime import ensure_ray
 from raydp_hpo._storage import default_storage_path, warn_if_ephemeral
 from raydp_hpo.accounting.accountants import Accountant, epsilon, epsilon_or_inf
 from raydp_hpo.accounting.budget import PrivacyBudget
-from raydp_hpo.accounting.mechanisms import Mechanism, mechanism_to_dict
+from raydp_hpo.accounting.mechanisms import ApproxDP, Mechanism, mechanism_to_dict
 from raydp_hpo.errors import (
     BudgetExhaustedError,
     BudgetTooSmallError,
@@ -1214,10 +1214,10 @@ class DPTuner:
             dataset_ledger, shared = shared, None
             self._slot = self._take_slot(dataset_ledger, resume)
             self._set_budget(PrivacyBudget(self._slot.cap, self._slot.delta))
-            if self._slot.reserved is None:
+            if self._slot.reserved is None:  # its plan is its point: calibrated to fit there
                 self._slot_rule = _DatasetPointRule(
-                    dataset_ledger.budget, Accountant(dataset_ledger.settings()["accountant"]),
-                    self._slot.prior, self._test_epsilon)
+                    dataset_ledger.budget, self._slot.accountant, self._slot.prior,
+                    self._test_epsilon)
         dedicated = None if shared is not None else self._dedicated_adaptivity()
         try:
             searcher = self._build_searcher(shared, dedicated)
@@ -1236,7 +1236,8 @@ class DPTuner:
         if self._max_failures > 0:  # before anything is charged
             self._refuse_retries_under_a_plan(plan.mechanism is not None)
         if self._slot is not None:
-            self._point = self._point_mechanism(plan)
+            assert dataset_ledger is not None
+            self._point = self._point_mechanism(plan, searcher, dataset_ledger)
             self._budget = PrivacyBudget(self._point_epsilon(), self._slot.delta)
         trainable = self._trainable_with_data()
         exp_dir = self._storage / self._experiment
@@ -1421,54 +1422,74 @@ class DPTuner:
     def _take_slot(self, dataset_ledger: LedgerHandle, resume: bool) -> _Slot:
         """This experiment's place on a dataset ledger, before anything is charged: k (it is
         the k-th charge), its δ share δ_k (:func:`raydp_hpo.ledger.experiments.
-        experiment_delta`), the charges before it, and the ε cap it calibrates within. On
-        resume: the point already charged, so the plan is calibrated as it was."""
-        from raydp_hpo.accounting.mechanisms import ApproxDP
+        experiment_delta`), the charges before it, and the ε cap it calibrates within. The same
+        on resume (the point already charged is then found, and k and the charges before it
+        are those of the first run), so the plan is calibrated as it was."""
         from raydp_hpo.ledger.experiments import experiment_delta
+        from raydp_hpo.ledger.filter import PrivacyLedger
 
         charges = dataset_ledger.charges()
         ids = [c.charge_id for c in charges]
         slot_id = self._slot_id()
         if slot_id in ids:
             k = ids.index(slot_id) + 1
-            point = charges[k - 1].mechanism
+            charged: Mechanism | None = charges[k - 1].mechanism
         elif resume:
             raise RayDPHPOError(
                 f"experiment {self._experiment!r} has no point {slot_id!r} on the dataset "
                 f"ledger {dataset_ledger.name!r}: it never started there; run it afresh"
             )
         else:
-            k, point = len(charges) + 1, None
+            k, charged = len(charges) + 1, None
         prior = tuple((c.charge_id, c.mechanism) for c in charges[:k - 1])
-        delta_k = experiment_delta(dataset_ledger.budget.delta, k)
-        if isinstance(point, ApproxDP):
-            return _Slot(k, point.epsilon, point.delta, prior, point)
-        if point is None and not self._point_charged():
-            # a reservation: only basic composition (B) can admit an ApproxDP point
-            report = dataset_ledger.report()
-            basic = report.epsilon_by_accountant.get("basic_composition", 0.0)
-            cap = min(self._budget.epsilon, report.budget.epsilon - basic)
-            if cap <= 0:
-                raise BudgetExhaustedError(slot_id, math.inf, report.spent_epsilon,
-                                           report.budget.epsilon, report.budget.delta)
-            return _Slot(k, cap, delta_k, prior, ApproxDP(cap, delta_k))
-        return _Slot(k, self._budget.epsilon, delta_k, prior, None)
+        total = dataset_ledger.budget
+        accountant = dataset_ledger.report().halting_accountant
+        delta_k = experiment_delta(total.delta, k)
+        if self._point_charged():
+            return _Slot(k, self._budget.epsilon, delta_k, prior, accountant, None, charged)
+        # a reservation: only basic composition (B) can admit an ApproxDP point, so its cap is
+        # what B has left after the charges before it (the same on resume)
+        replica = PrivacyLedger(total, adaptivity=Adaptivity.EXPERIMENTS, accountant=accountant)
+        for charge_id, mechanism in prior:
+            replica.charge(charge_id, mechanism)
+        basic = replica.report().epsilon_by_accountant.get("basic_composition", 0.0)
+        cap = min(self._budget.epsilon, total.epsilon - basic)
+        if cap <= 0:
+            raise BudgetExhaustedError(slot_id, math.inf, replica.spent(), total.epsilon,
+                                       total.delta)
+        return _Slot(k, cap, delta_k, prior, accountant, ApproxDP(cap, delta_k), charged)
 
-    def _point_mechanism(self, plan: Any) -> Mechanism:
-        """What this experiment charges to the dataset ledger: its reservation, or its plan
-        (with the DP test accuracy's ``Laplace(ε_t)``) as one mechanism."""
+    def _point_mechanism(self, plan: Any, searcher: Any, dataset_ledger: LedgerHandle
+                         ) -> Mechanism:
+        """What this experiment charges to the dataset ledger: its plan (with the DP test
+        accuracy's ``Laplace(ε_t)``) as one mechanism; for a grid whose trials charge
+        themselves from a configuration fixed up front, the composition of the whole grid when
+        the dataset can pay it; else its ``ApproxDP`` reservation. On resume, what it charged."""
         from raydp_hpo.accounting.mechanisms import Composition, Laplace
 
-        assert self._slot is not None
-        if self._slot.reserved is not None:
-            return self._slot.reserved
-        if plan.mechanism is None:
-            raise RayDPHPOError(  # pragma: no cover - _point_charged said it has a plan
-                "internal error: a plan-charged experiment stated no plan mechanism"
-            )
-        if self._test_epsilon is None:
-            return plan.mechanism
-        return Composition((plan.mechanism, Laplace(self._test_epsilon)))
+        slot = self._slot
+        assert slot is not None
+        if slot.charged is not None:
+            return slot.charged
+
+        def with_test(mechanism: Mechanism) -> Mechanism:
+            if self._test_epsilon is None:
+                return mechanism
+            return Composition((mechanism, Laplace(self._test_epsilon)))
+
+        if slot.reserved is None:
+            if plan.mechanism is None:
+                raise RayDPHPOError(  # pragma: no cover - _point_charged said it has a plan
+                    "internal error: a plan-charged experiment stated no plan mechanism"
+                )
+            return with_test(plan.mechanism)
+        composed = getattr(searcher, "composed_mechanism", None)
+        if composed is not None and self._dedicated_adaptivity() is Adaptivity.FIXED_PLAN:
+            whole = with_test(composed())
+            figure = epsilon(whole, slot.delta, _halting_accountant(Adaptivity.FIXED_PLAN))
+            if figure <= slot.cap and dataset_ledger.would_admit(whole):
+                return whole
+        return slot.reserved
 
     def _point_epsilon(self) -> float:
         """The budget of this experiment's own ledger: its reservation's ε, or its point's
@@ -1476,8 +1497,8 @@ class DPTuner:
         charges one by one, which may round differently in the last digits), so its own
         ledger can never charge beyond its point."""
         assert self._slot is not None and self._point is not None
-        if self._slot.reserved is not None:
-            return self._slot.reserved.epsilon
+        if isinstance(self._point, ApproxDP):
+            return self._point.epsilon
         figure = epsilon(self._point, self._slot.delta, _halting_accountant(
             Adaptivity.FIXED_PLAN))
         return min(self._slot.cap, figure * (1.0 + 1e-7))
@@ -1929,13 +1950,16 @@ def _resumed_accountant(journal: Path, adaptivity: Adaptivity) -> Accountant:
 class _Slot:
     """An experiment's place on a dataset ledger (see :meth:`DPTuner._take_slot`): it is the
     k-th charge, with δ share ``delta``, after the charges ``prior``; it calibrates within
-    ``cap``; ``reserved`` is its ``ApproxDP`` reservation when it reserves one."""
+    ``cap``; ``reserved`` is the ``ApproxDP`` reservation of an experiment whose trials charge
+    themselves (``None``: its plan is its point)."""
 
     k: int
     cap: float
     delta: float
     prior: tuple[tuple[str, Mechanism], ...]
+    accountant: Accountant  # the dataset ledger's: how it prices a point
     reserved: Any | None
+    charged: Mechanism | None  # on resume: the point this experiment charged
 
 
 @dataclass(frozen=True)

@@ -213,7 +213,7 @@ def test_an_experiment_is_calibrated_as_its_point_and_resumes_as_the_same_point(
                                              tuner._slot.prior, None)
         searcher = tuner._build_searcher(None, Adaptivity.FIXED_PLAN)
         p = searcher.privacy_plan()
-        tuner._point = tuner._point_mechanism(p)
+        tuner._point = tuner._point_mechanism(p, searcher, ledger)
         tuner._budget = Budget(tuner._point_epsilon(), tuner._slot.delta)
         return tuner, p.mechanism
 
@@ -226,7 +226,7 @@ def test_an_experiment_is_calibrated_as_its_point_and_resumes_as_the_same_point(
     tuner._reserve(ledger)
     assert [c.charge_id for c in ledger.charges()] == ["earlier/point", "exp/point"]
     again, same = plan(resume=True)  # the point is on the ledger: k and prior as before
-    assert again._slot.k == 2 and same == mechanism
+    assert again._slot.k == 2 and same == mechanism and again._point == tuner._point
     again._reserve(ledger)  # a replay
     assert len(ledger.charges()) == 2
     # a race: another experiment admitted between planning and charging
@@ -237,3 +237,38 @@ def test_an_experiment_is_calibrated_as_its_point_and_resumes_as_the_same_point(
     with pytest.raises(RayDPHPOError, match="run this experiment again"):
         racing._reserve(ledger)
     assert ledger.charges() == before
+
+
+def test_a_grid_is_charged_as_its_whole_composition_when_the_dataset_can_pay_it() -> None:
+    """A grid's trials charge themselves, but its configuration is fixed up front: its point
+    on the dataset ledger is the whole grid's composition (its tightest figure, nothing more),
+    not the experiment's whole ε; when the dataset cannot pay the whole grid, it reserves
+    what basic composition has left and its own ledger stops the grid within it."""
+    from raydp_hpo.accounting.accountants import Accountant, epsilon
+    from raydp_hpo.accounting.budget import PrivacyBudget as Budget
+    from raydp_hpo.accounting.mechanisms import ApproxDP
+
+    data = split(load_mnist1d(num_samples=600, seed=5), 0.2, 0.2, seed=0)
+    grid = {**SPACE, "lr": tune.grid_search([0.1, 0.5]), "noise_multiplier": 3.0}
+
+    class Named(PrivacyLedger):
+        name = "data-x"
+
+    def point(total: float):
+        ledger = Named(Budget(total, 1e-5), adaptivity=Adaptivity.EXPERIMENTS,
+                       accountant=Accountant.TIGHTEST)
+        tuner = DPTuner(None, param_space=grid, search="grid_composed",
+                        budget=Budget(8.0, 1e-5), data=data, dataset="x", experiment="g")
+        tuner._slot = tuner._take_slot(ledger, False)
+        tuner._set_budget(Budget(tuner._slot.cap, tuner._slot.delta))
+        searcher = tuner._build_searcher(None, Adaptivity.FIXED_PLAN)
+        mech = tuner._point_mechanism(searcher.privacy_plan(), searcher, ledger)
+        return tuner, searcher, mech
+
+    tuner, searcher, mech = point(8.0)
+    assert mech == searcher.composed_mechanism()
+    whole = epsilon(mech, experiment_delta(1e-5, 1), Accountant.TIGHTEST)
+    tuner._point = mech
+    assert tuner._point_epsilon() == pytest.approx(whole, rel=1e-6) and whole < 8.0
+    _, _, reserved = point(0.95 * whole)  # the dataset cannot pay the whole grid
+    assert isinstance(reserved, ApproxDP) and reserved.epsilon == pytest.approx(0.95 * whole)
