@@ -126,6 +126,19 @@ for p in (str(ROOT), str(HERE)):
 
 RESULTS = HERE / "results"
 DELTA = 1e-5
+#: ``--ledger dataset``: every search runs as the first experiment on a fresh dataset ledger
+#: does through ``raydp-hpo run`` (its point at the first δ share, raydp_hpo.ledger.experiments)
+LEDGER_ENV = "RAYDP_BENCH_LEDGER"
+
+
+def search_delta() -> float:
+    """δ a search is calibrated and admitted at: ``DELTA`` on a dedicated ledger; the first
+    charge's share (δ/2)·6/π² on a dataset ledger (``--ledger dataset``)."""
+    if os.environ.get(LEDGER_ENV, "dedicated") == "dataset":
+        from raydp_hpo.ledger.experiments import experiment_delta
+
+        return experiment_delta(DELTA, 1)
+    return DELTA
 METHODS = (
     "one_shot_random",
     "grid_composed",
@@ -381,7 +394,7 @@ def oracle_sigma(size: dict[str, Any], epsilon: float, accountant: str) -> float
     acc = Accountant(accountant)
     if acc is Accountant.PROFILE:  # one subsampled Gaussian: profile = PLD, both within BEST
         acc = Accountant.BEST
-    return calibrate_noise(float(epsilon), DELTA, q, steps, acc)
+    return calibrate_noise(float(epsilon), search_delta(), q, steps, acc)
 
 
 def task(kind: str, dataset: str, epsilon: float | None, method: str, seed: int,
@@ -415,7 +428,8 @@ def task(kind: str, dataset: str, epsilon: float | None, method: str, seed: int,
             # old accounting); every other method on the run's (tightest) accountant
             acc = Accountant.RDP if method == "random_stopping_rdp" else Accountant(accountant)
             out = run_search(SEARCHER_OF.get(method, method), space, data,
-                             PrivacyBudget(float(epsilon), DELTA), seed, kwargs, accountant=acc)
+                             PrivacyBudget(float(epsilon), search_delta()), seed, kwargs,
+                             accountant=acc)
         row.update(asdict(out))
     except Exception as exc:  # noqa: BLE001 - a crash is a result to report, not to hide
         row.update({"status": "error", "reason": f"{type(exc).__name__}: {exc}",
@@ -755,6 +769,9 @@ def main(argv: list[str] | None = None) -> int:
                     default="auto",
                     help="halting accountant of every ledger (random_stopping_rdp always RDP); "
                     "auto = the tightest one the ledger supports")
+    ap.add_argument("--ledger", choices=("dedicated", "dataset"), default="dedicated",
+                    help="dataset: each search is the first experiment on a fresh dataset "
+                         "ledger, as through raydp-hpo run (its point at δ·3/π²)")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--tag", default="", help="suffix of the output files (privacy_utility_TAG.*)")
@@ -765,6 +782,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replot", action="store_true",
                     help="rebuild the table and figure from OUT's runs jsonl (no training)")
     args = ap.parse_args(argv)
+    os.environ[LEDGER_ENV] = args.ledger  # read by search_delta() here and in the workers
     mode = ("quick" if args.quick else "full" if args.full
             else "mnist1d_10k" if args.mnist1d_10k else "default")
     if args.mean_k is not None:
@@ -859,7 +877,8 @@ def report(rows: list[dict[str, Any]], total: float, mode: str, seeds: list[int]
                 f"{size['ema_decay']:g}), " if size.get("ema_decay") else "")
     header = (
         f"# Privacy-utility benchmark ({mode}{', ' + args.tag if args.tag else ''})\n\n"
-        f"δ = {DELTA:g}; seeds {seeds[0]}–{seeds[-1]} ({len(seeds)}); halting/calibration "
+        f"δ = {DELTA:g} (searches at δ = {search_delta():.3g}: {os.environ.get(LEDGER_ENV)} "
+        f"ledger); seeds {seeds[0]}–{seeds[-1]} ({len(seeds)}); halting/calibration "
         f"accountant `{accountant}` for every method except `random_stopping_rdp` (RDP, the "
         f"old accounting); total wall time {total / 60:.1f} min with {args.workers} worker(s) "
         f"on {os.cpu_count()} CPUs (shared with other jobs). Sequential in-process driver "

@@ -77,6 +77,7 @@ _EXPORTS: dict[str, str] = {
     "DPTuner": "raydp_hpo.tune.tuner",
     "DPResult": "raydp_hpo.tune.tuner",
     "PrivacyCertificate": "raydp_hpo.tune.tuner",
+    "create_dataset_ledger": "raydp_hpo.tune.dataset_ledger",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -135,6 +136,7 @@ if TYPE_CHECKING:
         privacy_from_config,
     )
     from raydp_hpo.trial.settings import RaydpSettings
+    from raydp_hpo.tune.dataset_ledger import create_dataset_ledger
     from raydp_hpo.tune.hooks import LedgerAuditCallback, LedgerStopper, NoTensorBoardLogger
     from raydp_hpo.tune.tuner import DPResult, DPTuner, PrivacyCertificate
 

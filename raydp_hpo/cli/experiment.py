@@ -914,6 +914,7 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
     from raydp_hpo.accounting.accountants import Accountant
     from raydp_hpo.ledger.actor import get_ledger
     from raydp_hpo.ledger.filter import Adaptivity
+    from raydp_hpo.tune.dataset_ledger import dataset_ledger_rule
     from raydp_hpo.tune.publish import find_release
     from raydp_hpo.tune.tuner import DPTuner
 
@@ -949,13 +950,19 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
     import ray
 
     check_resources(spec, ray.cluster_resources(), "the Ray cluster")  # before any charge
+    # a named ledger halts on the adaptive RDP filter (any charge may meet it); the dataset's
+    # own composes whole experiments (raydp_hpo.tune.dataset_ledger), or keeps its rule
+    adaptivity, accountant = (
+        (Adaptivity.ADAPTIVE, Accountant.RDP) if spec.ledger is not None
+        else dataset_ledger_rule(spec.ledger_journal())
+    )
     ledger = get_ledger(
         spec.ledger_name,
         ledger_budget,
         spec.ledger_journal(),
         namespace=spec.ledger.namespace if spec.ledger else "raydp_hpo",
-        adaptivity=Adaptivity.ADAPTIVE,
-        accountant=Accountant.RDP,
+        adaptivity=adaptivity,
+        accountant=accountant,
     )
     tuner = DPTuner(
         None,

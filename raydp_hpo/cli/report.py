@@ -57,7 +57,9 @@ def replay_spend(journal: str | Path) -> tuple[Any, list[SpendPoint]]:
 
     Uses a journal-less :class:`PrivacyLedger` (fixed-plan halting on a very large budget, so
     every recorded charge is admitted again in order) and its report, which gives the RDP,
-    adaptive-RDP-filter and PLD figures at the journal's δ.
+    adaptive-RDP-filter and PLD figures at the journal's δ; a dataset ledger's journal
+    (``Adaptivity.EXPERIMENTS``) is replayed under its own rule, whose report adds the basic
+    composition of the experiments' points and the RDP filter at δ/2.
     """
     from raydp_hpo.accounting.accountants import Accountant
     from raydp_hpo.accounting.budget import PrivacyBudget
@@ -69,8 +71,11 @@ def replay_spend(journal: str | Path) -> tuple[Any, list[SpendPoint]]:
     if header is None:
         raise RayDPHPOError(f"no ledger journal at {journal}")
     budget = PrivacyBudget.from_dict(header["budget"])
+    experiments = header.get("adaptivity") == Adaptivity.EXPERIMENTS.value
     replay = PrivacyLedger(PrivacyBudget(1e12, budget.delta), None,
-                           adaptivity=Adaptivity.FIXED_PLAN, accountant=Accountant.RDP)
+                           adaptivity=Adaptivity.EXPERIMENTS if experiments
+                           else Adaptivity.FIXED_PLAN,
+                           accountant=Accountant.TIGHTEST if experiments else Accountant.RDP)
     points = [SpendPoint(0, float(header.get("created", records[0]["time"] if records else 0.0)),
                          "", "", {"rdp": 0.0, "rdp_filter": 0.0, "pld": 0.0})]
     for rec in records:
@@ -107,7 +112,10 @@ def _plot_budget(budget: Any, points: list[SpendPoint], experiment: str, path: P
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
     styles = {"rdp_filter": ("RDP filter (adaptive halting rule)", "tab:red"),
               "rdp": ("RDP (fixed sequence)", "tab:blue"),
-              "pld": ("PLD (fixed sequence)", "tab:green")}
+              "pld": ("PLD (fixed sequence)", "tab:green"),
+              "basic_composition": ("basic composition of the experiments' points "
+                                    "(dataset ledger)", "tab:purple"),
+              "rdp_filter_half_delta": ("RDP filter at δ/2 (dataset ledger)", "tab:orange")}
     xs = [p.time - t0 for p in points]
     for key, (label, colour) in styles.items():
         ys = [p.epsilon.get(key, math.nan) for p in points]

@@ -25,6 +25,12 @@ covers "either rule admits" (the pure part adds δ = 0), since both running tota
 analysis — the conservative choice; the report states both figures.
 (ε, δ)-only mechanisms (:class:`~raydp_hpo.accounting.mechanisms.ApproxDP`) are refused in this mode.
 
+``EXPERIMENTS`` — a dataset's ledger: each charge is a whole experiment, chosen adaptively;
+a charge is admitted when either the RDP filter at δ/2 or basic composition of (εₖ, δₖ)
+points (each experiment's tightest figure at its δ share (δ/2)·6/(π²k²)) admits it, a valid
+filter under fully adaptive (and concurrent) composition; the rule, its theorem and its
+proof are in :mod:`raydp_hpo.ledger.experiments`.
+
 ``FIXED_PLAN`` — the caller asserts that the sequence of mechanisms is fixed before any data
 is touched (e.g. a whole search plan admitted in one charge). Then standard composition
 theorems apply and any :class:`~raydp_hpo.accounting.Accountant` may halt, PLD included.
@@ -227,12 +233,13 @@ def tightest_halting_accountant(adaptivity: Adaptivity) -> Accountant:
     ``FIXED_PLAN``: :attr:`Accountant.PROFILE`, the minimum of the RDP, PLD and privacy-profile
     figures (each valid for the fixed sequence the plan is; see the module docstring).
     ``ADAPTIVE``: :attr:`Accountant.RDP`, the only one with a filter theorem (Feldman & Zrnic
-    2021). Searchers calibrate on the same accountant the ledger then halts on, so the σ
+    2021). ``EXPERIMENTS``: :attr:`Accountant.TIGHTEST` prices each charge's own (εₖ, δₖ)
+    point (one fixed mechanism); the halting rule is basic composition of the points. Searchers calibrate on the same accountant the ledger then halts on, so the σ
     they calibrate is exactly what the ledger admits.
     """
     if not isinstance(adaptivity, Adaptivity):
         raise InvalidParameterError(f"adaptivity must be an Adaptivity, got {adaptivity!r}")
-    return Accountant.PROFILE if adaptivity is Adaptivity.FIXED_PLAN else Accountant.RDP
+    return Accountant.RDP if adaptivity is Adaptivity.ADAPTIVE else Accountant.TIGHTEST
 
 
 def admits_as_first_charge(
@@ -318,6 +325,10 @@ class PrivacyLedger:
         self._replayed_chains: tuple[str, ...] = ()  # chain hashes of the replayed journal
         self._pld_snapshot_seq = 0  # charges covered by the last PLD snapshot written/read
         self._pure: float | None = 0.0
+        # EXPERIMENTS: the (εₖ, δₖ) point of every charge, and the last one computed for a
+        # candidate (mechanism, slot, point), reused when it is committed
+        self._points: list[tuple[float, float]] = []
+        self._point_trial: tuple[Mechanism, int, tuple[float, float]] | None = None
         self._journal: Journal | PgJournal | None = None
         self._source: Path | str | None = None  # the journal (or ledger URI) replayed
         self._admitting = 0  # depth of the open admission (PostgreSQL: one transaction)
@@ -418,6 +429,9 @@ class PrivacyLedger:
                 pure = None if p is None else pure + p
         self._rdp = RdpProfile(total, side_eps, side_delta)
         self._pure = pure
+        if self._adaptivity is Adaptivity.EXPERIMENTS:  # few charges: whole experiments
+            self._points = [self._point(c.mechanism, i + 1)
+                            for i, c in enumerate(self._charges)]
         self._pld_composer = None
         self._pld_trial = None
         self._pld_spent = None
@@ -589,8 +603,29 @@ class PrivacyLedger:
         self.close()
 
     # -- accounting ----------------------------------------------------------------------
+    def _point(self, mechanism: Mechanism, k: int) -> tuple[float, float]:
+        """EXPERIMENTS: the (ε, δ) point of ``mechanism`` as the k-th charge; ε = inf when
+        its δ exceeds the k-th share (:mod:`raydp_hpo.ledger.experiments`)."""
+        from raydp_hpo.ledger.experiments import experiment_delta, experiment_point
+
+        share = experiment_delta(self._budget.delta, k)
+        eps, delta = experiment_point(mechanism, share, self._accountant)
+        if delta > share * (1.0 + 1e-12):
+            return math.inf, delta
+        return eps, delta
+
     def _halting_epsilon(self, rdp: RdpProfile, extra: Mechanism | None) -> float:
         delta = self._budget.delta
+        if self._adaptivity is Adaptivity.EXPERIMENTS:
+            from raydp_hpo.ledger.experiments import filter_delta
+
+            basic = math.fsum(eps for eps, _ in self._points)  # rule (B)
+            if extra is not None:
+                k = len(self._charges) + 1
+                point = self._point(extra, k)
+                self._point_trial = (extra, k, point)
+                basic += point[0]
+            return min(basic, filter_epsilon(rdp, filter_delta(delta)))  # or rule (A)
         if self._adaptivity is Adaptivity.ADAPTIVE:
             eps = filter_epsilon(rdp, delta)
         else:
@@ -671,6 +706,11 @@ class PrivacyLedger:
         return eps
 
     def _commit(self, charge: Charge, profile: RdpProfile) -> None:
+        if self._adaptivity is Adaptivity.EXPERIMENTS:
+            trial, k = self._point_trial, len(self._charges) + 1
+            self._points.append(trial[2] if trial is not None and trial[:2] == (
+                charge.mechanism, k) else self._point(charge.mechanism, k))
+            self._point_trial = None
         self._charges.append(charge)
         self._by_id[charge.charge_id] = charge
         self._rdp = self._rdp + profile
@@ -963,6 +1003,13 @@ class PrivacyLedger:
                     by_acc["pld"] = math.inf
                 if self._pure is not None:
                     by_acc["pure"] = self._pure
+                if self._adaptivity is Adaptivity.EXPERIMENTS:
+                    from raydp_hpo.ledger.experiments import filter_delta
+
+                    by_acc["basic_composition"] = math.fsum(e for e, _ in self._points)
+                    by_acc["basic_composition_delta"] = math.fsum(d for _, d in self._points)
+                    by_acc["rdp_filter_half_delta"] = filter_epsilon(self._rdp,
+                                                                     filter_delta(delta))
                 if self._accountant is Accountant.PROFILE:
                     profile = self._profile_epsilon(None)
                     if math.isfinite(profile):

@@ -22,8 +22,16 @@ __all__ = ["Adaptivity", "Charge", "ChargeDecision", "LedgerReport"]
 class Adaptivity(Enum):
     """Whether charges may be chosen adaptively (decides which halting rule is valid)."""
 
+    #: Fine-grained charges chosen from earlier outputs (trials that charge themselves,
+    #: retries): the adaptive RDP filter (Feldman & Zrnic 2021).
     ADAPTIVE = "adaptive"
+    #: One sequence fixed before any data is touched: any accountant's composition halts.
     FIXED_PLAN = "fixed_plan"
+    #: A dataset's ledger: whole experiments, each chosen adaptively from earlier releases,
+    #: each charged as one (εᵢ, δᵢ) point (its tightest fixed-plan figure at its δ share),
+    #: halting by basic composition (the filter of Rogers, Roth, Ullman & Vadhan 2016);
+    #: see :mod:`raydp_hpo.ledger.experiments`.
+    EXPERIMENTS = "experiments"
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,12 @@ the same data, from Python or from an experiment file, spends from one budget:
   ``ledger:`` named in an experiment file), logged as such.
 
 Experiments on one dataset ledger are chosen adaptively (one release may shape the next), so
-the ledger halts by the adaptive RDP filter (Feldman & Zrnic 2021), the rule valid for
-charges chosen that way (:class:`~raydp_hpo.ledger.filter.Adaptivity`).
+its halting rule must be a valid privacy filter. A new dataset ledger composes whole
+experiments (:attr:`Adaptivity.EXPERIMENTS`, :mod:`raydp_hpo.ledger.experiments`): each
+experiment takes one (εₖ, δₖ) point, its δ share δ·6/(π²k²) and the ε its plan costs at that
+δ on the tightest fixed-plan accounting, runs within that point on a ledger of its own, and
+the dataset's ledger halts by basic composition of the points. A dataset ledger created
+before (the adaptive RDP filter, Feldman & Zrnic 2021) keeps the rule its journal states.
 """
 
 from __future__ import annotations
@@ -28,13 +32,24 @@ from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.errors import InvalidParameterError
 from raydp_hpo.ledger.actor import DEFAULT_NAMESPACE, LedgerHandle, get_ledger
 from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger
+from raydp_hpo.ledger.journal import read_header
 from raydp_hpo.trainables.data import dataset_ledger_name
 
-__all__ = ["dataset_ledger_journal", "dataset_ledger_budget", "open_dataset_ledger"]
+__all__ = ["dataset_ledger_journal", "dataset_ledger_budget", "dataset_ledger_rule",
+           "create_dataset_ledger", "open_dataset_ledger"]
 
-#: How a dataset ledger halts (see the module docstring).
-DATASET_ADAPTIVITY = Adaptivity.ADAPTIVE
-DATASET_ACCOUNTANT = Accountant.RDP
+#: How a new dataset ledger halts (see the module docstring).
+DATASET_ADAPTIVITY = Adaptivity.EXPERIMENTS
+DATASET_ACCOUNTANT = Accountant.TIGHTEST
+
+
+def dataset_ledger_rule(journal: Path) -> tuple[Adaptivity, Accountant]:
+    """The halting rule of the dataset ledger at ``journal``: the one its header states if it
+    exists (a ledger keeps its rule for life), else the rule of a new dataset ledger."""
+    if not journal.exists():
+        return DATASET_ADAPTIVITY, DATASET_ACCOUNTANT
+    header = read_header(journal)
+    return Adaptivity(header["adaptivity"]), Accountant(header["accountant"])
 
 
 def dataset_ledger_journal(storage: str | Path, fingerprint: str) -> Path:
@@ -76,5 +91,24 @@ def open_dataset_ledger(fingerprint: str, budget: PrivacyBudget, storage: str | 
     :func:`dataset_ledger_budget`."""
     journal = dataset_ledger_journal(storage, fingerprint)
     total = dataset_ledger_budget(journal, budget, fingerprint, out)
+    adaptivity, accountant = dataset_ledger_rule(journal)
     return get_ledger(dataset_ledger_name(fingerprint), total, journal, namespace=namespace,
-                      adaptivity=DATASET_ADAPTIVITY, accountant=DATASET_ACCOUNTANT)
+                      adaptivity=adaptivity, accountant=accountant)
+
+
+def create_dataset_ledger(dataset: str, budget: PrivacyBudget,
+                          storage_path: str | Path | None = None) -> Path:
+    """Create the ledger of ``dataset`` (its fingerprint or declared name, as
+    ``DPTuner(dataset=...)`` / ``data.name``) with the total ``budget``, before any experiment
+    (by default the first experiment's budget becomes the dataset's total). No Ray needed;
+    returns the journal. An existing ledger is left alone and must have this budget."""
+    from raydp_hpo._storage import default_storage_path
+
+    if not isinstance(budget, PrivacyBudget):
+        raise InvalidParameterError(f"budget must be a PrivacyBudget, got {budget!r}")
+    storage = default_storage_path() if storage_path is None else storage_path
+    journal = dataset_ledger_journal(storage, dataset)
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    adaptivity, accountant = dataset_ledger_rule(journal)
+    PrivacyLedger(budget, journal, adaptivity=adaptivity, accountant=accountant).close()
+    return journal

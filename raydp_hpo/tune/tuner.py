@@ -68,9 +68,10 @@ from raydp_hpo._ray_runtime import ensure_ray
 from raydp_hpo._storage import default_storage_path, warn_if_ephemeral
 from raydp_hpo.accounting.accountants import Accountant, epsilon, epsilon_or_inf
 from raydp_hpo.accounting.budget import PrivacyBudget
-from raydp_hpo.accounting.mechanisms import Mechanism, mechanism_to_dict
+from raydp_hpo.accounting.mechanisms import ApproxDP, Mechanism, mechanism_to_dict
 from raydp_hpo.errors import (
     BudgetExhaustedError,
+    BudgetTooSmallError,
     InvalidParameterError,
     LedgerMismatchError,
     RayDPHPOError,
@@ -131,6 +132,10 @@ class PrivacyCertificate:
     public: tuple[tuple[str, str], ...] = ()
     adjacency: str = ADJACENCY
     epsilon_profile: float = math.inf
+    #: the dataset ledger this experiment's point (ε, δ) = ``budget`` is charged to, its total
+    #: budget and its spend after the charge (basic composition of the experiments' points,
+    #: :mod:`raydp_hpo.ledger.experiments`); ``None`` when it ran on no dataset ledger
+    dataset_ledger: tuple[str, PrivacyBudget, float] | None = None
 
     @property
     def fixed_plan(self) -> bool:
@@ -197,6 +202,11 @@ class PrivacyCertificate:
             },
             "privacy_unit": self.adjacency,
             "treated_as_public": dict(self.public),
+            **({} if self.dataset_ledger is None else {"dataset_ledger": {
+                "name": self.dataset_ledger[0], "budget": self.dataset_ledger[1].to_dict(),
+                "spent_epsilon": self.dataset_ledger[2],
+                "halting_rule": "experiments: the RDP filter at δ/2 or basic composition of "
+                                "the experiments' (ε, δ) points"}}),
         }
 
     def format(self) -> str:
@@ -220,8 +230,15 @@ class PrivacyCertificate:
             f"  ledger        {self.ledger_name} ({self.ledger_halting_rule}), "
             f"spent ε={self.ledger_spent_epsilon:.4f}",
             f"  privacy unit  {self.adjacency}",
-            f"  charges       {len(self.charges)}",
         ]
+        if self.dataset_ledger is not None:
+            name, total, spent = self.dataset_ledger
+            lines.append(
+                f"  dataset       {name}: this experiment is its point (ε={self.budget.epsilon:.4f}, "
+                f"δ={self.budget.delta:.3g}); the dataset has spent ε={spent:.4f} of "
+                f"ε={total.epsilon:g}, δ={total.delta:g} (the RDP filter at δ/2 or basic "
+                "composition of the experiments' points)")
+        lines.append(f"  charges       {len(self.charges)}")
         for cid, mech in self.charges[:10]:
             lines.append(f"    {cid}: {type(mech).__name__}")
         if len(self.charges) > 10:
@@ -696,6 +713,10 @@ class DPTuner:
             raise InvalidParameterError(f"ledger must be a LedgerHandle, got {ledger!r}")
         self._dataset = _whose_budget(ledger, dataset, fresh_budget, data)
         self._fresh_budget = fresh_budget
+        self._slot: _Slot | None = None  # this run's place on a dataset ledger (fit)
+        self._slot_rule: _DatasetPointRule | None = None  # its plan's admission there
+        self._point: Mechanism | None = None  # what it charges there
+        self._dataset_ledger: LedgerHandle | None = None  # the ledger that point is on
         settings = resolve_tune_settings(
             tune_config=tune_config,
             run_config=run_config,
@@ -837,6 +858,8 @@ class DPTuner:
     def ledger_name(self) -> str:
         """Name of the ledger actor trials charge/check: the one given, the dataset's, or the
         dedicated one (``fresh_budget=True``)."""
+        if self._slot is not None:  # within its point on a dataset ledger: its own ledger
+            return f"ledger-{self._experiment}"
         if self._ledger is not None:
             return self._ledger.name
         if self._dataset is not None:
@@ -981,6 +1004,8 @@ class DPTuner:
             # first charge — locally, the same on a first run and on resume (where the ledger
             # already holds this very plan and must not count it twice).
             admissible = _FirstChargeRule(budget, dedicated)
+            if self._slot_rule is not None:  # and admitted as its point on the dataset ledger
+                admissible = _BothRules(admissible, self._slot_rule)
             ledger_name, namespace = self.ledger_name, self._namespace
         else:
             ledger = shared
@@ -1181,12 +1206,39 @@ class DPTuner:
             from raydp_hpo.trainables.training import validate_trial_space
 
             validate_trial_space(self._space)  # a key the trainable ignores is an error
+        dataset_ledger = None
+        if shared is not None and shared.settings()["adaptivity"] == (
+                Adaptivity.EXPERIMENTS.value):
+            # A dataset ledger composes whole experiments: this one takes its (ε, δ) point
+            # there and runs within it on a ledger of its own (raydp_hpo.ledger.experiments).
+            dataset_ledger, shared = shared, None
+            self._slot = self._take_slot(dataset_ledger, resume)
+            self._set_budget(PrivacyBudget(self._slot.cap, self._slot.delta))
+            if self._slot.reserved is None:  # its plan is its point: calibrated to fit there
+                self._slot_rule = _DatasetPointRule(
+                    dataset_ledger.budget, self._slot.accountant, self._slot.prior,
+                    self._test_epsilon)
         dedicated = None if shared is not None else self._dedicated_adaptivity()
-        searcher = self._build_searcher(shared, dedicated)
+        try:
+            searcher = self._build_searcher(shared, dedicated)
+        except BudgetTooSmallError as exc:
+            if dataset_ledger is None or self._slot is None:
+                raise
+            report = dataset_ledger.report()
+            raise BudgetTooSmallError(
+                f"{exc}. On the dataset ledger {dataset_ledger.name!r} (spent "
+                f"ε={report.spent_epsilon:.4g} of ε={report.budget.epsilon:g}, "
+                f"δ={report.budget.delta:g}) this experiment would be charge {self._slot.k}, "
+                f"at δ={self._slot.delta:.3g}: its plan must also fit what the dataset has left"
+            ) from None
         self._check_selection_inputs(searcher)
         plan = searcher.privacy_plan()
         if self._max_failures > 0:  # before anything is charged
             self._refuse_retries_under_a_plan(plan.mechanism is not None)
+        if self._slot is not None:
+            assert dataset_ledger is not None
+            self._point = self._point_mechanism(plan, searcher, dataset_ledger)
+            self._budget = PrivacyBudget(self._point_epsilon(), self._slot.delta)
         trainable = self._trainable_with_data()
         exp_dir = self._storage / self._experiment
         tune_dir = exp_dir / "tune"
@@ -1294,6 +1346,8 @@ class DPTuner:
         # worker start is ~1 s). Should the actor fail to start, every admission fails
         # (nothing runs), the LedgerStopper stops the search, and verify() below says why.
         try:
+            if dataset_ledger is not None:
+                self._reserve(dataset_ledger)  # refused: raises, and nothing ran
             if charge_first:
                 assert dedicated is not None and plan.mechanism is not None
                 # Admitted and fsync'd in the journal before the actor exists, which then
@@ -1339,6 +1393,140 @@ class DPTuner:
             # Tune ran its own (unpickled) copy of the searcher: read back its final state.
             searcher.restore_from_dir(str(tune_dir))
         return self._release(searcher, ledger, grid, plan, str(exp_dir))
+
+    # ------------------------------------------------------------------ dataset points
+    def _set_budget(self, budget: PrivacyBudget) -> None:
+        """This experiment's budget (its point's cap on a dataset ledger) and the search's
+        share of it (less the DP test accuracy's ε_t)."""
+        if self._test_epsilon is not None and self._test_epsilon >= budget.epsilon:
+            raise InvalidParameterError(
+                f"test_accuracy_epsilon={self._test_epsilon:g} leaves nothing of this "
+                f"experiment's ε={budget.epsilon:g} for the search; use a smaller value"
+            )
+        self._budget = budget
+        self._search_budget = PrivacyBudget(budget.epsilon - (self._test_epsilon or 0.0),
+                                            budget.delta)
+
+    def _slot_id(self) -> str:
+        return f"{self._experiment}/point"
+
+    def _point_charged(self) -> bool:
+        """Whether this experiment's whole cost is one plan charge (its point on a dataset
+        ledger is then that plan, composed with the DP test accuracy's Laplace): a built-in
+        searcher's fixed plan with no retries. Otherwise (trials that charge themselves,
+        retries, a searcher of the user's) it reserves an ``ApproxDP`` point and its own
+        ledger halts within it."""
+        return (self._dedicated_adaptivity() is Adaptivity.FIXED_PLAN
+                and bool(self._plan_charged_up_front()))
+
+    def _take_slot(self, dataset_ledger: LedgerHandle, resume: bool) -> _Slot:
+        """This experiment's place on a dataset ledger, before anything is charged: k (it is
+        the k-th charge), its δ share δ_k (:func:`raydp_hpo.ledger.experiments.
+        experiment_delta`), the charges before it, and the ε cap it calibrates within. The same
+        on resume (the point already charged is then found, and k and the charges before it
+        are those of the first run), so the plan is calibrated as it was."""
+        from raydp_hpo.ledger.experiments import experiment_delta
+        from raydp_hpo.ledger.filter import PrivacyLedger
+
+        charges = dataset_ledger.charges()
+        ids = [c.charge_id for c in charges]
+        slot_id = self._slot_id()
+        if slot_id in ids:
+            k = ids.index(slot_id) + 1
+            charged: Mechanism | None = charges[k - 1].mechanism
+        elif resume:
+            raise RayDPHPOError(
+                f"experiment {self._experiment!r} has no point {slot_id!r} on the dataset "
+                f"ledger {dataset_ledger.name!r}: it never started there; run it afresh"
+            )
+        else:
+            k, charged = len(charges) + 1, None
+        prior = tuple((c.charge_id, c.mechanism) for c in charges[:k - 1])
+        total = dataset_ledger.budget
+        accountant = dataset_ledger.report().halting_accountant
+        delta_k = experiment_delta(total.delta, k)
+        if self._point_charged():
+            return _Slot(k, self._budget.epsilon, delta_k, prior, accountant, None, charged)
+        # a reservation: only basic composition (B) can admit an ApproxDP point, so its cap is
+        # what B has left after the charges before it (the same on resume)
+        replica = PrivacyLedger(total, adaptivity=Adaptivity.EXPERIMENTS, accountant=accountant)
+        for charge_id, mechanism in prior:
+            replica.charge(charge_id, mechanism)
+        basic = replica.report().epsilon_by_accountant.get("basic_composition", 0.0)
+        cap = min(self._budget.epsilon, total.epsilon - basic)
+        if cap <= 0:
+            raise BudgetExhaustedError(slot_id, math.inf, replica.spent(), total.epsilon,
+                                       total.delta)
+        return _Slot(k, cap, delta_k, prior, accountant, ApproxDP(cap, delta_k), charged)
+
+    def _point_mechanism(self, plan: Any, searcher: Any, dataset_ledger: LedgerHandle
+                         ) -> Mechanism:
+        """What this experiment charges to the dataset ledger: its plan (with the DP test
+        accuracy's ``Laplace(ε_t)``) as one mechanism; for a grid whose trials charge
+        themselves from a configuration fixed up front, the composition of the whole grid when
+        the dataset can pay it; else its ``ApproxDP`` reservation. On resume, what it charged."""
+        from raydp_hpo.accounting.mechanisms import Composition, Laplace
+
+        slot = self._slot
+        assert slot is not None
+        if slot.charged is not None:
+            return slot.charged
+
+        def with_test(mechanism: Mechanism) -> Mechanism:
+            if self._test_epsilon is None:
+                return mechanism
+            return Composition((mechanism, Laplace(self._test_epsilon)))
+
+        if slot.reserved is None:
+            if plan.mechanism is None:
+                raise RayDPHPOError(  # pragma: no cover - _point_charged said it has a plan
+                    "internal error: a plan-charged experiment stated no plan mechanism"
+                )
+            return with_test(plan.mechanism)
+        composed = getattr(searcher, "composed_mechanism", None)
+        if composed is not None and self._dedicated_adaptivity() is Adaptivity.FIXED_PLAN:
+            whole = with_test(composed())
+            figure = epsilon(whole, slot.delta, _halting_accountant(Adaptivity.FIXED_PLAN))
+            if figure <= slot.cap and dataset_ledger.would_admit(whole):
+                return whole
+        return slot.reserved
+
+    def _point_epsilon(self) -> float:
+        """The budget of this experiment's own ledger: its reservation's ε, or its point's
+        tightest fixed-plan figure at δ_k (a hair above: its own ledger composes the same
+        charges one by one, which may round differently in the last digits), so its own
+        ledger can never charge beyond its point."""
+        assert self._slot is not None and self._point is not None
+        if isinstance(self._point, ApproxDP):
+            return self._point.epsilon
+        figure = epsilon(self._point, self._slot.delta, _halting_accountant(
+            Adaptivity.FIXED_PLAN))
+        return min(self._slot.cap, figure * (1.0 + 1e-7))
+
+    def _reserve(self, dataset_ledger: LedgerHandle) -> None:
+        """Charge this experiment's point to the dataset ledger (a replay on resume). Refused
+        (the dataset's budget cannot pay it, or another experiment was admitted meanwhile and
+        took the k-th δ share): an error, and nothing ran."""
+        assert self._slot is not None and self._point is not None
+        decision = dataset_ledger.try_charge(self._slot_id(), self._point,
+                                             owner=self._experiment)
+        if not decision.admitted and len(dataset_ledger.charges()) != self._slot.k - 1:
+            raise RayDPHPOError(
+                f"another experiment was admitted on the dataset ledger {dataset_ledger.name!r}"
+                " while this one was being planned (its plan was calibrated as the "
+                f"{self._slot.k}-th charge); nothing was charged and nothing ran: run this "
+                "experiment again"
+            )
+        decision.raise_if_refused()
+        self._dataset_ledger = dataset_ledger
+        if self._budget.epsilon < 0.5 * self._slot.cap:
+            line = (f"[raydp-hpo] experiment {self._experiment!r}: the dataset ledger "
+                    f"{dataset_ledger.name!r} admitted it at ε={self._budget.epsilon:.4g} "
+                    f"(δ={self._budget.delta:.3g}), far below the ε={self._slot.cap:g} asked "
+                    "for: that is what the dataset has left, and its noise is calibrated to it")
+            _log.warning(line)
+            if self._progress is not None:
+                self._progress(line)
 
     def _release(self, searcher: Any, ledger: LedgerHandle, grid: Any, plan: Any,
                  exp_dir: str) -> DPResult:
@@ -1401,6 +1589,9 @@ class DPTuner:
             ledger_halting_rule=f"{settings['adaptivity']}/{settings['accountant']}",
             public=self._public_quantities(),
             epsilon_profile=eps_profile,
+            dataset_ledger=None if self._dataset_ledger is None else (
+                self._dataset_ledger.name, self._dataset_ledger.budget,
+                self._dataset_ledger.spent()),
         )
         if not certificate.within_budget and not math.isclose(
             certificate.epsilon, self._budget.epsilon, rel_tol=1e-9
@@ -1761,6 +1952,74 @@ def _resumed_accountant(journal: Path, adaptivity: Adaptivity) -> Accountant:
     if adaptivity is Adaptivity.ADAPTIVE:
         return stored if stored is Accountant.RDP else default
     return stored
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """An experiment's place on a dataset ledger (see :meth:`DPTuner._take_slot`): it is the
+    k-th charge, with δ share ``delta``, after the charges ``prior``; it calibrates within
+    ``cap``; ``reserved`` is the ``ApproxDP`` reservation of an experiment whose trials charge
+    themselves (``None``: its plan is its point)."""
+
+    k: int
+    cap: float
+    delta: float
+    prior: tuple[tuple[str, Mechanism], ...]
+    accountant: Accountant  # the dataset ledger's: how it prices a point
+    reserved: Any | None
+    charged: Mechanism | None  # on resume: the point this experiment charged
+
+
+@dataclass(frozen=True)
+class _BothRules:
+    """Picklable: admissible under both rules; ``figure`` (calibration's guide) the first's."""
+
+    first: _FirstChargeRule
+    second: Any
+
+    def figure(self, mechanism: Mechanism) -> float:
+        return self.first.figure(mechanism)
+
+    def __call__(self, mechanism: Mechanism) -> bool:
+        return self.first(mechanism) and bool(self.second(mechanism))
+
+
+@dataclass
+class _DatasetPointRule:
+    """Picklable admissibility rule for an experiment whose plan is its point on a dataset
+    ledger: the plan (with the DP test accuracy's ``Laplace(ε_t)``) would be admitted there
+    as the next charge after ``prior``. Decided on a local replica of the ledger (the
+    decision is a function of the charges alone, :mod:`raydp_hpo.ledger.experiments`), so
+    calibrating σ asks no actor; the real charge is checked again when it is made."""
+
+    budget: PrivacyBudget
+    accountant: Accountant  # the dataset ledger's: how it prices a point
+    prior: tuple[tuple[str, Mechanism], ...]
+    test_epsilon: float | None
+
+    def __post_init__(self) -> None:
+        self._replica: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_replica"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._replica = None
+
+    def __call__(self, mechanism: Mechanism) -> bool:
+        from raydp_hpo.accounting.mechanisms import Composition, Laplace
+        from raydp_hpo.ledger.filter import PrivacyLedger
+
+        if self._replica is None:
+            replica = PrivacyLedger(self.budget, adaptivity=Adaptivity.EXPERIMENTS,
+                                    accountant=self.accountant)
+            for charge_id, prior in self.prior:
+                replica.charge(charge_id, prior)
+            self._replica = replica
+        if self.test_epsilon is not None:
+            mechanism = Composition((mechanism, Laplace(self.test_epsilon)))
+        return bool(self._replica.would_admit(mechanism))
 
 
 @dataclass(frozen=True)

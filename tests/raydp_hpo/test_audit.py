@@ -302,3 +302,20 @@ def test_crafted_partition_pair_changes_one_partition_and_stays_below_the_claim(
     assert not any(crafted.train_features or ())
     result = audit.audit_algorithm(crafted, runs=1000)
     assert result.passed, audit.format_results([result])
+
+
+def test_dataset_ledger_audit_stays_below_its_budget_with_an_adaptive_second_experiment():
+    """Two experiments on one real dataset ledger, the second picked from the first's release
+    (both picks happen), audited end to end on neighbouring datasets against the ledger's
+    budget: the guarantee of the adaptive interaction (issue #30)."""
+    first, after_high, after_low = audit._dataset_ledger_experiments()
+    claim = audit.dataset_ledger_claim()
+    budget = audit.PrivacyBudget(claim["claim"] * (1 + 1e-9), 1e-5)
+    x, _ = first.datasets()
+    rng = np.random.default_rng(0)
+    picks = {dict(audit.run_dataset_ledger(x, rng, budget).hyperparameters)["first"]
+             for _ in range(60)}
+    assert len({dict(p or ()).get("lr") for p in picks}) == 2  # both second experiments ran
+    result = audit.audit_dataset_ledger(runs=300, selection_runs=150)
+    assert result.passed, audit.format_results([result])
+    assert result.claim == claim["claim"] and result.lower_bound > 0  # the canary is seen
