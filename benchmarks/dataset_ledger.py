@@ -98,14 +98,15 @@ def old_rule(plan: Any, delta: float) -> float:
     return ledger.spent()
 
 
-def single_searches(datasets: list[str], quick: bool) -> list[str]:
+def single_searches(datasets: list[str], quick: bool,
+                    algorithms: list[str] | None = None) -> list[str]:
     from raydp_hpo.ledger.filter import PrivacyLedger
 
     rows = ["| dataset | algorithm | certified ε (at its δ) | ledger recorded | certified / "
             "recorded | previous rule would record | wall |",
             "| --- | --- | --- | --- | --- | --- | --- |"]
     for dataset in datasets:
-        for algorithm in SEARCHES:
+        for algorithm in algorithms or list(SEARCHES):
             with tempfile.TemporaryDirectory(prefix="rdh-bench-", dir=Path.home()) as tmp:
                 t0 = time.perf_counter()
                 raw = experiment(dataset, algorithm, Path(tmp), f"{algorithm}-1", quick=quick)
@@ -168,6 +169,8 @@ def main() -> None:
     parser.add_argument("--datasets", nargs="+", default=["mnist1d", "digits"])
     parser.add_argument("--quick", action="store_true", help="smaller MNIST-1D")
     parser.add_argument("--part", choices=["single", "several", "both"], default="both")
+    parser.add_argument("--algorithms", nargs="+", choices=list(SEARCHES), default=None,
+                        help="single part: these algorithms only")
     args = parser.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
@@ -175,7 +178,7 @@ def main() -> None:
     ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False)
     try:
         if args.part in ("single", "both"):
-            print("\n".join(single_searches(args.datasets, args.quick)))
+            print("\n".join(single_searches(args.datasets, args.quick, args.algorithms)))
         if args.part in ("several", "both"):
             rows = ["| dataset | experiments | admitted | Σ certified ε | ledger recorded "
                     "(A: RDP filter at δ/2, B: basic composition) | certified / recorded | "
