@@ -356,8 +356,8 @@ class TrialSession:
         count, clipped to the declared validation size n_val). Released as
         ``(correct + noise) / n_val`` clipped to [0, 1], noise from the trial's secret score
         stream (Laplace(1/ε_s) or the calibrated Gaussian): the mechanism charged on entry.
-        ``metric``: the key DPTuner selects on (``DPTuner(metric=...)``, default
-        ``"val_accuracy"``). Returns the released score. With no score release declared
+        ``metric``: the key DPTuner selects on (``DPTuner(metric=...)``; ``"val_accuracy"``,
+        the default, is the only one DPTuner accepts for a private score). Returns the released score. With no score release declared
         (a final run: ``score_epsilon=None``) the score is reported without noise, as the
         built-in trainable does; it is read by no selection.
         """
