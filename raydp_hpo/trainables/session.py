@@ -439,7 +439,11 @@ class TrialSession:
 
         reference = model_fn_reference(fn)
         try:
-            rebuilt = build_user_model(reference, kwargs)
+            # the callable itself where given: in a Ray worker a class of the driver script
+            # arrives by value and is not importable as ``__main__:Name`` (the driver imports it)
+            rebuilt = build_user_model(reference, kwargs) if isinstance(fn, str) else fn(**kwargs)
+            if not isinstance(rebuilt, nn.Module):
+                raise TypeError(f"it returned {type(rebuilt).__name__}, not a torch.nn.Module")
             rebuilt.load_state_dict(inner.state_dict())
         except (RayDPHPOError, RuntimeError, TypeError) as err:
             raise TrialContractError(

@@ -29,7 +29,7 @@ SCORE_EPS = 0.5
 def _data():
     """DataSplits only for the declared sizes (the trainable loads its own tensors)."""
     x, y = user.arrays(user.N + user.N_VAL, 0)
-    return split(Dataset(x, y, 2), 0.0, user.N_VAL / (user.N + user.N_VAL))
+    return split(Dataset(x, y, 2), user.N_VAL / (user.N + user.N_VAL), 0.0)
 
 
 def _tuner(tmp_path: Path, variants: list[str], **kwargs) -> DPTuner:
