@@ -104,15 +104,15 @@ def model_fn_reference(model_fn: Any) -> str:
                 f"model_fn={model_fn!r} must be 'package.module:callable' or a callable"
             )
         return model_fn
-    module = getattr(model_fn, "__module__", None)
-    qualname = getattr(model_fn, "__qualname__", None)
-    if not callable(model_fn) or not module or not qualname or "<" in qualname:
+    owner = getattr(model_fn, "__module__", None)
+    name = getattr(model_fn, "__qualname__", None)
+    if not callable(model_fn) or not owner or not name or "<" in name:
         raise InvalidParameterError(
             f"model_fn={model_fn!r} must be a module-level class or function (the driver "
             "imports it by name to rebuild the released model); lambdas and nested functions "
             "cannot be imported"
         )
-    return f"{module}:{qualname}"
+    return f"{owner}:{name}"
 
 
 def _resolve(reference: str) -> Any:

@@ -150,7 +150,8 @@ class TrialSession:
         if not (math.isfinite(self.max_grad_norm) and self.max_grad_norm > 0):
             raise InvalidParameterError(f"max_grad_norm must be > 0, got {self.max_grad_norm!r}")
         #: the secret generators: Poisson batches and DP noise (never logged, never saved)
-        self.sampling_generator = secret_generator(device, seed, 0, 1)
+        # Poisson sampling draws on the CPU (Opacus's sampler), the noise on the device
+        self.sampling_generator = secret_generator("cpu", seed, 0, 1)
         self.noise_generator = secret_generator(device, seed, 0, 2)
         self._score_rng = np.random.default_rng(np.random.SeedSequence([seed, 3]))
         self._report = report
@@ -248,7 +249,7 @@ class TrialSession:
         self._optimizer, self._loader, self._accountant = dp_optimizer, loader, accountant
         return private_module, dp_optimizer, loader
 
-    def _dataset_of(self, data: Any, loader_type: type, dp_loader_type: type) -> Any:
+    def _dataset_of(self, data: Any, loader_type: Any, dp_loader_type: Any) -> Any:
         if isinstance(data, dp_loader_type):
             rate = float(data.sample_rate)
             if not math.isclose(rate, self.sample_rate, rel_tol=_RTOL):

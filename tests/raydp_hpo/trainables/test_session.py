@@ -62,6 +62,7 @@ def _train(trial, *, tamper=None, extra_steps: int = 0, save: bool = True, score
             if steps >= trial.steps + extra_steps:
                 break
             opt.zero_grad()
+            x, y = x.to(trial.device), y.to(trial.device)  # the device Ray gave the trial
             nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
             steps += 1
@@ -192,6 +193,18 @@ def test_a_model_fn_that_does_not_rebuild_the_model_is_refused() -> None:
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         model, opt, loader = trial.make_private(model, opt, TRAIN)
         trial.save_model(model, model_kwargs={"width": 5})
+
+
+def test_the_trial_runs_on_its_device() -> None:
+    """The model, its noise and its gradients live on ``trial.device`` (the GPU Ray gives the
+    trial when there is one; the CPU here); Poisson sampling draws on the CPU."""
+    with raydp_hpo.trial_session(_config(), ledger=_ledger()) as trial:
+        _train(trial)
+        assert trial.noise_generator.device.type == trial.device.type
+        assert trial.sampling_generator.device.type == "cpu"
+        assert next(trial._optimizer.original_optimizer.param_groups[0]["params"].__iter__()
+                    ).device.type == trial.device.type
+    assert trial.results[-1]["steps"] == 20
 
 
 def test_trial_epsilon_matches_an_independent_accountant() -> None:
