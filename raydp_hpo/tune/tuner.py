@@ -246,7 +246,12 @@ class DPResult:
     the experiment directory is private (:mod:`raydp_hpo.tune.publish`).
     ``hyperparameters`` is ``None`` when nothing is released: the selection
     chose nothing, or the model that would be released was not trained (a failed final run;
-    ``extras["final_failed"]``) — a release always describes a model that was trained.
+    ``extras["final_failed"]``) — a release always describes a model that was trained. With a
+    trainable of the user's own (:func:`raydp_hpo.trial_session`) whose selected trial trained
+    but whose model cannot be loaded, the paid-for ``hyperparameters`` are still released,
+    ``model`` is ``None`` and ``extras["model_not_released"]`` says why; a broken trial contract
+    makes :meth:`DPTuner.fit` raise :class:`~raydp_hpo.errors.TrialContractError` (its
+    ``result`` attribute holds this object, certificate included).
     ``test_accuracy`` is computed on the held-out test split **without noise**: an evaluation
     for the operator, NOT covered by the certificate. It is not in ``public/release.json`` (the
     file to publish, :meth:`public`) but in the private ``evaluation_private.json`` at the top
