@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "DataValidationError": "raydp_hpo.errors",
     "SearchSpaceError": "raydp_hpo.errors",
     "ConfigError": "raydp_hpo.errors",
+    "TrialContractError": "raydp_hpo.errors",
     # budget and mechanisms
     "PrivacyBudget": "raydp_hpo.accounting.budget",
     "Mechanism": "raydp_hpo.accounting.mechanisms",
@@ -75,6 +76,8 @@ _EXPORTS: dict[str, str] = {
     "NoTensorBoardLogger": "raydp_hpo.tune.hooks",
     # orchestration
     "DPTuner": "raydp_hpo.tune.tuner",
+    "trial_session": "raydp_hpo.trainables.session",
+    "TrialSession": "raydp_hpo.trainables.session",
     "DPResult": "raydp_hpo.tune.tuner",
     "PrivacyCertificate": "raydp_hpo.tune.tuner",
     "create_dataset_ledger": "raydp_hpo.tune.dataset_ledger",
@@ -122,12 +125,14 @@ if TYPE_CHECKING:
         LedgerMismatchError,
         RayDPHPOError,
         SearchSpaceError,
+        TrialContractError,
         UnsupportedMechanismError,
     )
     from raydp_hpo.ledger.actor import LedgerHandle, get_ledger
     from raydp_hpo.ledger.coverage import is_covered
     from raydp_hpo.ledger.filter import Adaptivity, ChargeDecision, LedgerReport, PrivacyLedger
     from raydp_hpo.ledger.ledger_like import LedgerLike
+    from raydp_hpo.trainables.session import TrialSession, trial_session
     from raydp_hpo.trial.privacy import (
         DPSGDPrivacy,
         Optimizer,

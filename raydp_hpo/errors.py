@@ -24,6 +24,7 @@ __all__ = [
     "DataValidationError",
     "SearchSpaceError",
     "ConfigError",
+    "TrialContractError",
     "EphemeralStorageWarning",
 ]
 
@@ -147,6 +148,14 @@ class ConfigError(RayDPHPOError, ValueError):
         self.problems: tuple[tuple[str, str], ...] = (
             problems if problems is not None else (("", message),)
         )
+
+
+class TrialContractError(RayDPHPOError):
+    """A trainable broke the trial contract of :func:`raydp_hpo.trial_session`: it reported
+    without admission, ran other than what was charged (σ, clipping norm, sample rate, more
+    steps), left out its noisy score or its release checkpoint, or reported under another
+    metric name. The message names the key or file and the fix. The trial fails: nothing
+    from it is selected or released; what it was charged stays charged."""
 
 
 class EphemeralStorageWarning(UserWarning):

@@ -47,10 +47,29 @@ def test_the_accounting_and_ledger_example_runs_and_its_figures_hold(
 @pytest.mark.ray
 def test_the_dptuner_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                             ray_session: object) -> None:
-    block = _block_with("DPTuner(")
+    block = _block_with("None,  # the built-in DP-SGD trainable")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path))  # the example stores its run under ~
     scope: dict[str, object] = {}
     exec(compile(block, "README.md", "exec"), scope)  # noqa: S102
     result = scope["result"]
     assert result.certificate.epsilon <= 8.0  # type: ignore[attr-defined]
+
+
+def test_your_own_training_loop_section_matches_the_example_and_its_count() -> None:
+    """The README's custom-trainable block is the trainable of examples/own_mlp_parquet.py
+    (run with --smoke by tests/test_examples.py), and it adds at most 8 lines."""
+    block = _block_with("trial_session(")
+    added = [line for line in block.splitlines() if line.rstrip().endswith("# +")]
+    changed = [line for line in block.splitlines() if line.rstrip().endswith("# ~")]
+    assert len(added) == 7 and len(changed) == 1 and len(added) + len(changed) <= 8
+
+    def code(line: str) -> str:
+        return re.sub(r"\s+#\s*(\+|~|raydp.*)$", "", line).strip()
+
+    example = (README.parent / "examples" / "own_mlp_parquet.py").read_text(encoding="utf-8")
+    example_lines = {code(line) for line in example.splitlines()}
+    trainable = block.split("tuner = ")[0]
+    for line in trainable.splitlines():
+        if line.strip():
+            assert code(line) in example_lines, line

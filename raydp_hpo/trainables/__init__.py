@@ -40,6 +40,8 @@ _EXPORTS: dict[str, str] = {
     "pathological_split": "raydp_hpo.trainables.federated",
     "run_federated": "raydp_hpo.trainables.federated",
     "run_federated_ray": "raydp_hpo.trainables.federated",
+    "trial_session": "raydp_hpo.trainables.session",
+    "TrialSession": "raydp_hpo.trainables.session",
     "dp_trainable": "raydp_hpo.trainables.tune_trainable",
     "make_trainable": "raydp_hpo.trainables.tune_trainable",
     "with_data": "raydp_hpo.trainables.tune_trainable",
@@ -72,6 +74,7 @@ if TYPE_CHECKING:
     from raydp_hpo.trainables.models import MODEL_NAMES, build_model, validate_model
     from raydp_hpo.trainables.privacy_gate import RaydpSettings, admit
     from raydp_hpo.trainables.release import load_released_model, save_released_model
+    from raydp_hpo.trainables.session import TrialSession, trial_session
     from raydp_hpo.trainables.training import (
         ReleaseLog,
         TrainResult,

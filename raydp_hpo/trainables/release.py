@@ -12,6 +12,7 @@ facts needed to rebuild the module, and :func:`load_released_model` reads them b
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,18 @@ import torch
 from torch import nn
 
 from raydp_hpo._atomic_io import atomic_write
-from raydp_hpo.errors import RayDPHPOError
+from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 from raydp_hpo.trainables.models import build_model
 
-__all__ = ["RELEASED_MODEL_FILE", "load_released_model", "save_released_model"]
+__all__ = [
+    "RELEASED_MODEL_FILE",
+    "USER_MODEL_FILE",
+    "load_released_model",
+    "load_user_model",
+    "save_released_model",
+    "save_user_model",
+    "model_fn_reference",
+]
 
 #: File name of the released model in an experiment directory.
 RELEASED_MODEL_FILE = "released_model.pt"
@@ -65,10 +74,129 @@ def load_released_model(path: str | Path) -> nn.Module:
     if not path.is_file():
         raise RayDPHPOError(f"no released model at {path!s}")
     payload = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(payload, dict) and payload.get("format") == _USER_FORMAT:
+        return load_user_model(path)
     if not isinstance(payload, dict) or payload.get("format") != _FORMAT or set(payload) != _KEYS:
         raise RayDPHPOError(f"{path!s} is not a released model written by raydp-hpo")
     model = build_model(payload["model"], tuple(payload["feature_shape"]),
                         int(payload["num_classes"]), **dict(payload["model_kwargs"]))
+    model.load_state_dict(payload["state_dict"])
+    model.eval()
+    return model
+
+
+# ---- a user's own model (raydp_hpo.trial_session) -------------------------------------------
+
+#: File name of a user model in a trial's checkpoint directory (``TrialSession.save_model``).
+USER_MODEL_FILE = "user_model.pt"
+_USER_FORMAT = "raydp-hpo user model v1"
+_USER_KEYS = frozenset({"format", "model_fn", "model_kwargs", "state_dict"})
+
+
+def model_fn_reference(model_fn: Any) -> str:
+    """``"module:qualname"`` of a module-level callable (a class or a function) that builds
+    the model; a string of that form is returned as is. Lambdas and nested functions cannot
+    be imported by the driver that releases the model, so they are refused."""
+    if isinstance(model_fn, str):
+        module, _, qualname = model_fn.partition(":")
+        if not module or not qualname:
+            raise InvalidParameterError(
+                f"model_fn={model_fn!r} must be 'package.module:callable' or a callable"
+            )
+        return model_fn
+    owner = getattr(model_fn, "__module__", None)
+    name = getattr(model_fn, "__qualname__", None)
+    if not callable(model_fn) or not owner or not name or "<" in name:
+        raise InvalidParameterError(
+            f"model_fn={model_fn!r} must be a module-level class or function (the driver "
+            "imports it by name to rebuild the released model); lambdas and nested functions "
+            "cannot be imported"
+        )
+    return f"{owner}:{name}"
+
+
+def _resolve(reference: str) -> Any:
+    module_name, _, qualname = reference.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def build_user_model(reference: str, model_kwargs: Mapping[str, Any]) -> nn.Module:
+    """``model_fn(**model_kwargs)`` for ``reference = "module:qualname"``; a clear error when
+    the callable cannot be imported here or does not return a ``torch.nn.Module``."""
+    try:
+        model_fn = _resolve(reference)
+    except (ImportError, AttributeError) as err:
+        raise RayDPHPOError(
+            f"cannot import the model_fn {reference!r} to rebuild the model ({err}); define "
+            "it at module level in a module the driver can import (or in the driver script)"
+        ) from err
+    model = model_fn(**dict(model_kwargs))
+    if not isinstance(model, nn.Module):
+        raise RayDPHPOError(
+            f"model_fn {reference!r} returned {type(model).__name__}, not a torch.nn.Module"
+        )
+    return model
+
+
+def save_user_model(
+    path: str | Path,
+    state_dict: Mapping[str, torch.Tensor],
+    *,
+    model_fn: Any,
+    model_kwargs: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write a user model atomically to ``path`` in the documented format (a ``torch.save``'d
+    dict, readable with ``weights_only=True``)::
+
+        {"format": "raydp-hpo user model v1",
+         "model_fn": "package.module:callable",   # builds the module
+         "model_kwargs": {...},                    # plain values: model_fn(**model_kwargs)
+         "state_dict": {name: tensor, ...}}        # on the CPU
+
+    ``model_fn(**model_kwargs).load_state_dict(state_dict)`` rebuilds the model (checked by
+    :meth:`TrialSession.save_model <raydp_hpo.trainables.session.TrialSession.save_model>`
+    before a trial reports). No secret is stored: weights and public rebuild information."""
+    payload = {
+        "format": _USER_FORMAT,
+        "model_fn": model_fn_reference(model_fn),
+        "model_kwargs": dict(model_kwargs or {}),
+        "state_dict": {k: v.detach().cpu().clone() for k, v in state_dict.items()},
+    }
+    path = Path(path)
+    atomic_write(path, lambda fh: torch.save(payload, fh))
+    return path
+
+
+def read_user_model(path: str | Path) -> dict[str, Any]:
+    """The payload of a user-model file (:func:`save_user_model`), validated; raises
+    :class:`~raydp_hpo.errors.RayDPHPOError` naming the file when it is missing or not one."""
+    path = Path(path)
+    if not path.is_file():
+        raise RayDPHPOError(
+            f"no user model at {path!s}: the trial must call trial.save_model(model, "
+            "model_fn=...) before trial.report_score(...)"
+        )
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # a truncated or foreign file: say which
+        raise RayDPHPOError(f"cannot read the user model {path!s}: {err}") from err
+    if (not isinstance(payload, dict) or payload.get("format") != _USER_FORMAT
+            or set(payload) != _USER_KEYS):
+        raise RayDPHPOError(
+            f"{path!s} is not a user model written by trial.save_model (format "
+            f"{_USER_FORMAT!r})"
+        )
+    return payload
+
+
+def load_user_model(path: str | Path) -> nn.Module:
+    """The module saved by :func:`save_user_model`, rebuilt with its ``model_fn``, in eval
+    mode."""
+    payload = read_user_model(path)
+    model = build_user_model(payload["model_fn"], payload["model_kwargs"])
     model.load_state_dict(payload["state_dict"])
     model.eval()
     return model

@@ -263,7 +263,12 @@ class DPResult:
     the experiment directory is private (:mod:`raydp_hpo.tune.publish`).
     ``hyperparameters`` is ``None`` when nothing is released: the selection
     chose nothing, or the model that would be released was not trained (a failed final run;
-    ``extras["final_failed"]``) — a release always describes a model that was trained.
+    ``extras["final_failed"]``) — a release always describes a model that was trained. With a
+    trainable of the user's own (:func:`raydp_hpo.trial_session`) whose selected trial trained
+    but whose model cannot be loaded, the paid-for ``hyperparameters`` are still released,
+    ``model`` is ``None`` and ``extras["model_not_released"]`` says why; a broken trial contract
+    makes :meth:`DPTuner.fit` raise :class:`~raydp_hpo.errors.TrialContractError` (its
+    ``result`` attribute holds this object, certificate included).
     ``test_accuracy`` is computed on the held-out test split **without noise**: an evaluation
     for the operator, NOT covered by the certificate. It is not in ``public/release.json`` (the
     file to publish, :meth:`public`) but in the private ``evaluation_private.json`` at the top
@@ -1041,6 +1046,11 @@ class DPTuner:
 
     def _trainable_with_data(self) -> Any:
         if self._trainable is not None:
+            # A user trainable's intermediate reports (trial.report) carry no score, and a
+            # score under another key is diagnosed with its fix after the run
+            # (raydp_hpo.tune.custom): Tune's strict metric check would abort the run instead,
+            # before the certificate of what was spent is written.
+            os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
             return self._trainable
         from raydp_hpo.trainables import make_trainable
 
@@ -1552,9 +1562,22 @@ class DPTuner:
                 }
             )
         model, ckpt_path, model_path, test_acc = None, None, None, None
+        contract, unreleased = None, None  # a user trainable's broken contract / lost model
         if release.trial_id is not None:
             result = self._find_result(by_id, release.trial_id)
-            if result is not None and result.checkpoint is not None:
+            if result is not None and self._trainable is not None and not _builtin_result(result):
+                # a trainable of the user's own (raydp_hpo.trial_session): raydp_hpo.tune.custom
+                from raydp_hpo.tune import custom
+
+                contract = custom.check_selected(release.trial_id, result.metrics)
+                if contract is None:
+                    ckpt_path = None if result.checkpoint is None else result.checkpoint.path
+                    model, unreleased = custom.load_selected_model(ckpt_path)
+                    if model is not None:
+                        assert ckpt_path is not None
+                        model_path = custom.write_user_release(Path(exp_dir) / PUBLIC_DIR,
+                                                               ckpt_path)
+            elif result is not None and result.checkpoint is not None:
                 ckpt_path = result.checkpoint.path
                 model = self._load_model(ckpt_path, result.config or {})
                 model_path = self._write_released_model(Path(exp_dir) / PUBLIC_DIR, model,
@@ -1600,7 +1623,21 @@ class DPTuner:
                 f"internal error: charged ε={certificate.epsilon} exceeds the budget"
             )
         hyperparameters = release.hyperparameters
-        if hyperparameters is not None and model is None:
+        if contract is not None:  # nothing from a trial that was never admitted nor checked
+            hyperparameters = None
+            extras["reason"] = contract
+        elif unreleased is not None:
+            # the hyperparameters are paid for and selected: released; the model is not
+            extras["model_not_released"] = unreleased
+            warnings.warn(f"the model is not released: {unreleased}", UserWarning, stacklevel=3)
+        elif (hyperparameters is None and self._trainable is not None
+              and "no trial reported the metric" in str(extras.get("reason", ""))):
+            from raydp_hpo.tune.custom import explain_no_selection
+
+            contract = explain_no_selection(trials, self._metric)
+            if contract is not None:
+                extras["reason"] = contract
+        if hyperparameters is not None and model is None and unreleased is None:
             # A release must describe a model that was trained: the final run failed (or left
             # no checkpoint), so nothing is released; the budget it spent stays spent.
             hyperparameters = None
@@ -1624,6 +1661,12 @@ class DPTuner:
         Path(exp_dir).mkdir(parents=True, exist_ok=True)
         self._write_public(Path(exp_dir), out)
         atomic_write_json(Path(exp_dir) / PRIVATE_EVALUATION_FILE, out.private_evaluation())
+        if contract is not None:  # loud: never a silent hyperparameters=None
+            from raydp_hpo.tune.custom import contract_error
+
+            err = contract_error(contract, exp_dir)
+            err.result = out  # type: ignore[attr-defined]
+            raise err
         return out
 
     def _write_public(self, exp_dir: Path, out: DPResult) -> None:
@@ -1756,6 +1799,14 @@ class DPTuner:
         model.load_state_dict(released_model_state(payload["runners"][0]))
         model.eval()
         return model
+
+
+def _builtin_result(result: Any) -> bool:
+    """Whether a Tune result came from the built-in trainable (its checkpoint format)."""
+    from raydp_hpo.trainables.training import CHECKPOINT_FILE
+
+    return result.checkpoint is not None and (Path(result.checkpoint.path)
+                                              / CHECKPOINT_FILE).is_file()
 
 
 @contextlib.contextmanager

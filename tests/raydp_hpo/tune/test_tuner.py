@@ -12,7 +12,12 @@ from ray import tune
 
 from raydp_hpo.accounting.accountants import Accountant, epsilon
 from raydp_hpo.accounting.budget import PrivacyBudget
-from raydp_hpo.errors import InvalidParameterError, LedgerMismatchError, RayDPHPOError
+from raydp_hpo.errors import (
+    InvalidParameterError,
+    LedgerMismatchError,
+    RayDPHPOError,
+    TrialContractError,
+)
 from raydp_hpo.ledger.actor import get_ledger
 from raydp_hpo.ledger.filter import PrivacyLedger
 from raydp_hpo.searchers import OneShotRandomSearch
@@ -449,11 +454,16 @@ def test_a_retried_trial_pays_again(ray_session, data, tmp_path: Path) -> None:
     space = {**SPACE, "lr": tune.grid_search([0.1]), "noise_multiplier": 3.0,
              "marker_dir": str(tmp_path)}
     name = f"retry-{uuid.uuid4().hex[:6]}"
-    result = DPTuner(tune.with_resources(flaky_trainable, {"cpu": 1}), param_space=space,
-                     search="grid_composed", budget=PrivacyBudget(8.0, 1e-5), data=data,
-                     storage_path=tmp_path, experiment=name,
-                     run_config=tune.RunConfig(failure_config=tune.FailureConfig(max_failures=1)), fresh_budget=True
-                     ).fit()
+    tuner = DPTuner(tune.with_resources(flaky_trainable, {"cpu": 1}), param_space=space,
+                    search="grid_composed", budget=PrivacyBudget(8.0, 1e-5), data=data,
+                    storage_path=tmp_path, experiment=name,
+                    run_config=tune.RunConfig(failure_config=tune.FailureConfig(max_failures=1)),
+                    fresh_budget=True)
+    # the trainable reports no noisy score (it is glue, not a trial_session): a contract error
+    # after the run, which carries the result with the certificate of what was charged
+    with pytest.raises(TrialContractError, match="no trial reported a noisy score") as caught:
+        tuner.fit()
+    result = caught.value.result
     ids = [cid for cid, _ in result.certificate.charges]
     assert len(ids) == 2 and {i.rsplit("/", 1)[1] for i in ids} == {"attempt-0", "attempt-1"}
     assert len({i.rsplit("/", 1)[0] for i in ids}) == 1  # one trial, two paid attempts

@@ -16,6 +16,7 @@ import pytest
 from ray import tune
 
 from raydp_hpo.accounting.budget import PrivacyBudget
+from raydp_hpo.errors import TrialContractError
 from raydp_hpo.ledger.journal import read_journal
 from raydp_hpo.trainables.data import Dataset, split
 from raydp_hpo.tune.tuner import DPTuner
@@ -47,11 +48,18 @@ def _run(tmp_path: Path, name: str) -> Any:
                          rng.integers(0, 2, size=1000), 2, public_size=1000), 0.1, 0.1)
     space = {"lr": tune.uniform(0.0, 1.0), "epochs": 1, "sample_rate": 0.01,
              "noise_multiplier": 20.0}
-    return DPTuner(tune.with_resources(gate_trainable, {"cpu": 1}), param_space=space,
-                     search="random_stopping",
-                     budget=PrivacyBudget(20.0, 1e-5), data=data, storage_path=tmp_path,
-                     experiment=name, search_kwargs={"mean": 3.0, "distribution": "poisson"},
-                     secret_seed=1, fresh_budget=True).fit()
+    tuner = DPTuner(tune.with_resources(gate_trainable, {"cpu": 1}), param_space=space,
+                    search="random_stopping",
+                    budget=PrivacyBudget(20.0, 1e-5), data=data, storage_path=tmp_path,
+                    experiment=name, search_kwargs={"mean": 3.0, "distribution": "poisson"},
+                    secret_seed=1, fresh_budget=True)
+    # gate_trainable reports no noisy score (glue, not a trial_session): fit raises the
+    # contract error after the run, with the result (and certificate) attached
+    try:
+        return tuner.fit()
+    except TrialContractError as err:
+        assert "no trial reported a noisy score" in str(err)
+        return err.result  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("driver_on_head", [True, False])
