@@ -51,7 +51,7 @@ bench-postgres: $(STAMP) postgres-server
 # Style, types (tests/typecheck/ holds the public-API and LedgerLike checks) and the import
 # contracts of pyproject.toml. CI runs it after `make test`.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check raydp_hpo search_algs trainables cluster tests benchmarks
+	$(VENV)/bin/ruff check raydp_hpo search_algs trainables cluster tests benchmarks examples
 	$(VENV)/bin/mypy raydp_hpo tests/typecheck
 	$(VENV)/bin/lint-imports
 
