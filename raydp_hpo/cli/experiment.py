@@ -954,7 +954,7 @@ def _run_experiment(spec: ExperimentSpec, progress_interval_s: float,
     # own composes whole experiments (raydp_hpo.tune.dataset_ledger), or keeps its rule
     adaptivity, accountant = (
         (Adaptivity.ADAPTIVE, Accountant.RDP) if spec.ledger is not None
-        else dataset_ledger_rule(spec.ledger_journal())
+        else dataset_ledger_rule(Path(spec.ledger_journal()))  # a dataset's own: a file
     )
     ledger = get_ledger(
         spec.ledger_name,

@@ -707,8 +707,8 @@ class PrivacyLedger:
 
     def _commit(self, charge: Charge, profile: RdpProfile) -> None:
         if self._adaptivity is Adaptivity.EXPERIMENTS:
-            trial, k = self._point_trial, len(self._charges) + 1
-            self._points.append(trial[2] if trial is not None and trial[:2] == (
+            point_trial, k = self._point_trial, len(self._charges) + 1
+            self._points.append(point_trial[2] if point_trial is not None and point_trial[:2] == (
                 charge.mechanism, k) else self._point(charge.mechanism, k))
             self._point_trial = None
         self._charges.append(charge)
