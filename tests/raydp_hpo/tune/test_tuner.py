@@ -379,7 +379,7 @@ def test_fixed_plan_calibrates_on_the_tightest_valid_bound(ray_session, data, tm
                      data=data, storage_path=tmp_path,
                      experiment=f"best-{uuid.uuid4().hex[:6]}", fresh_budget=True).fit()
     (_, plan), = result.certificate.charges
-    assert result.certificate.ledger_halting_rule == "fixed_plan/profile"
+    assert result.certificate.ledger_halting_rule == "fixed_plan/tightest"
     eps_pld = epsilon(plan, budget.delta, Accountant.PLD)
     assert 0.97 * budget.epsilon <= min(eps_pld, result.certificate.epsilon_rdp) <= budget.epsilon
     assert result.certificate.epsilon_rdp > budget.epsilon  # RDP alone would have refused it
