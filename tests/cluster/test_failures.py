@@ -24,6 +24,7 @@ import yaml
 from raydp_hpo.accounting.accountants import Accountant, epsilon
 from raydp_hpo.cli.experiment import parse_experiment, run_experiment
 from raydp_hpo.cli.report import replay_spend
+from raydp_hpo.ledger.experiments import experiment_delta
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -118,8 +119,11 @@ def test_worker_node_killed_mid_search_keeps_accounting_exact(cluster: Any,
     assert [cid for cid, _ in charges] == ["node-kill/plan"]
     assert len(points) == 2  # header + one charge in the journal
     plan_mech = charges[0][1]
+    # the experiment is the first point on the dataset's ledger: certified at its δ share
+    delta = result.certificate.budget.delta
+    assert delta == pytest.approx(experiment_delta(1e-5, 1), rel=1e-12)
     assert result.certificate.epsilon == pytest.approx(
-        min(epsilon(plan_mech, 1e-5, accountant)
+        min(epsilon(plan_mech, delta, accountant)
             for accountant in (Accountant.RDP, Accountant.PLD, Accountant.PROFILE)))
     assert result.certificate.epsilon <= spec.budget.epsilon
 
