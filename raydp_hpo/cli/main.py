@@ -263,8 +263,6 @@ def _cmd_ledger_show(args: argparse.Namespace) -> int:
 def _cmd_ledger_verify(args: argparse.Namespace) -> int:
     """Check a journal without changing it: every line's checksum/chain and sequence, its seal,
     and (unless ``--quick``) every stored RDP curve against a recomputation."""
-    from raydp_hpo.errors import LedgerCorruptedError
-    from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
     from raydp_hpo.ledger.journal import inspect_seal, read_seal, scan_journal, seal_path
     from raydp_hpo.ledger.pg import is_postgres_uri, scan_ledger
 
@@ -272,14 +270,10 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
         return _verify_postgres(args, scan_ledger)
     path = Path(args.journal)
     result: dict[str, object] = {"journal": str(path)}
-    try:
-        scan = scan_journal(path)
-        ledger = PrivacyLedger.from_scan(scan, curve_check=CurveCheck.ON_DEMAND)
-        issues = () if args.quick else ledger.verify_stored_curves()
-    except LedgerCorruptedError as exc:
-        result.update(ok=False, reason=str(exc))
-        print(json.dumps(result) if args.json else f"journal {path}: CORRUPTED\n  {exc}")
-        return EXIT_BAD_INPUT
+    checked = _scan_and_check(lambda: scan_journal(path), f"journal {path}", args, result)
+    if isinstance(checked, int):
+        return checked
+    scan, ledger, issues = checked
     claim = read_seal(path)
     seal_problems = inspect_seal(path).problems()
     ok = not issues and not seal_problems
@@ -324,24 +318,37 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_BAD_INPUT
 
 
+def _scan_and_check(scan_of: Callable[[], Any], label: str, args: argparse.Namespace,
+                    result: dict[str, object]) -> tuple[Any, Any, tuple[str, ...]] | int:
+    """``ledger verify``'s common part for a journal file and a PostgreSQL ledger: scan it,
+    replay it, recompute its stored curves (unless ``--quick``); a corrupted one is printed
+    and answers :data:`EXIT_BAD_INPUT`. Returns (scan, ledger, curve issues)."""
+    from raydp_hpo.errors import LedgerCorruptedError
+    from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
+
+    try:
+        scan = scan_of()
+        ledger = PrivacyLedger.from_scan(scan, curve_check=CurveCheck.ON_DEMAND)
+        issues = () if args.quick else tuple(ledger.verify_stored_curves())
+    except LedgerCorruptedError as exc:
+        result.update(ok=False, reason=str(exc))
+        print(json.dumps(result) if args.json else f"{label}: CORRUPTED\n  {exc}")
+        return EXIT_BAD_INPUT
+    return scan, ledger, issues
+
+
 def _verify_postgres(args: argparse.Namespace, scan_ledger: Any) -> int:
     """``ledger verify`` of a PostgreSQL ledger: its rows are checked as journal lines (chain,
     seq) and against their ``seq``/``chain`` columns, then every stored curve (no seal: the
     database's transactions and the chain stand in for it)."""
-    from raydp_hpo.errors import LedgerCorruptedError
-    from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
     from raydp_hpo.ledger.pg import parse_uri
 
     uri = parse_uri(args.journal).uri
     result: dict[str, object] = {"journal": uri}
-    try:
-        scan = scan_ledger(uri)
-        ledger = PrivacyLedger.from_scan(scan, curve_check=CurveCheck.ON_DEMAND)
-        issues = () if args.quick else ledger.verify_stored_curves()
-    except LedgerCorruptedError as exc:
-        result.update(ok=False, reason=str(exc))
-        print(json.dumps(result) if args.json else f"ledger {uri}: CORRUPTED\n  {exc}")
-        return EXIT_BAD_INPUT
+    checked = _scan_and_check(lambda: scan_ledger(uri), f"ledger {uri}", args, result)
+    if isinstance(checked, int):
+        return checked
+    scan, ledger, issues = checked
     ok = not issues
     result.update(ok=ok, version=scan.version, charges=len(scan.records),
                   curve_issues=list(issues), spent_epsilon=ledger.spent(),

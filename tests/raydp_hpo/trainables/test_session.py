@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 
 import raydp_hpo
 from raydp_hpo.accounting.accountants import Accountant, epsilon
@@ -17,26 +16,9 @@ from raydp_hpo.ledger.filter import PrivacyLedger
 from raydp_hpo.trainables.release import USER_MODEL_FILE, load_released_model
 from raydp_hpo.trainables.session import SESSION_KEY
 from raydp_hpo.trial.privacy import NOISY_SCORE_KEY
+from tests.raydp_hpo.tune._user_trainables import N_VAL, N, TinyMLP, tensors
 
-N, N_VAL = 200, 50
-
-
-class TinyMLP(nn.Module):
-    def __init__(self, width: int = 8) -> None:
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(4, width), nn.ReLU(), nn.Linear(width, 2))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
-
-
-def _data(n: int, seed: int) -> TensorDataset:
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, 4)).astype(np.float32)
-    return TensorDataset(torch.from_numpy(x), torch.from_numpy((x[:, 0] > 0).astype(np.int64)))
-
-
-TRAIN, VAL = _data(N, 0), _data(N_VAL, 1)
+TRAIN, VAL = tensors(N, 0), tensors(N_VAL, 1)
 
 
 def _config(**raydp) -> dict:

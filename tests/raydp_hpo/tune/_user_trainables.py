@@ -28,7 +28,7 @@ def arrays(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return x, (x[:, 0] > 0).astype(np.int64)
 
 
-def _tensors(n: int, seed: int) -> TensorDataset:
+def tensors(n: int, seed: int) -> TensorDataset:
     x, y = arrays(n, seed)
     return TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
 
@@ -38,7 +38,7 @@ def trainable(config: dict) -> None:
     from ray import tune
 
     variant = config.get("variant", "good")
-    train, val = _tensors(N, 0), _tensors(N_VAL, 1)
+    train, val = tensors(N, 0), tensors(N_VAL, 1)
     if variant == "no_session":  # reports a made-up "noisy" score with no admission
         tune.report({"val_accuracy": 1.0, "score_epsilon": config["raydp"].score_epsilon})
         return
