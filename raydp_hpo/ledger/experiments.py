@@ -72,11 +72,7 @@ from raydp_hpo.accounting.accountant_kind import Accountant
 from raydp_hpo.accounting.mechanisms import ApproxDP, Mechanism
 from raydp_hpo.errors import InvalidParameterError
 
-__all__ = ["experiment_delta", "experiment_point", "filter_delta", "DELTA_SHARE_RULE"]
-
-#: The stated rule for how a dataset ledger shares its δ among future experiments.
-DELTA_SHARE_RULE = ("δ/2 to the RDP filter (A); δ_k = (δ/2)·6/(π²k²) to the k-th charge "
-                    "under basic composition (B)")
+__all__ = ["experiment_delta", "experiment_point", "filter_delta"]
 
 _SHARE = 3.0 / math.pi**2  # (1/2)·6/π²
 

@@ -787,19 +787,11 @@ class DPTuner:
             for name, v in (("dataset_size", dataset_size), ("validation_size", validation_size),
                             ("test_size", test_size))
         )
-        self._test_epsilon: float | None = None
-        self._search_budget = budget
-        if test_accuracy_epsilon is not None:
-            eps_t = positive_float("test_accuracy_epsilon", test_accuracy_epsilon)
-            if eps_t >= budget.epsilon:
-                raise InvalidParameterError(
-                    f"test_accuracy_epsilon={eps_t:g} leaves nothing of the budget "
-                    f"ε={budget.epsilon:g} for the search; use a smaller value"
-                )
-            self._test_epsilon = eps_t
-            # the search gets ε − ε_t: with the Laplace(ε_t) release composed on top, the total
-            # stays within ε (ε_t-DP composes additively under RDP, PLD and basic composition)
-            self._search_budget = PrivacyBudget(budget.epsilon - eps_t, budget.delta)
+        self._test_epsilon: float | None = (
+            None if test_accuracy_epsilon is None
+            else positive_float("test_accuracy_epsilon", test_accuracy_epsilon)
+        )
+        self._set_budget(budget)
         if not isinstance(sizes_public, bool):
             raise InvalidParameterError(f"sizes_public must be True or False, got {sizes_public!r}")
         self._sizes_public = sizes_public
@@ -1406,12 +1398,14 @@ class DPTuner:
 
     # ------------------------------------------------------------------ dataset points
     def _set_budget(self, budget: PrivacyBudget) -> None:
-        """This experiment's budget (its point's cap on a dataset ledger) and the search's
-        share of it (less the DP test accuracy's ε_t)."""
+        """This experiment's budget (the one given, or its point's cap on a dataset ledger) and
+        the search's share of it: ε − ε_t with a DP test accuracy, whose Laplace(ε_t) release
+        composed on top keeps the total within ε (ε_t-DP composes additively under RDP, PLD and
+        basic composition)."""
         if self._test_epsilon is not None and self._test_epsilon >= budget.epsilon:
             raise InvalidParameterError(
-                f"test_accuracy_epsilon={self._test_epsilon:g} leaves nothing of this "
-                f"experiment's ε={budget.epsilon:g} for the search; use a smaller value"
+                f"test_accuracy_epsilon={self._test_epsilon:g} leaves nothing of the budget "
+                f"ε={budget.epsilon:g} for the search; use a smaller value"
             )
         self._budget = budget
         self._search_budget = PrivacyBudget(budget.epsilon - (self._test_epsilon or 0.0),
