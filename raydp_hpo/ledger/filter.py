@@ -236,8 +236,7 @@ def tightest_halting_accountant(adaptivity: Adaptivity) -> Accountant:
     2021). ``EXPERIMENTS``: :attr:`Accountant.TIGHTEST` prices each charge's own (εₖ, δₖ)
     point (one fixed mechanism); the halting rule is the RDP filter at δ/2 or basic
     composition of the points. Searchers calibrate on the same accountant the ledger then
-    halts on, so the σ
-    they calibrate is exactly what the ledger admits.
+    halts on, so the σ they calibrate is exactly what the ledger admits.
     """
     if not isinstance(adaptivity, Adaptivity):
         raise InvalidParameterError(f"adaptivity must be an Adaptivity, got {adaptivity!r}")
