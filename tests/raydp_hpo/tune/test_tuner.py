@@ -481,7 +481,10 @@ def test_a_ledger_refusal_is_logged_without_a_traceback(caplog) -> None:
     from ray.exceptions import RayTaskError
 
     from raydp_hpo.errors import BudgetExhaustedError
-    from raydp_hpo.tune.tuner import _TUNE_CONTROLLER_LOGGER, _ledger_refusals_without_traceback
+    from raydp_hpo.tune.run_output import (
+        _TUNE_CONTROLLER_LOGGER,
+        _ledger_refusals_without_traceback,
+    )
 
     refused = RayTaskError("train", "Traceback ...",
                            BudgetExhaustedError("g/t1", 1.7, 1.3, 1.5, 1e-5))

@@ -23,7 +23,8 @@ from raydp_hpo.ledger.filter import Adaptivity
 from raydp_hpo.searchers import OneShotRandomSearch, RandomStoppingSearch
 from raydp_hpo.trainables.data import Dataset, DataSplits, PublicSizes, split
 from raydp_hpo.tune.config import DEFAULT_MAX_CONCURRENT_TRIALS
-from raydp_hpo.tune.tuner import DPResult, DPTuner, completed_release
+from raydp_hpo.tune.result import DPResult, completed_release
+from raydp_hpo.tune.tuner import DPTuner
 from tests.raydp_hpo.searchers._results import complete
 
 SPACE = {"lr": tune.loguniform(0.05, 1.0), "epochs": 1, "sample_rate": 0.1,

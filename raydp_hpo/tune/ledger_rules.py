@@ -1,0 +1,240 @@
+"""Which ledger a DPTuner charges and the rules that admit its charges: whose budget
+(:func:`_whose_budget`), the dedicated ledger's halting accountant, the check that a resumed
+experiment attaches to the ledger that holds its earlier charges
+(:func:`require_earlier_charges`), and the picklable admissibility rules a searcher calibrates
+against (:class:`_FirstChargeRule` on a dedicated ledger, :class:`_DatasetPointRule` for an
+experiment's point on a dataset ledger, :class:`_Slot` its place there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from raydp_hpo.accounting.accountants import Accountant, epsilon
+from raydp_hpo.accounting.budget import PrivacyBudget
+from raydp_hpo.accounting.mechanisms import Mechanism
+from raydp_hpo.errors import InvalidParameterError, LedgerMismatchError, RayDPHPOError
+from raydp_hpo.ledger.actor import LedgerHandle
+from raydp_hpo.ledger.filter import Adaptivity
+
+
+def _whose_budget(ledger: LedgerHandle | None, dataset: str | None, fresh_budget: bool,
+                  data: Any) -> str | None:
+    """The fingerprint of the dataset whose ledger ``DPTuner`` charges by default, or ``None``
+    when it charges the ``ledger`` given or a fresh budget (``fresh_budget=True``). Refuses
+    conflicting choices and a run that names no data and asks for no fresh budget."""
+    if not isinstance(fresh_budget, bool):
+        raise InvalidParameterError(f"fresh_budget must be True or False, got {fresh_budget!r}")
+    given = [name for name, on in (("ledger=", ledger is not None),
+                                   ("dataset=", dataset is not None),
+                                   ("fresh_budget=True", fresh_budget)) if on]
+    if len(given) > 1:
+        raise InvalidParameterError(
+            f"{' and '.join(given)} both say whose budget to spend: give one of them (ledger= "
+            "a shared ledger, dataset= the data's own ledger, fresh_budget=True a budget of "
+            "this experiment's own)"
+        )
+    if ledger is not None or fresh_budget:
+        return None
+    if dataset is not None:
+        if not isinstance(dataset, str) or not dataset.strip():
+            raise InvalidParameterError(
+                f"dataset must be a non-empty string naming the data, got {dataset!r}"
+            )
+        return dataset.strip()
+    if data.name is None:
+        raise InvalidParameterError(
+            "DPTuner does not know whose budget this search spends: the data has no name. "
+            "Name the dataset (DPTuner(dataset='census-2024'), or DataSplits(..., name=...); "
+            "the loaders load_digits, load_mnist1d and load_parquet name theirs) so every "
+            "experiment on it spends from one budget, pass a shared ledger (ledger="
+            "get_ledger(...)), or ask for a budget of this experiment's own explicitly "
+            "(fresh_budget=True)"
+        )
+    return str(data.name)
+
+
+def _halting_accountant(adaptivity: Adaptivity) -> Accountant:
+    """The dedicated ledger's halting accountant: the tightest valid one for the rule
+    (:func:`raydp_hpo.ledger.tightest_halting_accountant`).
+
+    A plan fixed before any data is touched (every built-in searcher: one plan charge, or a
+    grid whose trials are fixed in advance) composes a fixed sequence, so it is calibrated and
+    admitted on ``PROFILE`` — the minimum of the RDP, PLD and privacy-profile upper bounds
+    (random stopping by Koskela, Redberg & Wang 2024's profiles) — and standard (fixed)
+    composition justifies halting. Charges chosen adaptively halt on the RDP filter (Feldman &
+    Zrnic 2021), whose guarantee holds under adaptivity; PLD and profiles have no such filter
+    theorem. Measured: one DP-SGD run calibrated to ε = 3 by RDP alone is ε = 2.55 under PLD;
+    the demo's random stopping admitted at RDP ε = 7.99 is ε = 6.03 under profiles.
+    """
+    from raydp_hpo.ledger.filter import tightest_halting_accountant
+
+    return tightest_halting_accountant(adaptivity)
+
+
+def require_earlier_charges(journal: Path | str | None, experiment: str,
+                            charges: Sequence[Any] | None = None, *,
+                            where: str | None = None) -> None:
+    """Refuse to resume ``experiment`` unless the ledger it attaches to holds its earlier
+    charges (ids ``<experiment>/...``): the journal at ``journal`` (read-only, nothing
+    created), or ``charges`` of a live ledger (``where`` names it).
+
+    A resume replays the plan charge by its id and continues trials inside their admitted
+    charges. On a ledger without them — the journal and its seal moved away, another storage
+    path, another ledger — the replay would be a fresh charge of the whole plan on a fresh
+    budget: the experiment's first charges would be forgotten, and its spend counted
+    nowhere. Raises :class:`LedgerMismatchError` naming the journal it expected."""
+    prefix = f"{experiment}/"
+    from raydp_hpo.ledger.pg import is_postgres_uri
+
+    if charges is None and is_postgres_uri(journal):
+        from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
+
+        charges = PrivacyLedger.read_only(str(journal), curve_check=CurveCheck.ON_DEMAND).charges()
+        where = f"the ledger {journal}"
+    if charges is None:
+        assert journal is not None
+        journal = Path(journal)
+        if not journal.exists():
+            raise LedgerMismatchError(
+                f"cannot resume experiment {experiment!r}: its charges should be in the ledger "
+                f"journal {journal}, which does not exist (moved or deleted?). Put the journal "
+                "and its .seal back where they were; resuming on a fresh ledger would charge "
+                "the experiment again on a budget that does not know its earlier spend. "
+                "Nothing was charged"
+            )
+        from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
+
+        charges = PrivacyLedger.read_only(journal, curve_check=CurveCheck.ON_DEMAND).charges()
+        where = f"the ledger journal {journal}"
+    if not any(c.charge_id.startswith(prefix) for c in charges):
+        raise LedgerMismatchError(
+            f"cannot resume experiment {experiment!r}: {where} holds no charge of it (no "
+            f"charge id starting with {prefix!r}), so it is not the ledger the experiment "
+            "charged. Resume with the ledger (journal, storage path) it started on; resuming "
+            "here would charge it again on a budget that does not know its earlier spend. "
+            "Nothing was charged"
+        )
+
+
+def _resumed_accountant(journal: Path, adaptivity: Adaptivity) -> Accountant:
+    """The halting accountant for the dedicated ledger at ``journal``.
+
+    A fresh ledger gets :func:`_halting_accountant`. A journal that already exists (a resumed
+    experiment) keeps the accountant written in its header when that one is valid for the
+    same halting rule: experiments started before fixed plans halted on ``PROFILE`` were
+    admitted on ``BEST`` (min of RDP and PLD), which stays a valid — only looser — bound for
+    the charges still to come, so resuming them must not fail on the changed default. Any
+    other mismatch (or an unreadable header) is left to the ledger actor to report.
+    """
+    default = _halting_accountant(adaptivity)
+    if not journal.exists():
+        return default
+    from raydp_hpo.ledger.journal import read_header
+
+    try:
+        header = read_header(journal)
+        stored = Accountant(header["accountant"])
+        same_rule = Adaptivity(header["adaptivity"]) is adaptivity
+    except (RayDPHPOError, KeyError, TypeError, ValueError):
+        return default
+    if not same_rule:
+        return default
+    if adaptivity is Adaptivity.ADAPTIVE:
+        return stored if stored is Accountant.RDP else default
+    return stored
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """An experiment's place on a dataset ledger (see :meth:`DPTuner._take_slot`): it is the
+    k-th charge, with δ share ``delta``, after the charges ``prior``; it calibrates within
+    ``cap``; ``reserved`` is the ``ApproxDP`` reservation of an experiment whose trials charge
+    themselves (``None``: its plan is its point)."""
+
+    k: int
+    cap: float
+    delta: float
+    prior: tuple[tuple[str, Mechanism], ...]
+    accountant: Accountant  # the dataset ledger's: how it prices a point
+    reserved: Any | None
+    charged: Mechanism | None  # on resume: the point this experiment charged
+
+
+@dataclass(frozen=True)
+class _BothRules:
+    """Picklable: admissible under both rules; ``figure`` (calibration's guide) the first's."""
+
+    first: _FirstChargeRule
+    second: Any
+
+    def figure(self, mechanism: Mechanism) -> float:
+        return self.first.figure(mechanism)
+
+    def __call__(self, mechanism: Mechanism) -> bool:
+        return self.first(mechanism) and bool(self.second(mechanism))
+
+
+@dataclass
+class _DatasetPointRule:
+    """Picklable admissibility rule for an experiment whose plan is its point on a dataset
+    ledger: the plan (with the DP test accuracy's ``Laplace(ε_t)``) would be admitted there
+    as the next charge after ``prior``. Decided on a local replica of the ledger (the
+    decision is a function of the charges alone, :mod:`raydp_hpo.ledger.experiments`), so
+    calibrating σ asks no actor; the real charge is checked again when it is made."""
+
+    budget: PrivacyBudget
+    accountant: Accountant  # the dataset ledger's: how it prices a point
+    prior: tuple[tuple[str, Mechanism], ...]
+    test_epsilon: float | None
+
+    def __post_init__(self) -> None:
+        self._replica: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_replica"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._replica = None
+
+    def __call__(self, mechanism: Mechanism) -> bool:
+        from raydp_hpo.accounting.mechanisms import Composition, Laplace
+        from raydp_hpo.ledger.filter import PrivacyLedger
+
+        if self._replica is None:
+            replica = PrivacyLedger(self.budget, adaptivity=Adaptivity.EXPERIMENTS,
+                                    accountant=self.accountant)
+            for charge_id, prior in self.prior:
+                replica.charge(charge_id, prior)
+            self._replica = replica
+        if self.test_epsilon is not None:
+            mechanism = Composition((mechanism, Laplace(self.test_epsilon)))
+        return bool(self._replica.would_admit(mechanism))
+
+
+@dataclass(frozen=True)
+class _FirstChargeRule:
+    """Picklable admissibility rule for a dedicated ledger: within the experiment's budget
+    and admitted as the first charge of a fresh ledger with this halting rule, both on the
+    ledger's halting accountant (:func:`_halting_accountant`)."""
+
+    budget: PrivacyBudget
+    adaptivity: Adaptivity
+
+    def figure(self, mechanism: Mechanism) -> float:
+        """ε of ``mechanism`` on the halting accountant (guides calibration; see
+        :meth:`raydp_hpo.searchers.base.DPSearcher._calibrate_noise`)."""
+        return epsilon(mechanism, self.budget.delta, _halting_accountant(self.adaptivity))
+
+    def __call__(self, mechanism: Mechanism) -> bool:
+        from raydp_hpo.ledger.filter import admits_as_first_charge
+
+        accountant = _halting_accountant(self.adaptivity)
+        own = self.figure(mechanism) <= self.budget.epsilon
+        return own and admits_as_first_charge(
+            self.budget, mechanism, adaptivity=self.adaptivity, accountant=accountant
+        )

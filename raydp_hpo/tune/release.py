@@ -1,0 +1,310 @@
+"""DPTuner's release: the released model, the certificate of every charge, the public folder,
+the DP test accuracy and the private evaluation (:class:`_Release`, a mixin of
+:class:`~raydp_hpo.tune.tuner.DPTuner`, whose state it uses).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from raydp_hpo._atomic_io import atomic_write_json
+from raydp_hpo.accounting.accountants import Accountant, epsilon, epsilon_or_inf
+from raydp_hpo.accounting.budget import PrivacyBudget
+from raydp_hpo.errors import BudgetExhaustedError, RayDPHPOError
+from raydp_hpo.ledger.actor import LedgerHandle
+from raydp_hpo.tune.certificate import PrivacyCertificate
+from raydp_hpo.tune.publish import PUBLIC_DIR
+from raydp_hpo.tune.result import PRIVATE_EVALUATION_FILE, DPResult, completed_release
+from raydp_hpo.tune.run_output import _root_cause
+from raydp_hpo.tune.sizes import _Size
+
+
+class _Release:
+    """The release methods of :class:`~raydp_hpo.tune.tuner.DPTuner`."""
+
+    # DPTuner's state these methods read (DPTuner.__init__ and fit set it)
+    _trainable: Any
+    _data: Any
+    _budget: PrivacyBudget
+    _metric: str
+    _storage: Path
+    _experiment: str
+    _secret_seed: int | None
+    _sizes: tuple[_Size, _Size, _Size]
+    _test_size: int
+    _test_epsilon: float | None
+    _dataset_ledger: LedgerHandle | None
+
+    def _release(self, searcher: Any, ledger: LedgerHandle, grid: Any, plan: Any,
+                 exp_dir: str) -> DPResult:
+        release = completed_release(searcher)
+        trials: list[dict[str, Any]] = []
+        by_id: dict[str, Any] = {}
+        exhausted = False
+        for result in grid:
+            trial_id = (result.metrics or {}).get("trial_id")
+            if trial_id is None and result.path:
+                trial_id = Path(result.path).name
+            by_id[str(trial_id)] = result
+            err = result.error
+            if err is not None and isinstance(_root_cause(err), BudgetExhaustedError):
+                exhausted = True
+            trials.append(
+                {
+                    "trial_id": trial_id,
+                    "config": {k: v for k, v in (result.config or {}).items() if k != "raydp"},
+                    "metrics": {k: v for k, v in (result.metrics or {}).items()
+                                if isinstance(v, (int, float, str, bool))},
+                    "error": None if err is None else repr(err)[:300],
+                }
+            )
+        model, ckpt_path, model_path, test_acc = None, None, None, None
+        contract, unreleased = None, None  # a user trainable's broken contract / lost model
+        if release.trial_id is not None:
+            result = self._find_result(by_id, release.trial_id)
+            if result is not None and self._trainable is not None and not _builtin_result(result):
+                # a trainable of the user's own (raydp_hpo.trial_session): raydp_hpo.tune.custom
+                from raydp_hpo.tune import custom
+
+                contract = custom.check_selected(release.trial_id, result.metrics)
+                if contract is None:
+                    ckpt_path = None if result.checkpoint is None else result.checkpoint.path
+                    model, unreleased = custom.load_selected_model(ckpt_path)
+                    if model is not None:
+                        assert ckpt_path is not None
+                        model_path = custom.write_user_release(Path(exp_dir) / PUBLIC_DIR,
+                                                               ckpt_path)
+            elif result is not None and result.checkpoint is not None:
+                ckpt_path = result.checkpoint.path
+                model = self._load_model(ckpt_path, result.config or {})
+                model_path = self._write_released_model(Path(exp_dir) / PUBLIC_DIR, model,
+                                                        result.config or {})
+                test_acc = (result.metrics or {}).get("test_accuracy")
+        extras = dict(release.extras)
+        dp_test = None
+        if model is not None and self._test_epsilon is not None:
+            dp_test = self._dp_test_accuracy(model, ledger, extras)
+        # charges of this experiment (plan and/or individual trials, DP test accuracy)
+        prefix = f"{self._experiment}/"
+        charges = tuple(
+            (c.charge_id, c.mechanism) for c in ledger.charges() if c.charge_id.startswith(prefix)
+        )
+        mechs = [m for _, m in charges]
+        delta = self._budget.delta
+        eps_rdp = epsilon(mechs, delta, Accountant.RDP) if mechs else 0.0
+        eps_pld = epsilon(mechs, delta, Accountant.PLD) if mechs else 0.0
+        # random stopping by privacy profiles; inf where that accountant has no figure
+        eps_profile = epsilon_or_inf(mechs, delta, Accountant.PROFILE) if mechs else 0.0
+        settings = ledger.settings()
+        certificate = PrivacyCertificate(
+            algorithm=plan.algorithm,
+            paper=plan.paper,
+            description=plan.description,
+            budget=self._budget,
+            charges=charges,
+            epsilon_rdp=eps_rdp,
+            epsilon_pld=eps_pld,
+            ledger_name=ledger.name,
+            ledger_spent_epsilon=ledger.spent(),
+            ledger_halting_rule=f"{settings['adaptivity']}/{settings['accountant']}",
+            public=self._public_quantities(),
+            epsilon_profile=eps_profile,
+            dataset_ledger=None if self._dataset_ledger is None else (
+                self._dataset_ledger.name, self._dataset_ledger.budget,
+                self._dataset_ledger.spent()),
+        )
+        if not certificate.within_budget and not math.isclose(
+            certificate.epsilon, self._budget.epsilon, rel_tol=1e-9
+        ):
+            raise RayDPHPOError(  # pragma: no cover - would be a bug in admission
+                f"internal error: charged ε={certificate.epsilon} exceeds the budget"
+            )
+        hyperparameters = release.hyperparameters
+        if contract is not None:  # nothing from a trial that was never admitted nor checked
+            hyperparameters = None
+            extras["reason"] = contract
+        elif unreleased is not None:
+            # the hyperparameters are paid for and selected: released; the model is not
+            extras["model_not_released"] = unreleased
+            warnings.warn(f"the model is not released: {unreleased}", UserWarning, stacklevel=3)
+        elif (hyperparameters is None and self._trainable is not None
+              and "no trial reported the metric" in str(extras.get("reason", ""))):
+            from raydp_hpo.tune.custom import explain_no_selection
+
+            contract = explain_no_selection(trials, self._metric)
+            if contract is not None:
+                extras["reason"] = contract
+        if hyperparameters is not None and model is None and unreleased is None:
+            # A release must describe a model that was trained: the final run failed (or left
+            # no checkpoint), so nothing is released; the budget it spent stays spent.
+            hyperparameters = None
+            extras["final_failed"] = True
+            extras.setdefault("reason", "the model to release was not trained (its run failed)")
+        out = DPResult(
+            hyperparameters=hyperparameters,
+            model=model,
+            model_path=model_path,
+            certificate=certificate,
+            test_accuracy=test_acc,
+            budget_exhausted=exhausted,
+            extras=extras,
+            private_trials=trials,
+            experiment_path=exp_dir,
+            dp_test_accuracy=dp_test,
+            dp_test_accuracy_epsilon=None if dp_test is None else self._test_epsilon,
+            private_result_grid=grid,
+            private_checkpoint_path=ckpt_path,
+        )
+        Path(exp_dir).mkdir(parents=True, exist_ok=True)
+        self._write_public(Path(exp_dir), out)
+        atomic_write_json(Path(exp_dir) / PRIVATE_EVALUATION_FILE, out.private_evaluation())
+        if contract is not None:  # loud: never a silent hyperparameters=None
+            from raydp_hpo.tune.custom import contract_error
+
+            err = contract_error(contract, exp_dir)
+            err.result = out  # type: ignore[attr-defined]
+            raise err
+        return out
+
+    def _write_public(self, exp_dir: Path, out: DPResult) -> None:
+        """``exp_dir/public/``: exactly what may be published (:mod:`raydp_hpo.tune.publish`),
+        and the note that the rest of ``exp_dir`` is private. A release naming a path of this
+        machine (a search-space constant) is still written, with a warning: the search has
+        run and spent its budget, and :meth:`DPResult.save_public` refuses to copy it."""
+        import warnings
+
+        from raydp_hpo.tune.publish import (
+            machine_paths,
+            write_private_note,
+            write_public_files,
+        )
+
+        manifest = out.public()
+        private = (exp_dir, self._storage)
+        found = machine_paths(manifest, private=private)
+        if found:
+            warnings.warn(
+                f"the public release of {self._experiment!r} names paths of this machine "
+                f"({', '.join(found[:3])}): remove them from the search space's constants "
+                "before publishing it", UserWarning, stacklevel=3,
+            )
+        write_public_files(exp_dir / PUBLIC_DIR, manifest, out.model_path, private=private,
+                           strict=False)
+        write_private_note(exp_dir)
+
+    def _dp_test_accuracy(self, model: Any, ledger: LedgerHandle, extras: dict[str, Any]
+                          ) -> float | None:
+        """The released model's test accuracy by the Laplace mechanism, charged first.
+
+        The count of correct test predictions changes by at most 1 when one test record is
+        added or removed (the model does not depend on test records; for a training or
+        validation record the count is post-processing of the already charged model), so
+        count + Laplace(1/ε_t) is ε_t-DP (Dwork et al. 2006); it is divided by the declared
+        test size (post-processing) and clipped to [0, 1]. One release per experiment: a charge
+        already on the ledger (a resumed run) is not released a second time."""
+        import secrets
+
+        import numpy as np
+
+        from raydp_hpo.accounting.calibration import calibrate_laplace
+        from raydp_hpo.accounting.mechanisms import Laplace
+        from raydp_hpo.trainables.training import count_correct
+
+        assert self._test_epsilon is not None
+        charge_id = f"{self._experiment}/test_accuracy"
+        if ledger.has_charge(charge_id):
+            extras["dp_test_accuracy"] = "already released once by this experiment: not again"
+            return None
+        decision = ledger.try_charge(charge_id, Laplace(self._test_epsilon), owner=self._experiment)
+        if not decision.admitted:
+            extras["dp_test_accuracy"] = "refused by the ledger (budget exhausted): not released"
+            return None
+        rng = np.random.default_rng(
+            secrets.randbits(128) if self._secret_seed is None else [self._secret_seed, 7]
+        )
+        noisy = count_correct(model, self._data.test) + float(
+            rng.laplace(0.0, calibrate_laplace(self._test_epsilon))
+        )
+        return min(1.0, max(0.0, noisy / self._test_size))
+
+    def _public_quantities(self) -> tuple[tuple[str, str], ...]:
+        """What the certificate's guarantee treats as public (DESIGN.md, "Released vs
+        private" and "Secrets and neighbouring datasets")."""
+        train, val, test = self._sizes
+        return (
+            ("training-set size", f"{train.value} ({train.how})"),
+            ("validation-set size", f"{val.value} ({val.how})"),
+            *((("test-set size", f"{test.value} ({test.how})"),)
+              if self._test_epsilon is not None else ()),
+            *self._class_count(),
+            ("configuration", "the search space, search settings, budget, model, sample rates, "
+             "epochs and the train/validation/test split seed"),
+        )
+
+    def _class_count(self) -> tuple[tuple[str, str], ...]:
+        """The number of classes fixes the released model's output width: declared, or read
+        off the labels (``load_parquet`` without ``num_classes``) and then treated as public."""
+        train = getattr(self._data, "train", None)
+        if train is None:  # a user trainable with its own data: nothing known here
+            return ()
+        how = ("declared" if train.num_classes_declared else "max label + 1 in the data, "
+               "treated as public: sizes_public=True (declare num_classes to make it "
+               "data-independent)")
+        return (("number of classes", f"{train.num_classes} ({how})"),)
+
+    @staticmethod
+    def _find_result(by_id: dict[str, Any], trial_id: str) -> Any | None:
+        if trial_id in by_id:
+            return by_id[trial_id]
+        for key, result in by_id.items():
+            if key and (key.endswith(trial_id) or trial_id in key):
+                return result
+        return None
+
+    def _write_released_model(self, public_dir: Path, model: Any, config: Mapping[str, Any]
+                              ) -> str:
+        """Write the released model alone (:mod:`raydp_hpo.trainables.release`) into the
+        experiment's ``public/`` folder: never the trial's checkpoint, which holds the secret
+        generators' states."""
+        from raydp_hpo.trainables.release import RELEASED_MODEL_FILE, save_released_model
+
+        train = self._data.train
+        public_dir.mkdir(parents=True, exist_ok=True)
+        return str(save_released_model(
+            public_dir / RELEASED_MODEL_FILE,
+            model,
+            model_name=config.get("model", "mlp"),
+            model_kwargs=dict(config.get("model_kwargs", {})),
+            feature_shape=train.feature_shape,
+            num_classes=train.num_classes,
+        ))
+
+    def _load_model(self, checkpoint_path: str, config: Mapping[str, Any]) -> Any:
+        """The released model: built from the released trial's config, weights from its
+        checkpoint (the first model of the trial; its moving average with ``ema_decay``)."""
+        from raydp_hpo.trainables.models import build_model
+        from raydp_hpo.trainables.training import load_checkpoint, released_model_state
+
+        payload = load_checkpoint(checkpoint_path)
+        train = self._data.train
+        model = build_model(
+            config.get("model", "mlp"),
+            train.feature_shape,
+            train.num_classes,
+            **dict(config.get("model_kwargs", {})),
+        )
+        model.load_state_dict(released_model_state(payload["runners"][0]))
+        model.eval()
+        return model
+
+
+def _builtin_result(result: Any) -> bool:
+    """Whether a Tune result came from the built-in trainable (its checkpoint format)."""
+    from raydp_hpo.trainables.training import CHECKPOINT_FILE
+
+    return result.checkpoint is not None and (Path(result.checkpoint.path)
+                                              / CHECKPOINT_FILE).is_file()
