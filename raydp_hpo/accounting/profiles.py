@@ -101,6 +101,9 @@ here, never the nominal mean).
 Composition with other charges: :func:`profile_epsilon` (below) gives a selection one (εᵢ, δᵢ)
 point at an explicit δ split and composes it, as the worst-case PLD of (εᵢ, δᵢ)-DP, with the
 PLD of everything else; see its docstring.
+
+Longer than ~600 lines because it is one theorem, its proof (above) and the numerics that
+evaluate it; splitting would separate the proof from its code.
 """
 
 from __future__ import annotations

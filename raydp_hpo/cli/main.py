@@ -25,6 +25,9 @@ Subcommands:
 Exit codes: 0 success; 2 bad input (nothing charged); 3 the budget cannot pay (the plan does
 not fit the experiment's or the dataset's budget, so nothing ran, or the ledger refused trials
 mid-search); 1 anything else (a crash, or a failed final run: nothing released).
+
+Longer than ~600 lines because it is one command line: the parser and one short handler per
+subcommand, which share the parser's helpers.
 """
 
 from __future__ import annotations

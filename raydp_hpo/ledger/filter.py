@@ -58,6 +58,10 @@ that it is also what the current code gives for the mechanism is checked lazily
 :meth:`PrivacyLedger.verify_stored_curves`. A curve the current code finds larger is folded in
 on top (the spend only ever goes up) with a warning. A journal written on another order grid,
 or a version-1 journal, is replayed by recomputing every curve.
+
+Longer than ~600 lines because it is one privacy filter: the halting rules and the admission
+decision (check, then commit) are one argument; splitting would separate the argument above
+from its code.
 """
 
 from __future__ import annotations

@@ -65,6 +65,9 @@ append that the journal's path still names the file it holds (``st_dev``/``st_in
 that no one else changed its size; if not, it refuses
 (:class:`~raydp_hpo.errors.JournalReplacedError`) and writes nothing. On NFS ``stat`` may be
 served from the attribute cache, so a replacement can go unseen for up to ``actimeo`` seconds.
+
+Longer than ~600 lines because it is one file format: its writer, reader and hash-chain
+verification must agree byte for byte, so they stay together.
 """
 
 from __future__ import annotations

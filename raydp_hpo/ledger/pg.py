@@ -33,6 +33,10 @@ admission reconnects and catches up.
 
 Credentials come only from libpq (``PGUSER``, ``PGPASSWORD``, ``~/.pgpass``, a service file):
 a URI with a password is refused, and the URI shown in messages is the one given.
+
+Longer than ~600 lines because it is one storage backend: the schema, its migrations and the
+statements that append and read a ledger's rows must agree with each other and with the journal
+format; splitting would separate the SQL from the locking it relies on.
 """
 
 from __future__ import annotations

@@ -23,6 +23,10 @@ final score with Laplace noise and its mechanism is ``trial_mechanism(training, 
 (:mod:`raydp_hpo.trial.privacy`), so every base and plan that covers such a trial contains the
 ``Laplace(ε_s)`` part. Trials whose score no selection reads (final runs) or whose score the
 searcher privatises itself (SVT candidates) get ``score_epsilon=None``.
+
+Longer than ~600 lines because it is the one base class every searcher derives from: plan,
+calibration, lifecycle, checkpointing and release are its shared contract; splitting would
+spread one lifecycle over several modules.
 """
 
 from __future__ import annotations

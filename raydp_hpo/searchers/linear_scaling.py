@@ -85,6 +85,9 @@ any learning rate, chosen adaptively or not: the composition theorems hold for a
 chosen mechanisms (Dwork & Roth 2014, Sec. 3.5; for RDP Mironov 2017, Prop. 1; for dominating
 pairs and PLDs Zhu, Dong & Wang 2022, Thm. 10) as long as each one's dominating pair is fixed
 in advance — here the plan's — so again nothing printed changes.
+
+Longer than ~600 lines because it is one algorithm and one theorem (Panda et al. 2024, Thm.
+4.1); splitting would separate the privacy argument from the code it covers.
 """
 
 from __future__ import annotations

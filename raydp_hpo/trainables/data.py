@@ -22,6 +22,10 @@ use them to implement their data-splitting schemes:
 The realised sizes of splits, subsamples and partitions are private, like the records: the
 privacy accounting and every normaliser use declared public sizes instead (DESIGN.md,
 "Secrets and neighbouring datasets"). The secret ``seed`` of a view has no default.
+
+Longer than ~600 lines because the loaders, splits and views share one validated container and
+its checks; the views are the data side of the searchers' splitting schemes, kept beside the
+records they select.
 """
 
 from __future__ import annotations

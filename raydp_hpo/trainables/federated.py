@@ -71,6 +71,10 @@ given ``checkpoint_dir`` and resume from the last checkpoint found there (the ch
 the global model, every client's η / optimiser state / minibatch generator and the history, so
 a resumed run reproduces the uninterrupted one; it must have the same settings and seed except
 ``rounds``, which may grow).
+
+Longer than ~600 lines because it is one algorithm with its client-level DP server step and its
+Ray runner, which share the rounds' state; splitting would separate the DP server release from
+the loop whose inputs it bounds.
 """
 
 from __future__ import annotations

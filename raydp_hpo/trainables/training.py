@@ -19,6 +19,10 @@ The number of optimiser steps is T = ``DPSGDPrivacy.steps`` = ⌈epochs/q⌉, re
 "epochs" of ⌈1/q⌉ steps. The privacy gate (:mod:`raydp_hpo.trainables.privacy_gate`) runs before any
 data is touched. Every release is counted and, at the end, checked against the declared
 mechanism ``privacy_from_config(config, n).mechanism()``.
+
+Longer than ~600 lines because it is one training loop: :func:`train_dp` and its per-model
+runner share the state that the optimisers, checkpoints and release counting use; splitting
+would separate what a run spends from the code that counts it.
 """
 
 from __future__ import annotations
