@@ -67,7 +67,7 @@ clip factors 0.06 ms, backward to the layer outputs plus the clipped-sum product
 more than the non-private backward; forward, loss, sampling and the SGD update cost the
 same. (Doing the per-example vectors' arithmetic in numpy, or drawing the noise on a
 second thread during the backward pass, measured no better and was not kept.) The
-breakdown before this session is in ``benchmarks/results/issue15_cpu.md``.
+breakdown before this session is in ``benchmarks/results/dpsgd_throughput/issue15_cpu.md``.
 
 Warm-up matters for the CNNs: the first few hundred steps of a run are dearer, apparently
 because every new Poisson batch size is a new shape for oneDNN's convolution kernels. With 2
