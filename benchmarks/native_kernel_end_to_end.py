@@ -160,6 +160,38 @@ def summarise(name: str, runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def draw_check(rounds: int = 15, number: int = 500) -> str:
+    """Per-draw time of the kernel (``gaussian_``, key draw included) and of ``normal_`` at
+    the parameter counts of the searches' models, one torch thread, interleaved rounds: the
+    most the kernel can save per DP step of those searches."""
+    import timeit
+
+    import torch
+
+    from raydp_hpo.trainables.gaussian_kernel import gaussian_, native_status
+    from raydp_hpo.trainables.models import build_model
+
+    torch.set_num_threads(1)
+    lines = ["## Per-draw time at the searches' model sizes (1 thread; median [min–max] over "
+             f"{rounds} interleaved rounds of {number} draws; kernel: {native_status().reason})",
+             "", "| model | values | kernel µs | normal_ µs | kernel / normal_ |", "|---|---|---|---|---|"]
+    for name in ("random_kernels1d", "mlp"):
+        n = sum(p.numel() for p in build_model(name, (40,), 10).parameters() if p.requires_grad)
+        out, gen = torch.empty(n), torch.Generator().manual_seed(1)
+        sides = {"kernel": lambda out=out, gen=gen: gaussian_(out, 1.0, gen),
+                 "normal_": lambda out=out, gen=gen: out.normal_(0.0, 1.0, generator=gen)}
+        times: dict[str, list[float]] = {k: [] for k in sides}
+        for r in range(rounds):
+            for k in (list(sides) if r % 2 == 0 else list(sides)[::-1]):
+                times[k].append(timeit.timeit(sides[k], number=number) / number * 1e6)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        lines.append(f"| {name} | {n} | {med['kernel']:.1f} [{min(times['kernel']):.1f}–"
+                     f"{max(times['kernel']):.1f}] | {med['normal_']:.1f} "
+                     f"[{min(times['normal_']):.1f}–{max(times['normal_']):.1f}] | "
+                     f"{med['kernel'] / med['normal_']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--demo-pairs", type=int, default=3)
@@ -167,9 +199,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pu-pairs", type=int, default=2)
     ap.add_argument("--pu-args", default=DEFAULT_PU_ARGS,
                     help=f"privacy_utility.py arguments (default: {DEFAULT_PU_ARGS!r})")
-    ap.add_argument("--seed", type=int, default=33, help="secret seed of the first demo pair")
+    ap.add_argument("--seed", type=int, default=33, help="secret seed of demo pair 0")
+    ap.add_argument("--first-pair", type=int, default=0,
+                    help="index of the first pair (its seed is --seed + index; even pairs run "
+                    "the kernel first): a later invocation continues a series")
+    ap.add_argument("--combine", type=Path, nargs="+", default=None,
+                    help="no runs: one report from these end_to_end_runs.json files")
+    ap.add_argument("--draw-check", action="store_true",
+                    help="also time one noise draw at the models' sizes (kernel vs normal_)")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "native_kernel")
     args = ap.parse_args(argv)
+    if args.combine:
+        runs = [r for f in args.combine for r in json.loads(f.read_text())]
+        demo = [r for r in runs if Path(r["log"]).name.startswith("demo_")]
+        pu = [r for r in runs if Path(r["log"]).name.startswith("pu_")]
+        text = "\n".join(["# Native noise kernel, end to end (combined)", "",
+                          "From " + ", ".join(f"`{f}`" for f in args.combine) + ".", "",
+                          summarise("Demo", demo) if demo else "",
+                          summarise("Privacy-utility benchmark", pu) if pu else ""])
+        print(text)
+        return 0
     _subreaper()
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="nk-e2e-"))
@@ -182,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{os.getloadavg()[0]:.2f}.", ""]
 
     demo_runs: list[dict[str, Any]] = []
-    for pair in range(args.demo_pairs):
+    for pair in range(args.first_pair, args.first_pair + args.demo_pairs):
         for native in ((True, False) if pair % 2 == 0 else (False, True)):
             tag = f"demo_p{pair}_{'on' if native else 'off'}"
             storage = work / tag
@@ -202,11 +251,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"native-in-worker={r['used']} orphans={r['orphans_reaped']}", flush=True)
     if demo_runs:
         report.append(summarise(f"Demo ({'quick' if args.quick_demo else 'full'} setting, "
-                                f"secret seeds {args.seed}..{args.seed + args.demo_pairs - 1})",
+                                f"secret seeds {args.seed + args.first_pair}.."
+                                f"{args.seed + args.first_pair + args.demo_pairs - 1})",
                                 demo_runs))
 
     pu_runs: list[dict[str, Any]] = []
-    for pair in range(args.pu_pairs):
+    for pair in range(args.first_pair, args.first_pair + args.pu_pairs):
         for native in ((True, False) if pair % 2 == 0 else (False, True)):
             tag = f"pu_p{pair}_{'on' if native else 'off'}"
             out = work / tag
@@ -228,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
         report.append("The privacy-utility workers are this runner's children and inherit "
                       "RAYDP_HPO_NATIVE_NOISE; each draws noise in process (one torch thread "
                       "per worker).\n")
+    if args.draw_check:
+        report.append(draw_check())
     text = "\n".join(report)
     print(text, flush=True)
     (args.out / "end_to_end.md").write_text(text + "\n")
