@@ -27,6 +27,11 @@ Reported per study: median and range of each side, the paired differences (on âˆ
 their mean and a 95 % Student-t interval, and the saving in % of the off side's median.
 Decision rule of issue 33: the kernel stays only if it saves â‰¥ 10 % of a whole search's wall
 time. Results: ``benchmarks/results/native_kernel/``.
+
+The kernel was removed after this measurement (issue 33: no saving). This script needs it
+(``raydp_hpo.trainables.gaussian_kernel``): run it from commit 9924d83, the last one with the
+kernel, e.g. ``git worktree add /tmp/nk 9924d83 && cd /tmp/nk && .venv/bin/python
+benchmarks/native_kernel_end_to_end.py``.
 """
 
 from __future__ import annotations
@@ -167,8 +172,8 @@ def draw_check(rounds: int = 15, number: int = 500) -> str:
     import timeit
 
     import torch
-
     from raydp_hpo.trainables.gaussian_kernel import gaussian_, native_status
+
     from raydp_hpo.trainables.models import build_model
 
     torch.set_num_threads(1)
