@@ -59,7 +59,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/ledger.py
 
 # Empirical privacy audit of every search algorithm on neighbouring datasets (lower bound vs
-# claimed ε, plus property checks); writes benchmarks/results/privacy_audit.md.
+# claimed ε, plus property checks); writes benchmarks/results/privacy_audit/privacy_audit.md.
 audit: $(STAMP)
 	$(PY) benchmarks/privacy_audit.py
 

@@ -29,7 +29,9 @@ The step is ~0.2 faster relative to the non-private one in every cell; the absol
 moves by ±0.03 with the non-private step's speed between runs.
 
 The native noise kernel (third session, ``--base cb22c6c``: the step before it, drawing with
-``normal_``; ``--rounds 30``, two runs, median ratio (IQR) of the second run):
+``normal_``; ``--rounds 30``, two runs, median ratio (IQR) of the second run; the kernel was
+removed in issue 33: no measurable saving on whole searches,
+``benchmarks/results/native_kernel/summary.md``):
 
     threads  B    run 1         run 2
     1        128  1.50 → 1.40   1.45 → 1.38 (1.36–1.42)
@@ -59,7 +61,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from raydp_hpo.trainables import dp_step as current  # noqa: E402
-from raydp_hpo.trainables import gaussian_kernel  # noqa: E402
 from raydp_hpo.trainables.models import build_model  # noqa: E402
 
 DP_STEP = "raydp_hpo/trainables/dp_step.py"
@@ -161,8 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                     variants[label]()
                 times[label].append((time.perf_counter() - t) / args.block)
     print(f"model={args.model} B={args.batch} threads={args.threads} rounds={args.rounds} "
-          f"block={args.block} torch={torch.__version__} noise kernel here: "
-          f"{gaussian_kernel.native_status().reason}")
+          f"block={args.block} torch={torch.__version__}")
     for label, values in times.items():
         ratios = [a / b for a, b in zip(values, times["non-private"])]
         q1, _, q3 = statistics.quantiles(ratios, n=4)

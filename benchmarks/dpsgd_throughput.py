@@ -10,9 +10,8 @@ Variants, per (torch threads, batch size B, model):
 * ``DP Opacus hooks`` — the same with ``OpacusClipper`` (per-example gradients from
   ``opacus.GradSampleModule``), for reference.
 * ``(noise alone)`` — only the Gaussian noise of one step: one flat draw of N(0, 1) for every
-  parameter, as ``GaussianNoise`` draws it (:func:`raydp_hpo.trainables.gaussian_kernel.gaussian_`:
-  the native Philox kernel on the CPU where it loads, else ``normal_``; the header line says
-  which). Its ratio is the part of the DP step's ratio that no clipping method can remove.
+  parameter, as ``GaussianNoise`` draws it (``normal_`` with a generator on the device). Its
+  ratio is the part of the DP step's ratio that no clipping method can remove.
 
 Timing is interleaved: each round runs a block of steps of every variant in turn (the order
 rotates from round to round), so a change in machine load hits all variants alike; the
@@ -25,23 +24,7 @@ A second table times Poisson sampling alone, interleaved: ``PoissonBatches`` (wh
 uses: 32 batches drawn at once, O(B) per batch), ``poisson_batch`` (one batch, O(B)) and one
 uniform per record (``torch.rand(n) < q``, O(n)).
 
-Results with the native noise kernel (CPU, torch 2.13, 2 cores, AVX-512, quiet machine,
-2026-11-26, third session: the DP-SGD noise drawn by
-:mod:`raydp_hpo.trainables.gaussian_kernel` instead of ``normal_``; two runs of ``--no-opacus``,
-200 warm-up + 7 rounds × 5 steps; DP book-keeping / non-private, median ratio run 1 / run 2):
-
-    threads  B    mlp          cnn1d        cnn2d
-    1        128  1.46 / 1.39  1.62 / 1.65  1.69 / 1.64
-    1        256  1.31 / 1.36  1.80 / 1.83  1.56 / 1.58
-    2        128  1.34 / 1.33  1.56 / 1.55  1.50 / 1.58
-    2        256  1.41 / 1.43  1.73 / 1.76  1.67 / 1.55
-
-The noise alone is now 0.07-0.13 ms of the MLP step instead of ~0.19-0.21 ms. Both targets (CNN
-≤ 2.0, MLP ≤ 1.5) hold in every cell of both runs; ``benchmarks/dpsgd_ab.py`` (30 rounds, the
-tighter figure) has the MLP at 1.40 / 1.38 (1 thread, B = 128), 1.33 / 1.33 (1, 256), 1.41 /
-1.36 (2, 128) and 1.38 / 1.39 (2, 256) in two runs.
-
-Before the kernel (2026-11-26, second session: layers recorded
+Results (CPU, torch 2.13, 2 cores, quiet machine, 2026-11-26, second session: layers recorded
 by shadowing their forward instead of forward hooks, Poisson batches drawn 32 steps ahead
 (``PoissonBatches``), the noise buffer reused; two runs of 200 warm-up + 7 rounds × 5 steps;
 DP book-keeping / non-private, median ratio run 1 / run 2; targets CNN ≤ 2.0, MLP ≤ 1.5):
@@ -67,7 +50,10 @@ clip factors 0.06 ms, backward to the layer outputs plus the clipped-sum product
 more than the non-private backward; forward, loss, sampling and the SGD update cost the
 same. (Doing the per-example vectors' arithmetic in numpy, or drawing the noise on a
 second thread during the backward pass, measured no better and was not kept.) The
-breakdown before this session is in ``benchmarks/results/issue15_cpu.md``.
+breakdown before this session is in ``benchmarks/results/dpsgd_throughput/issue15_cpu.md``.
+A native Philox noise kernel (2026-11-26, third session) brought the MLP to 1.31-1.46 in
+every cell; it saved no measurable wall time on whole searches and was removed (issue 33,
+``benchmarks/results/native_kernel/summary.md``).
 
 Warm-up matters for the CNNs: the first few hundred steps of a run are dearer, apparently
 because every new Poisson batch size is a new shape for oneDNN's convolution kernels. With 2
@@ -89,7 +75,6 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from raydp_hpo.trainables import gaussian_kernel
 from raydp_hpo.trainables.dp_step import (
     GaussianNoise,
     OpacusClipper,
@@ -155,12 +140,11 @@ def _variants(
 
         out[label] = dp_step
     # The floor no clipping method removes: N(0, σ²C²) for every parameter, one flat draw
-    # with a generator on the device, as GaussianNoise draws it each step (gaussian_: the
-    # native Philox kernel on the CPU where it is available, else normal_).
+    # with a generator on the device, as GaussianNoise draws it each step.
     numel = sum(p.numel() for p in model0.parameters())
     noise_gen = torch.Generator(device=device).manual_seed(3)
     flat = torch.empty(numel, device=device)
-    out[NOISE_ONLY] = lambda: gaussian_kernel.gaussian_(flat, 1.0, noise_gen)
+    out[NOISE_ONLY] = lambda: flat.normal_(0.0, 1.0, generator=noise_gen)
     return out
 
 
@@ -234,9 +218,6 @@ def main() -> None:
         f"rounds={args.rounds} block={args.block} steps; per-step ms and DP/non-private ratio: "
         "median (min–max)"
     )
-    noise = gaussian_kernel.native_status()
-    print(f"noise kernel on the CPU: {'native Philox' if noise.available else 'torch normal_'} "
-          f"({noise.reason})")
     print(f"{'thr':>3} {'B':>4} {'model':6} {'variant':16} {'ms/step':>24} {'ratio':>20}")
     for threads in args.threads:
         torch.set_num_threads(threads)

@@ -36,6 +36,7 @@ Not private: this benchmark has no ε. The full mode (10 rounds, 3 seeds, 216 ru
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import multiprocessing
@@ -57,7 +58,7 @@ from raydp_hpo.trainables.federated import (
     run_federated,
 )
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parent / "results" / "federated_adadp"
 FRACTIONS = (0.0, 1 / 3, 2 / 3, 1.0)  # the paper's Fig. 3 uses 33 %
 DATASETS = ("digits", "mnist1d")
 ADADP_LR0 = 0.1
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=1, help="worker processes (1 thread each)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--from-runs", action="store_true",
-                    help="only redraw the table and figure from federated_adadp_runs.jsonl")
+                    help="only redraw the table and figure from federated_adadp_runs.jsonl[.gz]")
     a = ap.parse_args(argv)
     runs_path = a.out / "federated_adadp_runs.jsonl"
     rounds = a.rounds or (5 if a.quick else 10)
@@ -138,7 +139,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[{time.perf_counter() - t0:6.0f}s] {k}/{len(jobs)} {rec['dataset']} "
                       f"p={rec['p']:.2f} seed={rec['seed']} {rec['method']}: "
                       f"{rec['accuracy'][-1]:.3f}", file=sys.stderr, flush=True)
-    records = [json.loads(line) for line in runs_path.read_text().splitlines() if line]
+    packed = runs_path.with_name(runs_path.name + ".gz")  # stored results keep runs gzipped
+    text = (gzip.decompress(packed.read_bytes()).decode()
+            if not runs_path.exists() and packed.exists() else runs_path.read_text())
+    records = [json.loads(line) for line in text.splitlines() if line]
     if not records:
         print(f"no runs in {runs_path}", file=sys.stderr)
         return 1

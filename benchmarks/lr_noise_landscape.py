@@ -19,7 +19,7 @@ VALIDATION accuracy, η*·σ (constant under the rule), and the exponent b of a 
 log η* = a − b·log σ over σ ≥ 4 (b = 1 under the rule). Estimates on 3 seeds per cell, not
 bounds: the grid step is 1/6 decade, so η* is known to about ±1/12 decade.
 
-Outputs: ``benchmarks/results/lr_noise_landscape.md`` and ``_cells.jsonl``.
+Outputs: ``benchmarks/results/lr_noise_landscape/lr_noise_landscape.md`` and ``_cells.jsonl``.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import privacy_utility as pu
 import rs_ceiling as rc
 
 STEM = "lr_noise_landscape"
+RESULTS = pu.HERE / "results" / STEM
 
 
 def train_cells(datasets: list[str], sigmas: list[float], seeds: int, workers: int,
@@ -94,18 +95,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--replot", action="store_true", help="table from the cells file only")
     args = ap.parse_args(argv)
-    cells = pu.RESULTS / f"{STEM}_cells.jsonl"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    cells = RESULTS / f"{STEM}_cells.jsonl"
     t0 = time.perf_counter()
     if not args.replot:
         train_cells(args.datasets, args.sigmas, args.seeds, args.workers, cells)
-    rows = [json.loads(line) for line in cells.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in pu.read_text_or_gz(cells).splitlines() if line.strip()]
     wall = time.perf_counter() - t0
     head = ["# Best learning rate against DP-SGD noise (privacy_utility default settings)", "",
             "Built by `benchmarks/lr_noise_landscape.py` (its docstring: method and caveats). "
             "DP-SGD, sample rate 0.1, 150 steps, C = 1; one training per (σ, η, seed)"
             + ("" if args.replot else f"; {wall / 60:.1f} min on {args.workers} workers")
             + ".", ""]
-    out = pu.RESULTS / f"{STEM}.md"
+    out = RESULTS / f"{STEM}.md"
     out.write_text("\n".join(head + summarise(rows)))
     print(f"wrote {out}")
     return 0 if all(math.isfinite(r["test"]) for r in rows) else 1

@@ -44,7 +44,7 @@ that start is off the critical path: what is left is ~1 ms per trial (the ``rayd
 block Tune copies, pickles and logs, ~0.5 ms; the trial's privacy gate, ~0.4 ms). With trials
 that train for seconds, all of this vanishes.
 
-Results of this session's runs: ``benchmarks/results/issue15_cpu.md``.
+Results of this session's runs: ``benchmarks/results/overhead/summary.md`` and ``benchmarks/results/dpsgd_throughput/issue15_cpu.md``.
 """
 
 from __future__ import annotations

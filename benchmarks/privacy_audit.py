@@ -3,7 +3,7 @@
 Runs :func:`raydp_hpo.audit.run_audit` (the real searchers, no seed, cheap mechanisms with the
 declared privacy, neighbouring datasets X / X' = X + one canary; Clopper–Pearson lower bound
 at 95 % confidence, events chosen on separate runs) and the property checks, prints the table
-and writes it to ``benchmarks/results/privacy_audit.md``. Exit status 1 when any bound
+and writes it to ``benchmarks/results/privacy_audit/privacy_audit.md``. Exit status 1 when any bound
 exceeds its claim or a property check fails.
 
     python benchmarks/privacy_audit.py [--runs 2000] [--algorithm NAME ...] [--no-write]
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from raydp_hpo.audit import craft_partition_canary, default_scenarios, format_report, run_audit
 
-RESULTS = Path(__file__).resolve().parent / "results" / "privacy_audit.md"
+RESULTS = Path(__file__).resolve().parent / "results" / "privacy_audit" / "privacy_audit.md"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -96,7 +96,8 @@ under DP at ε = 3 and lost a large share of its tuning gap to the extra noise o
 costs ~0.02. The model was chosen on an exploration of lr grids at σ₁ and σ₁₀ (secret seeds
 9000–9002, test accuracy; listed in privacy_utility_summary.md), then measured on fresh seeds.
 
-Outputs: ``benchmarks/results/privacy_utility[_TAG].md`` (table), ``.png`` (accuracy vs ε per
+Outputs (study summary: ``benchmarks/results/privacy_utility/summary.md``):
+``benchmarks/results/privacy_utility/runs/privacy_utility[_TAG].md`` (table), ``.png`` (accuracy vs ε per
 method, one panel per dataset, 95% t-intervals) and ``_runs.jsonl`` (one line per search,
 incl. failures).
 """
@@ -104,6 +105,7 @@ incl. failures).
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import os
@@ -124,7 +126,15 @@ for p in (str(ROOT), str(HERE)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-RESULTS = HERE / "results"
+RESULTS = HERE / "results" / "privacy_utility" / "runs"
+
+
+def read_text_or_gz(path: Path) -> str:
+    """``path``'s text, else that of ``path.gz`` (stored results keep raw runs gzipped)."""
+    packed = path.with_name(path.name + ".gz")
+    if not path.exists() and packed.exists():
+        return gzip.decompress(packed.read_bytes()).decode()
+    return path.read_text()
 DELTA = 1e-5
 #: ``--ledger dataset``: every search runs as the first experiment on a fresh dataset ledger
 #: does through ``raydp-hpo run`` (its point at the first δ share, raydp_hpo.ledger.experiments)
@@ -267,7 +277,7 @@ def sizing(mode: str) -> dict[str, Any]:
         # the space), two sweeps of 3 runs at ε = 0.1·ε and 0.2·ε (a fixed FRACTION of the
         # total, as SVT's ε'; at ε = 3: σ ≈ 15 and 8), final lr scaled as 1/σ (η* ∝ 1/σ,
         # Panda et al. Prop. 2.1(a)); the final run gets σ ≈ 2.2 against one-shot's 1.94 at
-        # ε = 3 (benchmarks/results/lr_noise_landscape.md for the rule)
+        # ε = 3 (benchmarks/results/lr_noise_landscape/ for the rule)
         "linear_proportional": {},
     }
 
@@ -830,7 +840,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     rows: list[dict[str, Any]] = []
     if args.replot:
-        rows = [json.loads(line) for line in raw_path.read_text().splitlines() if line.strip()]
+        rows = [json.loads(line) for line in read_text_or_gz(raw_path).splitlines()
+                if line.strip()]
         meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
         total = float(meta.get("total_s", math.nan))
         accountant = str(meta.get("accountant", accountant))

@@ -49,7 +49,7 @@ Carlo redone in each replicate. The figures are estimates on a discretised lr
 distribution, not bounds: they say where the benchmark's random stopping SHOULD land and how
 much of its gap to the oracle no selection can close.
 
-Outputs: ``benchmarks/results/rs_ceiling[_TAG].md`` and ``_cells.jsonl`` (one line per
+Outputs: ``benchmarks/results/rs_ceiling/rs_ceiling[_TAG].md`` and ``_cells.jsonl`` (one line per
 trained cell, so ``--replot`` rebuilds the table without training).
 """
 
@@ -61,6 +61,7 @@ import math
 import time
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -68,7 +69,7 @@ import numpy as np
 # run as a script, this file's folder is on sys.path; privacy_utility adds the repository
 import privacy_utility as pu
 
-RESULTS = pu.RESULTS
+RESULTS = Path(__file__).resolve().parent / "results" / "rs_ceiling"
 #: E[K] values simulated by default (the benchmark's is 10)
 MEAN_KS = (2.0, 3.0, 5.0, 10.0, 20.0)
 #: points per decade of the lr grid: 6 contains the benchmark's 7-point grid over 4 decades
@@ -314,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     if args.replot:
         meta_by = json.loads(meta_path.read_text())
-        rows = [json.loads(line) for line in cells_path.read_text().splitlines() if line]
+        rows = [json.loads(line) for line in pu.read_text_or_gz(cells_path).splitlines() if line]
     else:
         from raydp_hpo.accounting.accountants import Accountant, calibrate_noise
         from raydp_hpo.trial.privacy import DEFAULT_SCORE_EPSILON, dpsgd_steps
@@ -361,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
                 if n % 200 == 0:
                     print(f"  {n}/{len(jobs)} cells, {time.perf_counter() - t0:.0f} s",
                           flush=True)
-        RESULTS.mkdir(exist_ok=True)
+        RESULTS.mkdir(parents=True, exist_ok=True)
         cells_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         meta_path.write_text(json.dumps(meta_by, indent=1))
     seeds = sorted({r["seed"] for r in rows})

@@ -1,8 +1,8 @@
 """Why Ding et al.'s SVT search trailed in the privacy-utility benchmark, with figures.
 
-    .venv/bin/python benchmarks/svt_diagnosis.py      # ~1 min; writes results/svt_diagnosis.*
+    .venv/bin/python benchmarks/svt_diagnosis.py      # ~1 min; writes results/svt_diagnosis/svt_diagnosis.*
 
-Inputs (``results/svt_diagnosis_inputs.json``, measured once with the benchmark's own settings,
+Inputs (``results/svt_diagnosis/svt_diagnosis_inputs.json``, measured once with the benchmark's own settings,
 validation data only): for each dataset, the partition-averaged validation accuracy u_s of the 7
 grid learning rates (non-private partition models, k ∈ {10, 20, 40}) and the validation accuracy
 of ONE DP-SGD run per grid lr at ε = 2.6 (≈ the final run's share of ε = 3).
@@ -52,7 +52,7 @@ if str(ROOT) not in sys.path:
 
 from raydp_hpo.searchers.svt_threshold import above_threshold_rounds  # noqa: E402
 
-RESULTS = HERE / "results"
+RESULTS = HERE / "results" / "svt_diagnosis"
 SETTINGS = {
     "old (k=20, ε'=0.1, T_max=4, g=0.05, u0=0.1)": (20, 0.1, 4, 0.05, 0.1),
     "new at ε=3 (k=20, ε'=0.3, T_max=2, g=0.2, u0=0.1)": (20, 0.3, 2, 0.2, 0.1),

@@ -13,7 +13,7 @@ ln(N / ln(4/α)) (all runs in the event on one side, none on the other), and one
 an event on one released scalar sees only part of a plan's worst case, so the bounds sit well
 below the claims (2000 runs: 0.23–2.0 against 2.65–6.6 for the searches, 0.52–0.88 against 4.21
 for the DP-SGD step and 1.48–1.67 against 4.38 for FedAvg's projection, over this project's
-audits; ``benchmarks/results/privacy_audit.md``).
+audits; ``benchmarks/results/privacy_audit/privacy_audit.md``).
 The audit therefore catches gross violations — a mechanism several times weaker than declared
 (``tests/raydp_hpo/test_audit.py`` audits σ = 0.1 runs against the σ = 2 claim), a canary
 that moves every partition, a secret fixed by public inputs — not a claim that is a few per

@@ -59,7 +59,7 @@ linear scaling rule, Malladi et al. 2022, their Sec. 2.2). That is the line r = 
 the origin with x = 1/σ (``fit_variable="inverse_noise"``, DP-SGD at a fixed T:
 ``full_batch=False``, ``steps_range=(T, T)``). Each sweep estimates α by rᵢ/xᵢ; r* = x_f·α̂
 with α̂ their geometric mean (one of them when the other sweep failed). Measured on MNIST-1D
-with ``random_kernels1d`` (benchmarks/results/lr_noise_landscape.md: DP-SGD, q = 0.1, T = 150,
+with ``random_kernels1d`` (benchmarks/results/lr_noise_landscape/lr_noise_landscape.md: DP-SGD, q = 0.1, T = 150,
 3 seeds, 19 log-spaced η): the best η falls from 2.15 at σ = 4 to 1.0 at σ = 8 and 0.46 at
 σ = 16, and on digits (64-unit MLP) from 0.68 to 0.46 and 0.15 — η* ∝ σ^(−1.1) over
 σ ∈ [4, 16] on both, on a grid of 1/6 decade — but flatter below (MNIST-1D: 2.15 at σ = 2
@@ -230,7 +230,7 @@ class LinearScalingPreset(Enum):
     quadratic sweep estimate and coarse-to-fine sweeps (± 1 decade). At ε = 3 it went 93%
     [89%, 96%] (MNIST-1D) and 99% [97%, 101%] (digits) of the way from one-shot random search
     to the non-private-tuning oracle, four fresh 20-seed runs pooled
-    (``benchmarks/results/privacy_utility_summary.md``), with 2·3 + 1 = 7 runs of one-shot's
+    (``benchmarks/results/privacy_utility/summary.md``), with 2·3 + 1 = 7 runs of one-shot's
     size; issue #31 reports 102% at 3× one-shot's compute on a held-out tabular task.
     ``PAPER``: Panda et al.'s full-batch rule, the defaults before issue #31 — DP-GD, 5 runs
     per sweep at ε₁ = 0.1 and ε₂ = 0.2 (absolute), r uniform, the line through both sweeps'

@@ -62,7 +62,7 @@ class RandomStoppingPreset(Enum):
     [74%, 87%] (MNIST-1D) and 86% [81%, 90%] (digits) of the way from one-shot random search
     to the non-private-tuning oracle (four fresh 20-seed runs pooled; the geometric law with
     E[K] = 10: 66% and 68% over six runs), with no search drawing K = 1, at twice the
-    expected compute (``benchmarks/results/privacy_utility_summary.md``).
+    expected compute (``benchmarks/results/privacy_utility/summary.md``).
     """
 
     TNB20 = "tnb20"

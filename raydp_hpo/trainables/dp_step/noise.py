@@ -13,7 +13,6 @@ import torch
 from torch import nn
 
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
-from raydp_hpo.trainables.gaussian_kernel import gaussian_
 
 
 @dataclass
@@ -29,10 +28,8 @@ class GaussianNoise:
 
     Computed as N(0, (σC/normaliser)²·I) + g/normaliser, the same law: the noise for every
     parameter is one flat draw of Σ|p| values with ``generator`` (split in parameter order;
-    one RNG call and one allocation per step instead of one per parameter; on the CPU in
-    float32 the draw is :func:`~raydp_hpo.trainables.gaussian_kernel.gaussian_`'s parallel
-    Philox4x32-10 kernel keyed by 128 bits from ``generator``, elsewhere ``normal_``: the same
-    law, see that module for why and for the stream), and the scaled
+    one RNG call and one allocation per step instead of one per parameter; ``normal_`` with
+    ``generator``), and the scaled
     clipped sum is added in one fused pass (``torch._foreach_add_``), instead of a draw, an
     add and a divide per parameter (:meth:`privatise`), or accumulated into the noise by the
     clipper's own matrix products (:meth:`privatise_with`, used by
@@ -154,7 +151,7 @@ class GaussianNoise:
 
     def _noise(self, params: list[nn.Parameter]) -> list[torch.Tensor]:
         """N(0, (σC/normaliser)²·I) for each parameter, in its shape, with ``generator``: one
-        flat draw of Σ|p| values (:func:`gaussian_`, one allocation) split in parameter order;
+        flat draw of Σ|p| values (``normal_``, one allocation) split in parameter order;
         parameters of different dtypes (mixed precision) get one draw each, in order."""
         std = self.noise_multiplier * self.max_grad_norm / self.normaliser
         if not params:
@@ -162,8 +159,8 @@ class GaussianNoise:
         dtype = params[0].dtype
         if any(p.dtype != dtype for p in params):
             return [
-                gaussian_(torch.empty(p.shape, device=p.device, dtype=p.dtype), std,
-                          self.generator)
+                torch.empty(p.shape, device=p.device, dtype=p.dtype).normal_(
+                    0.0, std, generator=self.generator)
                 for p in params
             ]
         key = (tuple((id(p), p.shape) for p in params), dtype, params[0].device)
@@ -172,7 +169,7 @@ class GaussianNoise:
             flat = torch.empty(sum(sizes), device=params[0].device, dtype=dtype)
             self._buffer = (key, flat, [v.view(p.shape) for v, p in zip(flat.split(sizes), params)])
         _, flat, views = self._buffer
-        gaussian_(flat, std, self.generator)
+        flat.normal_(0.0, std, generator=self.generator)
         return views
 
     def _aliases_buffer(self, t: torch.Tensor) -> bool:

@@ -26,7 +26,6 @@ from raydp_hpo.trainables.dp_step import (
     poisson_batch,
     supports_bk,
 )
-from raydp_hpo.trainables.gaussian_kernel import gaussian_
 from raydp_hpo.trainables.models import MODEL_NAMES, build_model
 
 CUDA = torch.cuda.is_available()
@@ -52,7 +51,8 @@ def test_noise_is_one_flat_draw_split_in_parameter_order():
     sigma, clip, normaliser = 1.3, 0.7, 0.05 * 4000
     GaussianNoise(sigma, clip, normaliser, torch.Generator().manual_seed(3)).privatise(params)
     ref = torch.Generator().manual_seed(3)
-    flat = gaussian_(torch.empty(sum(g.numel() for g in grads)), sigma * clip / normaliser, ref)
+    flat = torch.empty(sum(g.numel() for g in grads)).normal_(0.0, sigma * clip / normaliser,
+                                                               generator=ref)
     for p, g, noise in zip(params, grads, flat.split([g.numel() for g in grads])):
         torch.testing.assert_close(p.grad, noise.view_as(g) + g / normaliser,
                                    rtol=1e-6, atol=1e-9)
@@ -84,12 +84,12 @@ def test_noise_buffer_is_reused_and_a_gradient_still_in_it_is_copied_first():
     std = sigma * clip / normaliser
     noise.privatise(params)
     first = [p.grad for p in params]
-    flat1 = gaussian_(torch.empty(sum(sizes)), std, ref)
+    flat1 = torch.empty(sum(sizes)).normal_(0.0, std, generator=ref)
     expected1 = [n.view_as(g) + g / normaliser for n, g in zip(flat1.split(sizes), grads)]
     for p, e in zip(params, expected1):
         torch.testing.assert_close(p.grad, e, rtol=1e-6, atol=1e-9)
     noise.privatise(params)  # p.grad is the buffer itself here
-    flat2 = gaussian_(torch.empty(sum(sizes)), std, ref)
+    flat2 = torch.empty(sum(sizes)).normal_(0.0, std, generator=ref)
     for p, e, n, f in zip(params, expected1, flat2.split(sizes), first):
         torch.testing.assert_close(p.grad, n.view_as(e) + e / normaliser, rtol=1e-6, atol=1e-9)
         assert p.grad is f  # the same buffer view again
