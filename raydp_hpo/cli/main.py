@@ -12,8 +12,9 @@ Subcommands:
   corrupted); ``ledger migrate JOURNAL URI`` moves a journal into PostgreSQL (once).
 * ``demo``     — the main job on the built-in default (see :mod:`raydp_hpo.cli.demo`).
 * ``run EXPERIMENT.yaml`` — run an experiment file (:mod:`raydp_hpo.cli.experiment`).
-* ``schema [--output FILE]`` — the JSON Schema of experiment files, for editors
-  (:mod:`raydp_hpo.cli.experiment_schema`).
+* ``schema [--kind experiment|federated|any] [--output FILE]`` — the JSON Schema of
+  experiment files, federated experiment files, or either, for editors
+  (:mod:`raydp_hpo.cli.config`).
 * ``report RUN_DIR`` — certificate, plots and ``report.md`` of a run (:mod:`raydp_hpo.cli.report`).
 * ``publish RUN_DIR OUT_DIR`` — copy exactly the public part of a finished run (release.json,
   certificate.json, released_model.pt) into a new or empty folder (:mod:`raydp_hpo.tune.publish`).
@@ -531,10 +532,11 @@ def _cmd_federated(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    """The JSON Schema of experiment files, printed or written to ``--output``."""
-    from raydp_hpo.cli.experiment_schema import experiment_json_schema
+    """The JSON Schema of experiment files (``--kind federated``: federated experiment files;
+    ``any``: either, told apart by ``kind``), printed or written to ``--output``."""
+    from raydp_hpo.cli.config import json_schema
 
-    text = json.dumps(experiment_json_schema(), indent=2, ensure_ascii=False) + "\n"
+    text = json.dumps(json_schema(args.kind), indent=2, ensure_ascii=False) + "\n"
     if args.output is None:
         print(text, end="")
         return EXIT_OK
@@ -546,8 +548,10 @@ def _cmd_schema(args: argparse.Namespace) -> int:
         out.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise RayDPHPOError(f"cannot write the schema to {str(out)!r}: {exc}") from None
-    print(f"wrote the experiment file schema to {out} (editors: add the line "
-          f"'# yaml-language-server: $schema={out.resolve()}' at the top of an experiment file)")
+    files = {"experiment": "an experiment file", "federated": "a federated experiment file",
+             "any": "an experiment or federated experiment file"}[args.kind]
+    print(f"wrote the {args.kind} file schema to {out} (editors: add the line "
+          f"'# yaml-language-server: $schema={out.resolve()}' at the top of {files})")
     return EXIT_OK
 
 
@@ -769,6 +773,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     sch = sub.add_parser("schema", help="print the JSON Schema of experiment files (for "
                                         "editors that complete and check YAML)")
+    sch.add_argument("--kind", choices=("experiment", "federated", "any"), default="experiment",
+                     help="experiment files (`run`), federated experiment files (`federated "
+                          "--config`), or any of them (a file with `kind:` is federated)")
     sch.add_argument("--output", default=None, help="write it to this file instead")
     sch.set_defaults(func=_cmd_schema)
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from raydp_hpo.cli.experiment import parse_experiment
-from raydp_hpo.cli.experiment_schema import experiment_json_schema
+from raydp_hpo.cli.config import json_schema
 from raydp_hpo.cli.main import EXIT_BAD_INPUT, EXIT_OK, main
 from raydp_hpo.errors import ConfigError
 
@@ -113,7 +113,7 @@ def test_schema_command_prints_the_schema(capsys: pytest.CaptureFixture[str],
                                           tmp_path: Path) -> None:
     assert main(["schema"]) == EXIT_OK
     printed = json.loads(capsys.readouterr().out)
-    assert printed == experiment_json_schema()
+    assert printed == json_schema("experiment")
     assert printed["additionalProperties"] is False
     assert set(printed["required"]) == {"experiment", "data", "model", "search", "space",
                                         "budget"}
