@@ -311,7 +311,7 @@ def _validate_search(spec: ExperimentFile, dataset_size: int, validation_size: i
             # the search's share: a DP test accuracy takes its ε_t from the budget first
             budget=search_budget,
             experiment=spec.experiment,
-            **spec.search.searcher_kwargs(),
+            **spec.search.settings,
         )
         _check_whole_grid(searcher, search_budget, problems)
     except TypeError as exc:
@@ -575,7 +575,7 @@ def _run_experiment(spec: ExperimentFile, progress_interval_s: float,
         ledger=ledger,
         experiment=spec.experiment,
         namespace=spec.ledger.namespace if spec.ledger else "raydp_hpo",
-        search_kwargs=spec.search.searcher_kwargs(),
+        search_kwargs=dict(spec.search.settings),
         max_concurrent_trials=spec.search.max_concurrent_trials,
         secret_seed=spec.secret_seed,
         dataset_size=train_size,

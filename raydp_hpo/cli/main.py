@@ -464,9 +464,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     spec = load_experiment(args.experiment)  # ConfigError -> EXIT_BAD_INPUT, before anything
     if args.storage_path:
-        from dataclasses import replace
-
-        spec = replace(spec, storage_path=str(Path(args.storage_path).expanduser().resolve()))
+        spec = spec.model_copy(  # a validated path: absolute, as validation makes it
+            update={"storage_path": str(Path(args.storage_path).expanduser().resolve())})
     if args.dry_run:
         # Every check `run` makes before its first charge, without Ray or a ledger: the space
         # against the trainable, the search settings and the plan against the budget.

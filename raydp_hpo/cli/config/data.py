@@ -55,8 +55,8 @@ class _DataBase(Strict):
     # ---- what the run reads off the validated data block
 
     def split_fractions(self) -> tuple[float, float]:
-        """The (validation, test) shares split off the source (0 for a split read from its
-        own file)."""
+        """The (validation, test) shares split off the source (Parquet: 0 for a split read
+        from its own file, :meth:`ParquetData._split_files`)."""
         return self.val_fraction, self.test_fraction
 
     def public_total(self) -> int | None:
@@ -201,10 +201,6 @@ class ParquetData(_DataBase):
     def sizes_accepted(self) -> bool:
         return self.sizes_public
 
-    def split_fractions(self) -> tuple[float, float]:
-        return (0.0 if self.val_uri else self.val_fraction,
-                0.0 if self.test_uri else self.test_fraction)
-
     def fingerprint(self) -> str:
         from raydp_hpo.trainables.data import dataset_fingerprint
 
@@ -216,14 +212,25 @@ class ParquetData(_DataBase):
             fail("{path}: give at most one of data.feature_columns (one numeric column per "
                  "feature) or data.feature_column (a list column); without either, every "
                  "column but the label is a feature")
-        for split, name in (("val", "validation"), ("test", "test")):
-            if getattr(self, f"{split}_uri") is not None and (
-                f"{split}_fraction" in self.model_fields_set
-            ):
-                fail(f"{{path}}: data.{split}_uri is the {name} split, so data.{split}_fraction "
-                     "(a share of data.uri) does not apply; drop one of them")
         self._disjoint()
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_files(cls, data: Any) -> Any:
+        """A split read from its own file takes nothing off ``uri``: its fraction is 0 (and
+        may not be given)."""
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for split, name in (("val", "validation"), ("test", "test")):
+            if out.get(f"{split}_uri") is None:
+                continue
+            if f"{split}_fraction" in out:
+                fail(f"{{path}}: data.{split}_uri is the {name} split, so data.{split}_fraction "
+                     "(a share of data.uri) does not apply; drop one of them")
+            out[f"{split}_fraction"] = 0.0
+        return out
 
     @model_validator(mode="after")
     def _declared(self) -> ParquetData:

@@ -107,7 +107,7 @@ class SearchModel(Strict):
         default_factory=dict,
         description="keyword arguments of the searcher (checked when it is built), e.g. "
                     "{distribution: geometric, mean: 3}; also score_epsilon, score_noise "
-                    "(laplace | gaussian) and score_delta")
+                    "(laplace | gaussian) and score_delta; once validated, with the preset")
     preset: Text | None = Field(
         None,
         description="named settings of the algorithm (raydp_hpo.searchers.PRESETS): "
@@ -117,17 +117,24 @@ class SearchModel(Strict):
     mode: Annotated[Literal["max", "min"], BeforeValidator(_mode)] = "max"
     max_concurrent_trials: PositiveInt = 2
 
-    def searcher_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of :func:`raydp_hpo.searchers.make_searcher` (and DPTuner's
-        ``search_kwargs``): the settings, with the preset when one is named."""
-        return {**({"preset": self.preset} if self.preset else {}), **self.settings}
+    @model_validator(mode="before")
+    @classmethod
+    def _preset_in_settings(cls, data: Any) -> Any:
+        """``settings`` are the searcher's keyword arguments: ``preset`` goes in there too
+        (the settings given override the preset's values when the searcher is built)."""
+        if not isinstance(data, Mapping) or data.get("preset") is None:
+            return data
+        settings = data.get("settings", {})
+        if not isinstance(settings, Mapping):
+            return data  # refused as not a mapping
+        if "preset" in settings:
+            fail("{path}: give the preset once, as search.preset or search.settings.preset")
+        return {**data, "settings": {"preset": data["preset"], **settings}}
 
     @model_validator(mode="after")
     def _known_preset(self) -> SearchModel:
         if self.preset is None:
             return self
-        if "preset" in self.settings:
-            fail("{path}: give the preset once, as search.preset or search.settings.preset")
         from raydp_hpo.searchers import PRESETS, SearchAlgorithm
 
         presets = PRESETS.get(SearchAlgorithm(self.algorithm))
