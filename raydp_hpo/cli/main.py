@@ -474,7 +474,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         checked = preflight(spec)  # the same checks as run, every error at once
         from raydp_hpo._storage import warn_if_ephemeral
 
-        warn_if_ephemeral(spec.storage_path, "storage_path", print)
+        warn_if_ephemeral(spec.storage, "storage_path", print)
         if isinstance(spec.ledger_journal(), Path):  # not for a PostgreSQL ledger
             warn_if_ephemeral(spec.ledger_journal(), "ledger journal", print)
         print(f"experiment file {args.experiment} is valid: {spec.experiment} -> {spec.run_dir} "

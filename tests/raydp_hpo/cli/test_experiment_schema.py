@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from raydp_hpo.cli.experiment import parse_experiment
 from raydp_hpo.cli.config import json_schema
+from raydp_hpo.cli.experiment import parse_experiment
 from raydp_hpo.cli.main import EXIT_BAD_INPUT, EXIT_OK, main
 from raydp_hpo.errors import ConfigError
 
