@@ -73,6 +73,7 @@ from raydp_hpo.cli.config._base import (
     fail,
     integer,
     interval,
+    lazy_enum,
     number,
 )
 from raydp_hpo.cli.config.errors import FileKind
@@ -82,6 +83,7 @@ from raydp_hpo.cli.config.experiment import (
     experiment_name,
     run_dir_of,
 )
+from raydp_hpo.cli.config.search import MODEL_PATH_PATTERN, model_names
 from raydp_hpo.errors import ConfigError, RayDPHPOError
 
 __all__ = ["FederatedFile", "FedDataModel", "ClientsModel", "FedModelModel",
@@ -152,7 +154,10 @@ class ClientsModel(Strict):
 class FedModelModel(Strict):
     """The model every client trains (:func:`raydp_hpo.trainables.models.build_model`)."""
 
-    name: Text = Field(description="a built-in model name or package.module:Class")
+    # refused by the trainer's own build_model (FederatedFile._trainer_accepts); the names
+    # published for editors
+    name: Text = Field(description="a built-in model name or package.module:Class",
+                       json_schema_extra=lazy_enum(model_names, or_pattern=MODEL_PATH_PATTERN))
     kwargs: dict[str, Any] = Field(default_factory=dict,
                                    description="keyword arguments of the model")
 

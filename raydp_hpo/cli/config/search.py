@@ -39,7 +39,7 @@ from raydp_hpo.cli.config._base import (
 )
 from raydp_hpo.errors import ConfigError
 
-__all__ = ["ModelModel", "SearchModel", "Space", "Domain", "parse_domain", "domain_of",
+__all__ = ["model_names", "MODEL_PATH_PATTERN", "ModelModel", "SearchModel", "Space", "Domain", "parse_domain", "domain_of",
            "DOMAIN_KINDS", "POINT_DOMAIN_KINDS", "RESERVED_SPACE_KEYS"]
 
 DOMAIN_KINDS = (
@@ -49,6 +49,8 @@ DOMAIN_KINDS = (
 POINT_DOMAIN_KINDS = ("uniform", "loguniform")
 #: Space keys the experiment file sets elsewhere (``model:``) or that the privacy contract owns.
 RESERVED_SPACE_KEYS = ("model", "model_kwargs", "raydp")
+#: A torch module class path, ``package.module:Class``.
+MODEL_PATH_PATTERN = r"^[\w.]+:\w+$"
 
 # ------------------------------------------------------------------------------ model, search
 
@@ -62,7 +64,8 @@ def _model_name(name: str) -> str:
     return name
 
 
-def _model_names() -> Iterable[str]:
+def model_names() -> Iterable[str]:
+    """The built-in model names (imported when called: torch)."""
     from raydp_hpo.trainables.models import MODEL_NAMES
 
     return MODEL_NAMES
@@ -73,7 +76,7 @@ class ModelModel(Strict):
 
     name: Annotated[Text, AfterValidator(_model_name)] = Field(
         description="mlp | cnn1d | cnn2d | linear | random_kernels1d | package.module:Class",
-        json_schema_extra=lazy_enum(_model_names, or_pattern=r"^[\w.]+:\w+$"))
+        json_schema_extra=lazy_enum(model_names, or_pattern=MODEL_PATH_PATTERN))
     kwargs: dict[str, Any] = Field(default_factory=dict,
                                    description="keyword arguments of the model")
 
