@@ -18,9 +18,9 @@ ignores those keys with a warning. A ``grid_composed`` search whose whole grid t
 cannot pay is refused before any charge (``--dry-run`` too, exit 3).
 
 **The budget belongs to the data.** Without a ``ledger:`` block an experiment charges the
-dataset's default ledger, named from a fingerprint of the data source
-(:meth:`~raydp_hpo.cli.config.data.Mnist1dData.fingerprint`: the built-in dataset and its generator settings, or the
-canonical Parquet URI) and journaled under ``<storage_path>/ledgers/``. A second experiment
+dataset's default ledger, named from a fingerprint of the data source (the ``fingerprint()``
+of :mod:`raydp_hpo.cli.config.data`'s models: the built-in dataset and its generator
+settings, or the canonical Parquet URI) and journaled under ``<storage_path>/ledgers/``. A second experiment
 on the same data — a re-run under a new name after a crash, say — spends from the same budget
 instead of getting a fresh one. The first experiment on a dataset creates its ledger with its
 ``budget`` (logged); later ones attach to it, their own ``budget`` being a cap on what they
@@ -32,7 +32,7 @@ Parquet ``val_uri`` / ``test_uri`` files are private data of the same dataset: t
 accounted on the ledger of ``uri``. Use a validation or test file with one training file only,
 or name one shared ``ledger:`` for every experiment that reads it.
 
-:func:`run_experiment` executes a spec: connects to ``RAY_ADDRESS`` when set (a cluster, or
+:func:`run_experiment` executes a validated file: connects to ``RAY_ADDRESS`` when set (a cluster, or
 the cluster a ``ray job submit`` job runs on), else starts a local Ray; runs
 :class:`~raydp_hpo.tune.tuner.DPTuner` with a progress monitor. The run dir
 ``<storage_path>/<experiment>`` is private except its ``public/`` folder, which DPTuner fills
@@ -57,7 +57,7 @@ from raydp_hpo._storage import warn_if_ephemeral
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.cli.config import (
     ExperimentFile,
-    read_config,
+    load_yaml,
     run_dir_of,
     validate_experiment_file,
 )
@@ -89,6 +89,7 @@ __all__ = [
     "DOMAIN_KINDS",
 ]
 
+
 def parse_experiment(raw: Any, *, source_path: str | None = None) -> ExperimentFile:
     """Validate a parsed experiment mapping; raises one :class:`ConfigError` listing every
     error found (``problems``: (path, message) pairs), not just the first."""
@@ -99,7 +100,7 @@ def parse_experiment(raw: Any, *, source_path: str | None = None) -> ExperimentF
 def load_experiment(path: str | os.PathLike[str]) -> ExperimentFile:
     """Read and validate an experiment YAML file (raises :class:`ConfigError`)."""
     p = Path(path)
-    raw = read_config(p, "experiment file", "see the schema in "
+    raw = load_yaml(p, "experiment file", "see the schema in "
                       "raydp_hpo/cli/config/experiment.py ('raydp-hpo schema' prints it as "
                       "JSON Schema) or cluster/examples/")
     return parse_experiment(raw, source_path=str(p.resolve()))

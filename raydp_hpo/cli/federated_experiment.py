@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from raydp_hpo._atomic_io import atomic_write_json
 from raydp_hpo._ray_runtime import ensure_ray
-from raydp_hpo.cli.config import FederatedFile, read_config, validate_federated_file
+from raydp_hpo.cli.config import FederatedFile, load_yaml, validate_federated_file
 from raydp_hpo.errors import ConfigError
 from raydp_hpo.ledger.ledger_like import LedgerLike
 
@@ -61,7 +61,7 @@ def parse_federated(raw: Any) -> FederatedFile:
 
 def load_federated(path: str | os.PathLike[str]) -> FederatedFile:
     """Read and validate a federated experiment YAML file (raises :class:`ConfigError`)."""
-    raw = read_config(Path(path), "federated experiment file",
+    raw = load_yaml(Path(path), "federated experiment file",
                       "see the schema in raydp_hpo/cli/config/federated.py ('raydp-hpo schema "
                       "--kind federated' prints it as JSON Schema) or cluster/examples/")
     return parse_federated(raw)

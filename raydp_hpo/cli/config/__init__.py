@@ -25,12 +25,12 @@ What is what:
   (non-finite numbers, one field against another) is listed in the schema tests.
 
 Modules by concern: :mod:`._base` (scalar types, budget, YAML), :mod:`.errors`, :mod:`.data`,
-:mod:`.search` (model, search, space), :mod:`.experiment`, :mod:`.federated`.
+:mod:`.search` (model, search, space), :mod:`.experiment`, :mod:`.federated`. Every file is
+read by :func:`load_yaml` (duplicate keys refused).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic.json_schema import models_json_schema
@@ -53,7 +53,6 @@ __all__ = [
     "run_dir_of",
     "validate_experiment_file",
     "validate_federated_file",
-    "read_config",
 ]
 
 _DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -70,11 +69,6 @@ def validate_experiment_file(raw: Any, what: str = "the experiment") -> Experime
 def validate_federated_file(raw: Any, what: str = "the federated experiment") -> FederatedFile:
     """``raw`` as a validated :class:`FederatedFile` (errors as above)."""
     return FEDERATED.validate(raw, what)
-
-
-def read_config(path: Path, what: str, empty_hint: str) -> Any:
-    """The parsed YAML of a config file (see :func:`._base.load_yaml`)."""
-    return load_yaml(path, what, empty_hint)
 
 
 def json_schema(kind: Literal["experiment", "federated", "any"] = "experiment"

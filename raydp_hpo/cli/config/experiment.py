@@ -69,7 +69,7 @@ The file, with what each key means (``?`` = optional)::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import (
     AfterValidator,
@@ -103,7 +103,8 @@ from raydp_hpo.cli.config.errors import FileKind
 from raydp_hpo.cli.config.search import ModelModel, SearchModel, Space
 
 __all__ = ["ExperimentFile", "LedgerModel", "ResourcesModel", "EXPERIMENT", "run_dir_of",
-           "EXPERIMENT_NAME_PATTERN", "experiment_name", "storage_path"]
+           "EXPERIMENT_NAME_PATTERN", "experiment_name", "storage_path", "RunDir",
+           "StoragePath"]
 
 
 class ResourcesModel(Strict):
@@ -190,7 +191,27 @@ _SEED_MESSAGE = (
 StoragePath = Annotated[Text | None, AfterValidator(storage_path)]
 
 
-class ExperimentFile(Strict):
+class RunDir:
+    """The run dir of a file with ``experiment`` and ``storage_path`` (a mixin of the file
+    models, which declare both fields)."""
+
+    if TYPE_CHECKING:
+        experiment: str
+        storage_path: str | None
+
+    @property
+    def storage(self) -> str:
+        """The absolute storage path (the validated ``storage_path``)."""
+        assert self.storage_path is not None  # filled in by validation
+        return self.storage_path
+
+    @property
+    def run_dir(self) -> Path:
+        """``<storage_path>/<experiment>``."""
+        return run_dir_of(self.storage, self.experiment)
+
+
+class ExperimentFile(RunDir, Strict):
     """An experiment file (``raydp-hpo run EXPERIMENT.yaml``), validated: what the run
     consumes (:func:`raydp_hpo.cli.experiment.run_experiment`)."""
 
@@ -259,17 +280,7 @@ class ExperimentFile(Strict):
             })
         return ledger
 
-    # ---- what the run reads off the file
-
-    @property
-    def storage(self) -> str:
-        """The absolute storage path (the validated ``storage_path``)."""
-        assert self.storage_path is not None  # filled in by validation
-        return self.storage_path
-
-    @property
-    def run_dir(self) -> Path:
-        return run_dir_of(self.storage, self.experiment)
+    # ---- what the run reads off the file (and storage, run_dir: RunDir)
 
     @property
     def ledger_name(self) -> str:

@@ -64,6 +64,7 @@ from raydp_hpo.cli.config._base import (
     Bool,
     Budget,
     BudgetModel,
+    Int,
     NonNegativeInt,
     NumberJson,
     Positive,
@@ -79,9 +80,9 @@ from raydp_hpo.cli.config._base import (
 from raydp_hpo.cli.config.errors import FileKind
 from raydp_hpo.cli.config.experiment import (
     EXPERIMENT_NAME_PATTERN,
+    RunDir,
     StoragePath,
     experiment_name,
-    run_dir_of,
 )
 from raydp_hpo.cli.config.search import MODEL_PATH_PATTERN, model_names
 from raydp_hpo.errors import ConfigError, RayDPHPOError
@@ -125,7 +126,7 @@ class FedDataModel(Strict):
     source: Annotated[Literal["digits", "mnist1d"], _one_of(FED_SOURCES)]
     size: Annotated[int, Field(ge=10), BeforeValidator(integer(10))] = Field(
         5000, description="mnist1d: number of samples")
-    generator_seed: Annotated[int, BeforeValidator(integer())] = Field(
+    generator_seed: Int = Field(
         42, description="mnist1d: generator seed")
     test_fraction: OpenFraction = Field(0.2, description="the server's held-out test split")
     split_seed: NonNegativeInt = Field(0, description="the train/test split")
@@ -192,7 +193,7 @@ def _kind(value: Any) -> Any:
     return value
 
 
-class FederatedFile(Strict):
+class FederatedFile(RunDir, Strict):
     """A federated experiment file, validated: what
     :func:`raydp_hpo.cli.federated_experiment.run_federated_experiment` consumes."""
 
@@ -239,16 +240,7 @@ class FederatedFile(Strict):
             fail(str(exc) if isinstance(exc, ConfigError) else f"model / training: {exc}")
         return self
 
-    # ---- what the run reads off the file
-
-    @property
-    def storage(self) -> str:
-        assert self.storage_path is not None  # filled in by validation
-        return self.storage_path
-
-    @property
-    def run_dir(self) -> Path:
-        return run_dir_of(self.storage, self.experiment)
+    # ---- what the run reads off the file (and storage, run_dir: RunDir)
 
     @property
     def charge_id(self) -> str:

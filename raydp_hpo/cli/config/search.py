@@ -39,8 +39,9 @@ from raydp_hpo.cli.config._base import (
 )
 from raydp_hpo.errors import ConfigError
 
-__all__ = ["model_names", "MODEL_PATH_PATTERN", "ModelModel", "SearchModel", "Space", "Domain", "parse_domain", "domain_of",
-           "DOMAIN_KINDS", "POINT_DOMAIN_KINDS", "RESERVED_SPACE_KEYS"]
+__all__ = ["ModelModel", "SearchModel", "Space", "Domain", "parse_domain", "domain_of",
+           "model_names", "DOMAIN_KINDS", "POINT_DOMAIN_KINDS", "RESERVED_SPACE_KEYS",
+           "MODEL_PATH_PATTERN"]
 
 DOMAIN_KINDS = (
     "uniform", "loguniform", "quniform", "qloguniform", "randint", "choice", "grid", "randn",
@@ -60,7 +61,7 @@ def _model_name(name: str) -> str:
 
     if name not in MODEL_NAMES and ":" not in name:
         fail(f"{{path}} {name!r} is not one of {', '.join(MODEL_NAMES)} and not a "
-              f"'package.module:Class' path{did_you_mean(name, MODEL_NAMES)}")
+             f"'package.module:Class' path{did_you_mean(name, MODEL_NAMES)}")
     return name
 
 
@@ -144,7 +145,7 @@ class SearchModel(Strict):
         names = [str(p.value) for p in presets] if presets is not None else []
         if self.preset not in names:
             fail(f"{{path}}.preset {self.preset!r}: "
-                  + (f"{self.algorithm} has no presets" if not names else
+                 + (f"{self.algorithm} has no presets" if not names else
                      f"not a preset of {self.algorithm}; use one of {', '.join(names)}"
                      f"{did_you_mean(self.preset, names)}"))
         return self
@@ -201,12 +202,12 @@ def parse_domain(value: Any) -> Domain | None:
     kinds = [k for k in value if k != "points"]
     if len(kinds) != 1:
         fail("{path} must be a constant or a one-key domain mapping like "
-              "{loguniform: [1e-3, 1]} (optionally with points: N for grid and SVT search), "
-              f"got {dict(value)!r}")
+             "{loguniform: [1e-3, 1]} (optionally with points: N for grid and SVT search), "
+             f"got {dict(value)!r}")
     kind, args = kinds[0], value[kinds[0]]
     if kind not in DOMAIN_KINDS:
         fail(f"unknown domain {kind!r} in {{path}}{did_you_mean(str(kind), DOMAIN_KINDS)} "
-              f"(valid: {', '.join(DOMAIN_KINDS)})")
+             f"(valid: {', '.join(DOMAIN_KINDS)})")
     points = _points(kind, value["points"]) if "points" in value else None
     where = f"{{path}}.{kind}"
     if kind in ("choice", "grid"):
@@ -247,7 +248,7 @@ def domain_of(key: str, value: Any) -> Domain | None:
 def _points(kind: str, value: Any) -> int:
     if kind not in POINT_DOMAIN_KINDS:
         fail(f"{{path}}.points discretises a uniform or loguniform domain, not {kind!r}; "
-              "list the values with {choice: [...]} instead")
+             "list the values with {choice: [...]} instead")
     points: int = at("{path}.points", integer(2), value)
     return points
 

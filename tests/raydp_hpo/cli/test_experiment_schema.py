@@ -25,16 +25,21 @@ from raydp_hpo.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _examples() -> list[tuple[str, dict[str, Any]]]:
-    """Every experiment file of cluster/examples/ and every ```yaml block of the READMEs that
-    is one (federated files, ``kind: federated``, have their own format)."""
+def _yaml_files() -> list[tuple[str, Any]]:
+    """Every YAML file of cluster/examples/ and every ```yaml block of the READMEs, parsed."""
     out = []
     for path in sorted((ROOT / "cluster" / "examples").glob("*.yaml")):
         out.append((str(path.relative_to(ROOT)), yaml.safe_load(path.read_text())))
     for readme in (ROOT / "README.md", ROOT / "cluster" / "README.md"):
         for i, block in enumerate(re.findall(r"```yaml\n(.*?)```", readme.read_text(), re.S)):
             out.append((f"{readme.relative_to(ROOT)} block {i}", yaml.safe_load(block)))
-    return [(name, raw) for name, raw in out
+    return out
+
+
+def _examples() -> list[tuple[str, dict[str, Any]]]:
+    """Every experiment file of cluster/examples/ and every ```yaml block of the READMEs that
+    is one (federated files, ``kind: federated``, have their own format)."""
+    return [(name, raw) for name, raw in _yaml_files()
             if isinstance(raw, dict) and "experiment" in raw and raw.get("kind") != "federated"]
 
 
@@ -179,16 +184,23 @@ def test_the_schema_refuses_every_catalogue_row_the_parser_refuses(
     """Every constraint the parser enforces that JSON Schema can express is in the published
     schema (budget ε > 0, δ in (0, 1), log-domain low > 0, plain experiment names, ...)."""
     pytest.importorskip("jsonschema")
-    rows = _catalogue_files(tmp_path)
-    assert _schema_errors(schema, rows[0][2]) == []  # the valid BASE experiment passes
+    _agrees_with_the_parser(schema, _catalogue_files(tmp_path), SCHEMA_CANNOT_EXPRESS)
+
+
+def _agrees_with_the_parser(schema: dict[str, Any], rows: list[tuple[str, bool, Any]],
+                            cannot_express: dict[str, str]) -> None:
+    """The schema accepts the valid base file (``rows[0]``) and refuses every row the parser
+    refuses, but those in ``cannot_express`` (which the parser must refuse and the schema
+    must accept: a row the schema learns to refuse leaves the list)."""
+    assert _schema_errors(schema, rows[0][2]) == []  # the valid base file passes
     refused = {name for name, parser_refuses, _ in rows if parser_refuses}
-    assert set(SCHEMA_CANNOT_EXPRESS) <= refused  # the list names real parser refusals
+    assert set(cannot_express) <= refused  # the list names real parser refusals
     gaps = [name for name, parser_refuses, raw in rows
-            if parser_refuses and name not in SCHEMA_CANNOT_EXPRESS
+            if parser_refuses and name not in cannot_express
             and not _schema_errors(schema, raw)]
     assert gaps == [], f"the schema accepts what the parser refuses: {gaps}"
     listed = [name for name, _, raw in rows
-              if name in SCHEMA_CANNOT_EXPRESS and _schema_errors(schema, raw)]
+              if name in cannot_express and _schema_errors(schema, raw)]
     assert listed == [], f"the schema refuses these now: drop them from the list: {listed}"
 
 
@@ -196,13 +208,7 @@ def test_the_schema_refuses_every_catalogue_row_the_parser_refuses(
 def _federated_examples() -> list[tuple[str, dict[str, Any]]]:
     """Every federated experiment file (``kind: federated``) of cluster/examples/ and of the
     READMEs' ```yaml blocks."""
-    out = []
-    for path in sorted((ROOT / "cluster" / "examples").glob("*.yaml")):
-        out.append((str(path.relative_to(ROOT)), yaml.safe_load(path.read_text())))
-    for readme in (ROOT / "README.md", ROOT / "cluster" / "README.md"):
-        for i, block in enumerate(re.findall(r"```yaml\n(.*?)```", readme.read_text(), re.S)):
-            out.append((f"{readme.relative_to(ROOT)} block {i}", yaml.safe_load(block)))
-    return [(name, raw) for name, raw in out
+    return [(name, raw) for name, raw in _yaml_files()
             if isinstance(raw, dict) and raw.get("kind") == "federated"]
 
 
@@ -301,26 +307,15 @@ def test_the_schema_refuses_every_federated_catalogue_row_the_parser_refuses(
         tmp_path: Path) -> None:
     """Every constraint the federated parser enforces that JSON Schema can express is in the
     published schema (``--kind federated``, and ``--kind any`` for a file with ``kind``)."""
+    pytest.importorskip("jsonschema")
     schema = federated_schema if kind == "federated" else any_schema
     rows = _federated_catalogue_files(tmp_path)
-    assert _errors(schema, rows[0][2]) == []  # the valid FED_BASE passes
     refused = {name for name, parser_refuses, _ in rows if parser_refuses}
     assert len(rows) > 40 and refused == {name for name, _, _ in rows[1:]}  # every row
-    assert set(FEDERATED_SCHEMA_CANNOT_EXPRESS) <= refused
-    gaps = [name for name, parser_refuses, raw in rows
-            if parser_refuses and name not in FEDERATED_SCHEMA_CANNOT_EXPRESS
-            and not _errors(schema, raw)]
-    assert gaps == [], f"the schema accepts what the parser refuses: {gaps}"
-    listed = [name for name, _, raw in rows
-              if name in FEDERATED_SCHEMA_CANNOT_EXPRESS and _errors(schema, raw)]
-    assert listed == [], f"the schema refuses these now: drop them from the list: {listed}"
+    _agrees_with_the_parser(schema, rows, FEDERATED_SCHEMA_CANNOT_EXPRESS)
 
 
 def test_the_schema_of_any_file_refuses_every_experiment_row_the_parser_refuses(
         any_schema: dict[str, Any], tmp_path: Path) -> None:
-    rows = _catalogue_files(tmp_path)
-    assert _errors(any_schema, rows[0][2]) == []
-    gaps = [name for name, parser_refuses, raw in rows
-            if parser_refuses and name not in SCHEMA_CANNOT_EXPRESS
-            and not _errors(any_schema, raw)]
-    assert gaps == [], f"the schema accepts what the parser refuses: {gaps}"
+    pytest.importorskip("jsonschema")
+    _agrees_with_the_parser(any_schema, _catalogue_files(tmp_path), SCHEMA_CANNOT_EXPRESS)
