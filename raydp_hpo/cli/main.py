@@ -547,9 +547,11 @@ def _cmd_schema(args: argparse.Namespace) -> int:
         out.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise RayDPHPOError(f"cannot write the schema to {str(out)!r}: {exc}") from None
-    files = {"experiment": "an experiment file", "federated": "a federated experiment file",
-             "any": "an experiment or federated experiment file"}[args.kind]
-    print(f"wrote the {args.kind} file schema to {out} (editors: add the line "
+    what, files = {"experiment": ("experiment file", "an experiment file"),
+                   "federated": ("federated experiment file", "a federated experiment file"),
+                   "any": ("config file", "an experiment or federated experiment file"),
+                   }[args.kind]
+    print(f"wrote the {what} schema to {out} (editors: add the line "
           f"'# yaml-language-server: $schema={out.resolve()}' at the top of {files})")
     return EXIT_OK
 

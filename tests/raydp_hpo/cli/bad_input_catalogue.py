@@ -2,10 +2,11 @@
 (tests/raydp_hpo/cli/test_bad_input.py, in-process) and by benchmarks/bad_input.py (the real CLI in
 subprocesses). Do not copy these rows elsewhere: import them.
 
-A row is a :class:`Case`: the input (CLI arguments, with the files they name: experiment file
-text, data files, journals), the documented exit code (2 bad input, 3 budget cannot pay), the
-words the message must contain (the bad value, and what to do), and — checked for every row —
-the seeded ledger journal's bytes unchanged and no new journal anywhere. Ledger operations that
+A row is a :class:`Case`: the input (CLI arguments, with the files they name: experiment or
+federated experiment file text, data files, journals), the documented exit code (2 bad input,
+3 budget cannot pay), the words the message must contain (the bad value, and what to do),
+and — checked for every row — the seeded ledger journal's bytes unchanged and no new journal
+anywhere. Ledger operations that
 have no CLI (charging a closed ledger, ...) are rows of kind ``api``: a Python action against a
 live journaled ledger, with the error class it must raise.
 
@@ -84,7 +85,7 @@ class Case:
     files, see :func:`make_data`)."""
 
     name: str
-    kind: str  # experiment | cli | account | ledger | data | api
+    kind: str  # experiment | federated | cli | account | ledger | data | api
     argv: tuple[str, ...] = ()
     files: tuple[tuple[str, str | bytes], ...] = ()
     exit_code: int = EXIT_BAD_INPUT
