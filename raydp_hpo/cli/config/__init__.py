@@ -9,13 +9,16 @@ What is what:
   these frozen models (``extra="forbid"``: an unknown key is an error with a "did you
   mean"), and the validated model *is* the spec: :mod:`raydp_hpo.cli.experiment` and
   :mod:`raydp_hpo.cli.federated_experiment` run it as it is; there is no second hierarchy of
-  spec classes. Defaults are filled in and paths resolved by validation (``storage_path`` is
-  absolute once validated).
+  spec classes. Validation fills in what the run reads: defaults, an absolute
+  ``storage_path``, a Parquet split read from its own file taking fraction 0 of ``uri``, and
+  ``search.preset`` put into ``search.settings`` (the searcher's keyword arguments).
 * **Where the library has a runtime spec, a field holds it**: a budget is a
   :class:`~raydp_hpo.accounting.budget.PrivacyBudget` (validated as
   :class:`~._base.BudgetModel`, its keys and messages), and
   :meth:`FederatedFile.settings() <.federated.FederatedFile.settings>` is the trainer's own
-  :class:`~raydp_hpo.trainables.federated.FedSettings`. The search's settings stay a mapping:
+  :class:`~raydp_hpo.trainables.federated.FedSettings` (the optimizer is a string in the
+  file model and the trainer's enum there: the enum's module imports torch, which validating
+  a file does not). The search's settings stay a mapping:
   :func:`raydp_hpo.searchers.make_searcher` checks them when the searcher is built (the run's
   preflight), as the data and the trainable are checked against the loaded data.
 * **Errors**: :class:`~.errors.FileKind` turns pydantic's errors into one
