@@ -12,8 +12,9 @@ Subcommands:
   corrupted); ``ledger migrate JOURNAL URI`` moves a journal into PostgreSQL (once).
 * ``demo``     — the main job on the built-in default (see :mod:`raydp_hpo.cli.demo`).
 * ``run EXPERIMENT.yaml`` — run an experiment file (:mod:`raydp_hpo.cli.experiment`).
-* ``schema [--output FILE]`` — the JSON Schema of experiment files, for editors
-  (:mod:`raydp_hpo.cli.experiment_schema`).
+* ``schema [--kind experiment|federated|any] [--output FILE]`` — the JSON Schema of
+  experiment files, federated experiment files, or either, for editors
+  (:mod:`raydp_hpo.cli.config`).
 * ``report RUN_DIR`` — certificate, plots and ``report.md`` of a run (:mod:`raydp_hpo.cli.report`).
 * ``publish RUN_DIR OUT_DIR`` — copy exactly the public part of a finished run (release.json,
   certificate.json, released_model.pt) into a new or empty folder (:mod:`raydp_hpo.tune.publish`).
@@ -466,9 +467,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     spec = load_experiment(args.experiment)  # ConfigError -> EXIT_BAD_INPUT, before anything
     if args.storage_path:
-        from dataclasses import replace
-
-        spec = replace(spec, storage_path=str(Path(args.storage_path).expanduser().resolve()))
+        spec = spec.model_copy(  # a validated path: absolute, as validation makes it
+            update={"storage_path": str(Path(args.storage_path).expanduser().resolve())})
     if args.dry_run:
         # Every check `run` makes before its first charge, without Ray or a ledger: the space
         # against the trainable, the search settings and the plan against the budget.
@@ -477,7 +477,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         checked = preflight(spec)  # the same checks as run, every error at once
         from raydp_hpo._storage import warn_if_ephemeral
 
-        warn_if_ephemeral(spec.storage_path, "storage_path", print)
+        warn_if_ephemeral(spec.storage, "storage_path", print)
         if isinstance(spec.ledger_journal(), Path):  # not for a PostgreSQL ledger
             warn_if_ephemeral(spec.ledger_journal(), "ledger journal", print)
         print(f"experiment file {args.experiment} is valid: {spec.experiment} -> {spec.run_dir} "
@@ -534,10 +534,11 @@ def _cmd_federated(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    """The JSON Schema of experiment files, printed or written to ``--output``."""
-    from raydp_hpo.cli.experiment_schema import experiment_json_schema
+    """The JSON Schema of experiment files (``--kind federated``: federated experiment files;
+    ``any``: either, told apart by ``kind``), printed or written to ``--output``."""
+    from raydp_hpo.cli.config import json_schema
 
-    text = json.dumps(experiment_json_schema(), indent=2, ensure_ascii=False) + "\n"
+    text = json.dumps(json_schema(args.kind), indent=2, ensure_ascii=False) + "\n"
     if args.output is None:
         print(text, end="")
         return EXIT_OK
@@ -549,8 +550,12 @@ def _cmd_schema(args: argparse.Namespace) -> int:
         out.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise RayDPHPOError(f"cannot write the schema to {str(out)!r}: {exc}") from None
-    print(f"wrote the experiment file schema to {out} (editors: add the line "
-          f"'# yaml-language-server: $schema={out.resolve()}' at the top of an experiment file)")
+    what, files = {"experiment": ("experiment file", "an experiment file"),
+                   "federated": ("federated experiment file", "a federated experiment file"),
+                   "any": ("config file", "an experiment or federated experiment file"),
+                   }[args.kind]
+    print(f"wrote the {what} schema to {out} (editors: add the line "
+          f"'# yaml-language-server: $schema={out.resolve()}' at the top of {files})")
     return EXIT_OK
 
 
@@ -772,6 +777,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     sch = sub.add_parser("schema", help="print the JSON Schema of experiment files (for "
                                         "editors that complete and check YAML)")
+    sch.add_argument("--kind", choices=("experiment", "federated", "any"), default="experiment",
+                     help="experiment files (`run`), federated experiment files (`federated "
+                          "--config`), or any of them (a file with `kind:` is federated)")
     sch.add_argument("--output", default=None, help="write it to this file instead")
     sch.set_defaults(func=_cmd_schema)
 

@@ -163,8 +163,8 @@ def public_split_sizes(total: int, val_fraction: float, test_fraction: float) ->
     ``f_val = 0``: no validation split) and ``round(N·f_test)``, each at least 1.
 
     The one formula for them: :func:`split` and the experiment files' built-in sources
-    (:meth:`raydp_hpo.cli.experiment.DataSpec.public_sizes`) both use it. A function of public
-    numbers alone, so every normaliser computed from it is independent of the data (the
+    (:meth:`raydp_hpo.cli.config.data.Mnist1dData.public_sizes`) both use it. A function of
+    public numbers alone, so every normaliser computed from it is independent of the data (the
     realised split sizes are multinomial and private)."""
     return PublicSizes(
         train=max(1, round(total * (1.0 - val_fraction - test_fraction))),

@@ -2,10 +2,11 @@
 (tests/raydp_hpo/cli/test_bad_input.py, in-process) and by benchmarks/bad_input.py (the real CLI in
 subprocesses). Do not copy these rows elsewhere: import them.
 
-A row is a :class:`Case`: the input (CLI arguments, with the files they name: experiment file
-text, data files, journals), the documented exit code (2 bad input, 3 budget cannot pay), the
-words the message must contain (the bad value, and what to do), and — checked for every row —
-the seeded ledger journal's bytes unchanged and no new journal anywhere. Ledger operations that
+A row is a :class:`Case`: the input (CLI arguments, with the files they name: experiment or
+federated experiment file text, data files, journals), the documented exit code (2 bad input,
+3 budget cannot pay), the words the message must contain (the bad value, and what to do),
+and — checked for every row — the seeded ledger journal's bytes unchanged and no new journal
+anywhere. Ledger operations that
 have no CLI (charging a closed ledger, ...) are rows of kind ``api``: a Python action against a
 live journaled ledger, with the error class it must raise.
 
@@ -44,6 +45,23 @@ BASE: dict[str, Any] = {
     "storage_path": "{tmp}/store",
 }
 
+#: The valid federated experiment file every ``federated`` row mutates (run with --dry-run:
+#: validated in full, nothing trained).
+FED_BASE: dict[str, Any] = {
+    "kind": "federated",
+    "experiment": "bad-input-fed",
+    "seed": 0,
+    "data": {"source": "digits", "test_fraction": 0.2, "split_seed": 0},
+    "clients": {"count": 5, "random_fraction": 0.0, "partition_seed": 0},
+    "model": {"name": "mlp", "kwargs": {"hidden": [8]}},
+    "training": {"optimizer": "adadp", "lr": 0.1, "rounds": 1, "local_epochs": 1,
+                 "batch_size": 10, "tol": 0.1},
+    "ray": False,
+    "storage_path": "{tmp}/store",
+}
+FED_PRIVACY: dict[str, Any] = {"clip_norm": 1.0, "noise_multiplier": 2.0,
+                               "budget": {"epsilon": 8.0, "delta": 1e-5}}
+
 _DELETE = object()
 
 
@@ -67,7 +85,7 @@ class Case:
     files, see :func:`make_data`)."""
 
     name: str
-    kind: str  # experiment | cli | account | ledger | data | api
+    kind: str  # experiment | federated | cli | account | ledger | data | api
     argv: tuple[str, ...] = ()
     files: tuple[tuple[str, str | bytes], ...] = ()
     exit_code: int = EXIT_BAD_INPUT
@@ -85,6 +103,19 @@ def _exp(name: str, *changes: tuple[str, Any], words: tuple[str, ...],
     text = yaml.safe_dump(raw, sort_keys=False)
     argv = ("run", "{tmp}/exp.yaml") + (() if run else ("--dry-run",))
     return Case(name, "experiment", argv, (("exp.yaml", text),), exit_code, words)
+
+
+def _fed(name: str, *changes: tuple[str, Any], words: tuple[str, ...]) -> Case:
+    raw = FED_BASE
+    for path, value in changes:
+        raw = _set(raw, path, value)
+    return Case(name, "federated", ("federated", "--config", "{tmp}/fed.yaml", "--dry-run"),
+                (("fed.yaml", yaml.safe_dump(raw, sort_keys=False)),), EXIT_BAD_INPUT, words)
+
+
+def _fed_text(name: str, text: str, words: tuple[str, ...]) -> Case:
+    return Case(name, "federated", ("federated", "--config", "{tmp}/fed.yaml", "--dry-run"),
+                (("fed.yaml", text),), EXIT_BAD_INPUT, words)
 
 
 def _text(name: str, text: str | bytes, words: tuple[str, ...], *,
@@ -462,6 +493,75 @@ CASES: list[Case] = [
                                       sort_keys=False)),
           ("store/bad-input/tune/.started", "")),
          EXIT_BAD_INPUT, ("cannot resume", "seed.journal", "holds no charge", "'bad-input/'")),
+    # -- federated experiment files (raydp-hpo federated --config) ------------------------------
+    _fed("fed unknown top-level key", ("trainng", {}), words=("trainng", "training")),
+    _fed("fed kind wrong", ("kind", "experiment"), words=("kind", "'experiment'", "federated")),
+    _fed("fed kind missing", ("kind", _D), words=("kind",)),
+    _fed("fed experiment dot-dot", ("experiment", ".."), words=("'..'", "plain name")),
+    _fed("fed experiment with slash", ("experiment", "a/b"), words=("a/b", "plain name")),
+    _fed("fed experiment empty", ("experiment", ""), words=("experiment",)),
+    _fed("fed seed negative", ("seed", -1), words=("seed", "-1")),
+    _fed("fed data source unknown", ("data.source", "cifar10"),
+         words=("data.source", "cifar10", "digits, mnist1d")),
+    _fed("fed data source misspelled", ("data.source", "digit"),
+         words=("data.source", "'digit'", "did you mean 'digits'")),
+    _fed("fed data size on digits", ("data.size", 500), words=("data.size", "mnist1d")),
+    _fed("fed data size too small", ("data.source", "mnist1d"), ("data.size", 5),
+         words=("data.size", ">= 10")),
+    _fed("fed data misspelled", ("data.sorce", "digits"), words=("sorce", "source")),
+    _fed("fed test fraction one", ("data.test_fraction", 1.0),
+         words=("data.test_fraction", "(0, 1)")),
+    _fed("fed clients zero", ("clients.count", 0), words=("clients.count", ">= 1")),
+    _fed("fed clients above the classes", ("clients.count", 11),
+         words=("clients.count=11", "10 classes")),
+    _fed("fed clients not an integer", ("clients.count", 2.5),
+         words=("clients.count", "integer", "2.5")),
+    _fed("fed clients missing", ("clients", _D), words=("clients",)),
+    _fed("fed random fraction above one", ("clients.random_fraction", 1.5),
+         words=("clients.random_fraction", "[0, 1]")),
+    _fed("fed model unknown", ("model.name", "transformer"),
+         words=("model / training", "transformer")),
+    _fed("fed model kwargs misspelled", ("model.kwargs", {"hiden": [8]}),
+         words=("model / training", "hiden")),
+    _fed("fed model not a mapping", ("model", [1]), words=("model", "mapping")),
+    _fed("fed optimizer unknown", ("training.optimizer", "rmsprop"),
+         words=("training.optimizer", "rmsprop", "adadp, sgd, adam")),
+    _fed("fed lr negative", ("training.lr", -0.1), words=("training.lr", "> 0")),
+    _fed("fed rounds zero", ("training.rounds", 0), words=("training.rounds", ">= 1")),
+    _fed("fed alpha max below one", ("training.alpha_max", 0.95),
+         words=("training.alpha_max", "> 1")),
+    _fed("fed alpha min one", ("training.alpha_min", 1.0),
+         words=("training.alpha_min", "(0, 1)")),
+    _fed("fed tol text", ("training.tol", "x"), words=("training.tol", "number")),
+    _fed("fed training misspelled", ("training.epochs", 1),
+         words=("'epochs'", "training", "local_epochs")),
+    _fed("fed ray text", ("ray", "yes"), words=("ray", "true or false")),
+    _fed("fed cpus per client zero", ("cpus_per_client", 0), words=("cpus_per_client", "> 0")),
+    _fed("fed storage path URL", ("storage_path", "s3://bucket/x"), words=("s3://bucket/x",)),
+    _fed("fed privacy misspelled", ("privacy", {**FED_PRIVACY, "clip": 1.0}),
+         words=("'clip'", "privacy", "clip_norm")),
+    _fed("fed privacy budget missing",
+         ("privacy", {"clip_norm": 1.0, "noise_multiplier": 2.0}),
+         words=("privacy", "'budget'")),
+    _fed("fed privacy clip zero", ("privacy", {**FED_PRIVACY, "clip_norm": 0}),
+         words=("privacy.clip_norm", "> 0")),
+    _fed("fed privacy noise negative", ("privacy", {**FED_PRIVACY, "noise_multiplier": -1}),
+         words=("privacy.noise_multiplier", "> 0")),
+    _fed("fed privacy delta above one",
+         ("privacy", {**FED_PRIVACY, "budget": {"epsilon": 8.0, "delta": 2.0}}),
+         words=("privacy.budget.delta", "< 1")),
+    _fed("fed privacy delta missing",
+         ("privacy", {**FED_PRIVACY, "budget": {"epsilon": 8.0}}),
+         words=("privacy.budget", "'delta'")),
+    _fed("fed privacy epsilon nan",
+         ("privacy", {**FED_PRIVACY, "budget": {"epsilon": float("nan"), "delta": 1e-5}}),
+         words=("privacy.budget.epsilon",)),
+    _fed("fed several errors at once", ("training.lr", -1), ("ray", "yes"),
+         ("clients.count", 0), words=("3 errors", "training.lr", "ray", "clients.count")),
+    _fed_text("fed yaml empty file", "", words=("fed.yaml", "empty")),
+    _fed_text("fed yaml a list", "- a\n- b\n", words=("mapping",)),
+    _fed_text("fed yaml duplicate key", "kind: federated\nkind: federated\n",
+              words=("duplicate key 'kind'",)),
 ]
 
 assert len({c.name for c in CASES}) == len(CASES), "case names must be unique"

@@ -12,7 +12,7 @@ import yaml
 
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.cli.experiment import (
-    ExperimentSpec,
+    ExperimentFile,
     build_param_space,
     load_data,
     load_experiment,
@@ -34,7 +34,7 @@ def raw() -> dict[str, Any]:
 
 def test_example_file_parses_into_frozen_specs() -> None:
     spec = load_experiment(EXAMPLE)
-    assert isinstance(spec, ExperimentSpec)
+    assert isinstance(spec, ExperimentFile)
     assert spec.experiment == "mnist1d-small"
     assert spec.budget == PrivacyBudget(8.0, 1e-5)
     assert spec.data.source == "mnist1d" and spec.data.size == 2000
@@ -182,7 +182,7 @@ def test_no_default_secret_seed_and_never_in_run_metadata(raw: dict[str, Any]) -
     assert secret.secret_seed == 987654321
     assert "987654321" not in repr(secret) and "987654321" not in repr(secret.to_dict())
     assert secret.to_dict()["secret_seed_given"] is True
-    from raydp_hpo.cli.experiment_schema import validate_experiment_file
+    from raydp_hpo.cli.config import validate_experiment_file
 
     assert "987654321" not in repr(validate_experiment_file({**raw, "secret_seed": 987654321}))
     with pytest.raises(ConfigError) as info:  # an error elsewhere does not echo the file

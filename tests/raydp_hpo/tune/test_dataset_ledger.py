@@ -16,7 +16,7 @@ from ray import tune
 
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import SubsampledGaussian
-from raydp_hpo.cli.experiment import DataSpec
+from raydp_hpo.cli.config.data import DigitsData, Mnist1dData, ParquetData
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 from raydp_hpo.ledger.experiments import experiment_delta
 from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger
@@ -48,15 +48,16 @@ def test_loaders_name_their_data_as_experiment_files_do(tmp_path: Path) -> None:
     and `raydp-hpo run` on it charge one ledger."""
     mnist = split(load_mnist1d(num_samples=200, seed=3), 0.2, 0.2)
     assert mnist.name == "mnist1d:size=200:generator_seed=3"
-    assert dataset_ledger_name(mnist.name) == DataSpec(
-        "mnist1d", size=200, generator_seed=3).ledger_name()
+    assert dataset_ledger_name(mnist.name) == Mnist1dData(
+        source="mnist1d", size=200, generator_seed=3).ledger_name()
     digits = split(load_digits())
-    assert digits.name == "digits" == DataSpec("digits").fingerprint()
+    assert digits.name == "digits" == DigitsData(source="digits").fingerprint()
     path = tmp_path / "t.parquet"
     pq.write_table(pa.table({"a": [0.1, 0.2, 0.3, 0.4], "y": [0, 1, 0, 1]}), path)
     table = load_parquet(str(path), label_column="y")
     assert table.name == f"parquet:file://{path.resolve()}"
-    assert table.name == DataSpec("parquet", uri=str(path), label_column="y").fingerprint()
+    assert table.name == ParquetData(
+        source="parquet", uri=str(path), label_column="y", sizes_public=True).fingerprint()
     # every split and subset keeps the name: the budget is the whole dataset's
     assert {mnist.train.name, mnist.val.name, mnist.test.name} == {mnist.name}
 
