@@ -66,6 +66,7 @@ from raydp_hpo.trainables.dp_step import (
     _GradSink,
     _layer_grad,
     _zero_rows,
+    bk_unsupported_reason,
 )
 
 __all__ = [
@@ -107,10 +108,15 @@ def choose_engine(module: nn.Module, engine: DPEngine | str = DPEngine.AUTO
         ) from None
     if engine is DPEngine.OPACUS:
         return engine, "engine=OPACUS asked for"
+    reasons = [f"{name or type(module).__name__}: {why}"
+               for name, m in module.named_modules()
+               if (why := bk_unsupported_reason(m)) is not None]
     try:
-        BookKeepingClipper(module)
+        if reasons:
+            raise RayDPHPOError("; ".join(reasons))
+        BookKeepingClipper(module)  # also refuses shared parameters and frozen models
     except RayDPHPOError as err:
-        reason = str(err).split(" (", 1)[-1].rsplit(")", 1)[0]
+        reason = str(err)
         if engine is DPEngine.NATIVE:
             raise InvalidParameterError(
                 f"engine=NATIVE cannot make this module private: {reason}. Use "
