@@ -328,10 +328,15 @@ class TrialSession:
         return data
 
     def _guard(self, optimizer: Any) -> None:
-        """Wrap ``optimizer.step``: check the engine before the step, refuse step T + 1."""
+        """Wrap ``optimizer.step``: check the engine before the step, refuse step T + 1.
+
+        The wrapper is a bound method of the optimiser (``types.MethodType``), as torch's
+        learning-rate schedulers expect when they wrap ``step`` in turn."""
+        import types
+
         inner_step = optimizer.step
 
-        def step(*args: Any, **kwargs: Any) -> Any:
+        def step(_optimizer: Any, *args: Any, **kwargs: Any) -> Any:
             self._check_engine()
             if self._steps_taken >= self.steps:
                 raise TrialContractError(
@@ -344,7 +349,7 @@ class TrialSession:
             self._steps_taken += self._history_steps() - before
             return out
 
-        optimizer.step = step
+        optimizer.step = types.MethodType(step, optimizer)
 
     def _history_steps(self) -> int:
         return sum(int(n) for _, _, n in self._accountant.history) if self._accountant else 0

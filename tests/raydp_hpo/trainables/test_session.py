@@ -231,3 +231,23 @@ def test_trial_epsilon_matches_an_independent_accountant() -> None:
     theirs = trial._accountant.get_epsilon(1e-5)
     assert trial.results[-1]["trial_epsilon_rdp"] == pytest.approx(ours, rel=1e-9)
     assert ours == pytest.approx(theirs, rel=0.01)  # different α grids: 0.15% apart
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_learning_rate_scheduler_wraps_the_guarded_optimizer(engine: DPEngine) -> None:
+    """torch's schedulers wrap ``optimizer.step`` (they need a bound method): the guard still
+    counts the steps and refuses step T + 1 underneath the scheduler."""
+    with pytest.raises(TrialContractError, match="step 21 refused"), \
+            raydp_hpo.trial_session(_config(), ledger=_ledger()) as trial:
+        model = TinyMLP(8)
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        model, opt, loader = trial.make_private(model, opt, TRAIN, engine=engine)
+        scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.5)
+        for _ in range(3):
+            for x, y in loader:
+                opt.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+                scheduler.step()
+    assert trial.steps_taken == 20
+    assert scheduler.get_last_lr() == [0.5 * 0.5**4]
