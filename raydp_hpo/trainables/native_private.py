@@ -42,15 +42,18 @@ and Opacus's ``RDPAccountant`` history (attached to either optimiser by its step
 
 The native engine refuses (:class:`~raydp_hpo.errors.TrialContractError`, naming
 ``engine=DPEngine.OPACUS`` as the fix) a step whose forward pass ran a covered layer other than
-exactly once with gradients enabled, or whose layers got no or several gradients (gradient
-accumulation, a layer called twice): its per-example gradients would be wrong.
+exactly once with gradients enabled, whose layers got no or several gradients (gradient
+accumulation, a layer called twice), or whose layers saw another number of rows than the
+loader's last batch has records (records reshaped into several rows, micro-batches): its
+per-example gradients would be wrong. As with Opacus's ``batch_first=True``, the records are
+the first dimension of every covered layer's input.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from enum import Enum
 from typing import Any
 
@@ -143,7 +146,7 @@ class NativePrivateModule(nn.Module):
         self._grads: dict[nn.Module, list[torch.Tensor]] = {}
 
     @property
-    def layers(self) -> list[nn.Module]:
+    def layers(self) -> Sequence[nn.Module]:
         """The covered layers with trainable parameters, in module order."""
         return self._clipper.layers
 
@@ -242,6 +245,8 @@ class NativeDPOptimizer(torch.optim.Optimizer):
         self.step_hooks: list[Callable[[Any], None]] = []
         self.noise = GaussianNoise(self.noise_multiplier, self.max_grad_norm,
                                    self.expected_batch_size, generator)
+        #: the loader whose last batch each step must be (set by make_private; None: unchecked)
+        self.loader: NativePoissonLoader | None = None
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
@@ -276,6 +281,14 @@ class NativeDPOptimizer(torch.optim.Optimizer):
         N(0, σ²C²·I)) / (q·n), from the recorded (input, output gradient) of each layer."""
         recorded = self.module.recorded()
         batch = int(recorded[0][1].shape[0])
+        drawn = None if self.loader is None else self.loader.last_batch_size
+        if drawn is not None and batch != drawn:
+            raise TrialContractError(
+                f"the layers saw {batch} examples but the loader's last Poisson batch has "
+                f"{drawn}: the native engine clips per row of the first dimension, which must "
+                f"be the batch's records (no reshaping records into rows, no micro-batches); "
+                f"{_FIX}"
+            )
         clipper, c = self.module._clipper, self.max_grad_norm
         noise = self.noise
         noise.noise_multiplier, noise.max_grad_norm = self.noise_multiplier, c
@@ -342,6 +355,8 @@ class NativePoissonLoader:
         self.collate_fn = collate_fn or default_collate
         self._tensors = (dataset.tensors if isinstance(dataset, TensorDataset)
                          and collate_fn is None else None)
+        #: the size of the last batch drawn (what the optimiser's next step must have seen)
+        self.last_batch_size: int | None = None
 
     @property
     def sample_rate(self) -> float:
@@ -356,6 +371,7 @@ class NativePoissonLoader:
             yield self._batch(self.batches.next())
 
     def _batch(self, idx: torch.Tensor) -> Any:
+        self.last_batch_size = len(idx)
         if self._tensors is not None:
             return [t[idx] for t in self._tensors]
         if len(idx) == 0:

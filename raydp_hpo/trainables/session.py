@@ -261,6 +261,7 @@ class TrialSession:
             )
             loader = NativePoissonLoader(dataset, self.sample_rate, self.sampling_generator,
                                          collate_fn)
+            dp_optimizer.loader = loader
         else:
             private_module, dp_optimizer, loader = self._opacus(module, optimizer, dataset,
                                                                 collate_fn)

@@ -191,3 +191,28 @@ def test_the_native_loader_draws_poisson_batches_at_q() -> None:
     empty = NativePoissonLoader(Plain(), 1e-9, torch.Generator())
     x, y = next(iter(empty))
     assert x.shape == (0, 4) and y.shape == (0,)
+
+
+def test_the_native_step_refuses_rows_that_are_not_the_batch_records() -> None:
+    """A model that reshapes each record into several rows (here 2 rows of 2 features) would
+    clip per half-record: the layers' row count is checked against the loader's last batch."""
+
+    class Halves(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.lin(x.reshape(-1, 2)).reshape(len(x), 4)[:, :2]
+
+    with pytest.raises(TrialContractError, match=r"layers saw \d+ examples but the loader"), \
+            raydp_hpo.trial_session(_config(), ledger=_ledger()) as trial:
+        model = Halves()
+        model, opt, loader = trial.make_private(model, torch.optim.SGD(model.parameters(), 0.1),
+                                                TRAIN)
+        assert trial.engine is DPEngine.NATIVE
+        x, y = next(iter(loader))
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    assert trial.steps_taken == 0
