@@ -129,7 +129,7 @@ def test_the_native_clipped_sum_equals_opacus(make, shape, classes, c: float) ->
 
 def test_the_native_noise_has_the_charged_scale() -> None:
     """With σ > 0 the native gradient minus the noiseless one is N(0, (σC/(q·n))²) per
-    coordinate: over 4 × 2 000 + … coordinates its standard deviation is within 5% (≈ 9
+    coordinate: over 4 × 2 000 + 4 coordinates its standard deviation is within 5% (≈ 6
     standard errors)."""
     torch.manual_seed(1)
     model = nn.Sequential(nn.Linear(2000, 4))
@@ -170,7 +170,7 @@ def test_the_native_step_refuses_a_forward_it_cannot_attribute() -> None:
 
 def test_the_native_loader_draws_poisson_batches_at_q() -> None:
     """Each record joins a batch independently w.p. q: over 2 000 batches of n = 200 at
-    q = 0.1 the mean batch size is 20 ± 0.3 (≈ 4 standard errors), ``int(1/q)`` batches a pass,
+    q = 0.1 the mean batch size is 20 ± 0.3 (≈ 3 standard errors; fixed seed), ``int(1/q)`` batches a pass,
     and a generic dataset (not a TensorDataset) is collated the same way."""
     loader = NativePoissonLoader(TRAIN, 0.1, torch.Generator().manual_seed(0))
     assert len(loader) == 10 and loader.sample_rate == 0.1
