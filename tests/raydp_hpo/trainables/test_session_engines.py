@@ -170,8 +170,8 @@ def test_the_native_step_refuses_a_forward_it_cannot_attribute() -> None:
 
 def test_the_native_loader_draws_poisson_batches_at_q() -> None:
     """Each record joins a batch independently w.p. q: over 2 000 batches of n = 200 at
-    q = 0.1 the mean batch size is 20 ± 0.3 (≈ 3 standard errors; fixed seed), ``int(1/q)`` batches a pass,
-    and a generic dataset (not a TensorDataset) is collated the same way."""
+    q = 0.1 the mean batch size is 20 ± 0.3 (≈ 3 standard errors; fixed seed), ``int(1/q)``
+    batches a pass, and a generic dataset (not a TensorDataset) is collated the same way."""
     loader = NativePoissonLoader(TRAIN, 0.1, torch.Generator().manual_seed(0))
     assert len(loader) == 10 and loader.sample_rate == 0.1
     sizes = [len(x) for _ in range(200) for x, _ in loader]
