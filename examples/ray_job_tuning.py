@@ -5,6 +5,11 @@ Submit it to a running cluster (raydp-hpo installed on every node)::
     ray job submit --working-dir examples -- \\
         python ray_job_tuning.py --storage /mnt/durable/raydp_results
 
+The job's ``python`` is the one on the ``PATH`` of ``ray start``: start the cluster with the
+virtualenv that has raydp-hpo first on ``PATH``. ``tests/cluster/test_job_submit.py`` submits
+exactly this command (with ``--smoke``) to a real ``ray start --head`` and checks the
+certificate in the job's log and the release and ledgers on ``--storage`` after the job ends.
+
 Inside the job ``RAY_ADDRESS`` is set, so DPTuner joins the cluster instead of starting Ray.
 ``--storage`` must outlive the job: a job's working directory is deleted when it ends, and the
 ledger journal kept there would go with it — and with it the record of the budget spent

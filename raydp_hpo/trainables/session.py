@@ -11,11 +11,14 @@ A Tune trainable of your own (your model, your Opacus loop) runs one trial insid
 * **admits the trial on entry** (the ledger charge or the plan-coverage check of
   :func:`~raydp_hpo.trainables.privacy_gate.admit`), before your code touches data: a refused
   trial raises and trains nothing;
-* :meth:`~TrialSession.make_private` wraps your module, optimiser and dataset with Opacus at
-  exactly the charged σ and C, Poisson sampling at exactly the charged q (each record
-  independently, Opacus's ``DPDataLoader`` at ``sample_rate=q``, not ``1/len(loader)``), the
-  DP-SGD normaliser q·n from the *declared* public size n, and a step guard: the optimiser
-  refuses a step beyond T;
+* :meth:`~TrialSession.make_private` wraps your module, optimiser and dataset at exactly the
+  charged σ and C, Poisson sampling at exactly the charged q (each record independently, not
+  ``1/len(loader)``), the DP-SGD normaliser q·n from the *declared* public size n, and a step
+  guard: the optimiser refuses a step beyond T. The engine (:class:`DPEngine`,
+  :mod:`raydp_hpo.trainables.native_private`) is the project's own book-keeping DP-SGD step
+  where every trainable layer is one it covers (Linear, Conv1d/2d, GroupNorm, LayerNorm), else
+  Opacus; the choice is :attr:`TrialSession.engine` and one INFO log line, and
+  ``make_private(..., engine=DPEngine.OPACUS)`` (or ``NATIVE``) overrides it;
 * :meth:`~TrialSession.report_score` releases the noisy validation score from a count of
   correct predictions (Laplace or Gaussian noise from the trial's secret stream,
   :class:`~raydp_hpo.trial.privacy.ScoreRelease`) under the metric key, with the keys the
@@ -26,8 +29,8 @@ A Tune trainable of your own (your model, your Opacus loop) runs one trial insid
 
 **Enforcement.** At every report (and before every optimiser step) the session compares what
 the engine actually ran with the charge: the optimiser's noise multiplier and clipping norm,
-the loader's sample rate, Opacus's accountant history (each entry's σ and q; the steps it
-counts) and the steps taken. Any difference raises :class:`~raydp_hpo.errors.TrialContractError`:
+the loader's sample rate, Opacus's accountant history (attached to either engine's
+optimiser; each entry's σ and q, the steps it counts) and the steps taken. Any difference raises :class:`~raydp_hpo.errors.TrialContractError`:
 the trial fails, the searcher counts it as failed (nothing from it is selected), DPTuner
 releases nothing from it, and the ledger keeps what was charged on entry. Leaving the block
 normally without a score or a saved model is an error too.
@@ -69,6 +72,14 @@ from torch import nn
 from raydp_hpo.accounting.accountants import Accountant, epsilon
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError, TrialContractError
 from raydp_hpo.ledger.ledger_like import LedgerLike
+from raydp_hpo.trainables.native_private import (
+    DPEngine,
+    NativeDPOptimizer,
+    NativePoissonLoader,
+    NativePrivateModule,
+    choose_engine,
+    log_choice,
+)
 from raydp_hpo.trainables.privacy_gate import admit, ledger_delta, resolve_ledger
 from raydp_hpo.trainables.release import USER_MODEL_FILE, build_user_model, save_user_model
 from raydp_hpo.trainables.secret_rng import derive_seed, secret_generator
@@ -83,7 +94,7 @@ from raydp_hpo.trial.privacy import (
 )
 from raydp_hpo.trial.settings import RaydpSettings
 
-__all__ = ["SESSION_KEY", "TrialSession", "trial_session"]
+__all__ = ["SESSION_KEY", "DPEngine", "TrialSession", "trial_session"]
 
 #: Result key a session sets on every report: the charge id the trial was admitted under.
 #: DPTuner releases a custom trainable's trial only if its result carries it (a trainable
@@ -117,7 +128,9 @@ def _tune_report(metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
 
 
 def _unwrap(module: nn.Module) -> nn.Module:
-    """The user's module inside Opacus's ``GradSampleModule`` wrapper (if any)."""
+    """The user's module inside the engine's wrapper (``GradSampleModule`` or
+    :class:`~raydp_hpo.trainables.native_private.NativePrivateModule`; both keep it as
+    ``_module``)."""
     inner = getattr(module, "_module", None)
     return inner if isinstance(inner, nn.Module) else module
 
@@ -163,6 +176,8 @@ class TrialSession:
         #: reports made outside Ray Tune (in Tune they go to ``tune.report``)
         self.results: list[dict[str, Any]] = []
         self._optimizer: Any = None
+        #: the DP-SGD engine make_private chose (None before make_private)
+        self.engine: DPEngine | None = None
         self._loader: Any = None
         self._accountant: Any = None
         self._steps_taken = 0
@@ -200,9 +215,16 @@ class TrialSession:
     # ---- make_private --------------------------------------------------------------------
 
     def make_private(self, module: nn.Module, optimizer: torch.optim.Optimizer, data: Any,
-                     *, collate_fn: Callable[..., Any] | None = None
+                     *, collate_fn: Callable[..., Any] | None = None,
+                     engine: DPEngine | str = DPEngine.AUTO,
                      ) -> tuple[nn.Module, Any, Any]:
-        """``(module, optimizer, loader)`` made private with Opacus at exactly the charge.
+        """``(module, optimizer, loader)`` made private at exactly the charge.
+
+        ``engine``: :attr:`DPEngine.AUTO` (default) uses the project's own DP-SGD step
+        (:attr:`DPEngine.NATIVE`, book-keeping clipping) when every trainable layer of
+        ``module`` is one it covers, else Opacus (:attr:`DPEngine.OPACUS`); the choice is
+        kept in :attr:`engine` and logged. Both release the same subsampled Gaussian mechanism
+        (:mod:`raydp_hpo.trainables.native_private`) and are checked the same way.
 
         ``data``: a ``torch.utils.data.Dataset`` (preferred), or a ``DataLoader`` whose dataset
         is used: a plain loader must have ``batch_size`` = q·n (the charged expected batch
@@ -216,12 +238,11 @@ class TrialSession:
             raise TrialContractError("a nonprivate trial cannot be made private: it has no σ")
         if self._optimizer is not None:
             raise TrialContractError("make_private was already called in this trial: call it once")
-        from opacus import GradSampleModule
         from opacus.accountants import RDPAccountant
         from opacus.data_loader import DPDataLoader
-        from opacus.optimizers import DPOptimizer
         from torch.utils.data import DataLoader
 
+        chosen, why = choose_engine(module, engine)
         dataset = self._dataset_of(data, DataLoader, DPDataLoader)
         if collate_fn is None and isinstance(data, DataLoader):
             collate_fn = data.collate_fn if not isinstance(data, DPDataLoader) else None
@@ -232,6 +253,37 @@ class TrialSession:
                 "module.parameters()"
             )
         module = module.to(self.device)
+        private_module: nn.Module
+        dp_optimizer: Any
+        loader: Any
+        if chosen is DPEngine.NATIVE:
+            private_module = NativePrivateModule(module)
+            dp_optimizer = NativeDPOptimizer(
+                optimizer, private_module, noise_multiplier=self.noise_multiplier,
+                max_grad_norm=self.max_grad_norm, expected_batch_size=self.expected_batch_size,
+                generator=self.noise_generator,
+            )
+            loader = NativePoissonLoader(dataset, self.sample_rate, self.sampling_generator,
+                                         collate_fn)
+            dp_optimizer.loader = loader
+        else:
+            private_module, dp_optimizer, loader = self._opacus(module, optimizer, dataset,
+                                                                collate_fn)
+        accountant = RDPAccountant()  # Opacus's own, on either engine: the history checked
+        dp_optimizer.attach_step_hook(accountant.get_optimizer_hook_fn(sample_rate=self.sample_rate))
+        self._guard(dp_optimizer)
+        self._optimizer, self._loader, self._accountant = dp_optimizer, loader, accountant
+        self.engine = chosen
+        log_choice(chosen, why, module)
+        return private_module, dp_optimizer, loader
+
+    def _opacus(self, module: nn.Module, optimizer: torch.optim.Optimizer, dataset: Any,
+                collate_fn: Callable[..., Any] | None) -> tuple[nn.Module, Any, Any]:
+        """Opacus's GradSampleModule, DPOptimizer and DPDataLoader at the charge."""
+        from opacus import GradSampleModule
+        from opacus.data_loader import DPDataLoader
+        from opacus.optimizers import DPOptimizer
+
         private_module = GradSampleModule(module, batch_first=True, loss_reduction="mean")
         private_module.forbid_grad_accumulation()  # Poisson sampling: one batch per step
         dp_optimizer = DPOptimizer(
@@ -242,16 +294,18 @@ class TrialSession:
             loss_reduction="mean",
             generator=self.noise_generator,
         )
-        accountant = RDPAccountant()
-        dp_optimizer.attach_step_hook(accountant.get_optimizer_hook_fn(sample_rate=self.sample_rate))
         loader_kwargs: dict[str, Any] = {}
         if collate_fn is not None:
             loader_kwargs["collate_fn"] = collate_fn
         loader = DPDataLoader(dataset, sample_rate=self.sample_rate,
                               generator=self.sampling_generator, **loader_kwargs)
-        self._guard(dp_optimizer)
-        self._optimizer, self._loader, self._accountant = dp_optimizer, loader, accountant
         return private_module, dp_optimizer, loader
+
+    def _loader_rate(self) -> Any:
+        """The q the loader samples at now (Opacus: its batch sampler's)."""
+        if isinstance(self._loader, NativePoissonLoader):
+            return self._loader.sample_rate
+        return getattr(getattr(self._loader, "batch_sampler", None), "sample_rate", None)
 
     def _dataset_of(self, data: Any, loader_type: Any, dp_loader_type: Any) -> Any:
         if isinstance(data, dp_loader_type):
@@ -279,10 +333,15 @@ class TrialSession:
         return data
 
     def _guard(self, optimizer: Any) -> None:
-        """Wrap ``optimizer.step``: check the engine before the step, refuse step T + 1."""
+        """Wrap ``optimizer.step``: check the engine before the step, refuse step T + 1.
+
+        The wrapper is a bound method of the optimiser (``types.MethodType``), as torch's
+        learning-rate schedulers expect when they wrap ``step`` in turn."""
+        import types
+
         inner_step = optimizer.step
 
-        def step(*args: Any, **kwargs: Any) -> Any:
+        def step(_optimizer: Any, *args: Any, **kwargs: Any) -> Any:
             self._check_engine()
             if self._steps_taken >= self.steps:
                 raise TrialContractError(
@@ -295,7 +354,7 @@ class TrialSession:
             self._steps_taken += self._history_steps() - before
             return out
 
-        optimizer.step = step
+        optimizer.step = types.MethodType(step, optimizer)
 
     def _history_steps(self) -> int:
         return sum(int(n) for _, _, n in self._accountant.history) if self._accountant else 0
@@ -314,7 +373,7 @@ class TrialSession:
         if opt.expected_batch_size != self.expected_batch_size:
             problems.append(f"optimizer.expected_batch_size={opt.expected_batch_size!r}, "
                             f"charged q·n={self.expected_batch_size}")
-        rate = getattr(getattr(self._loader, "batch_sampler", None), "sample_rate", None)
+        rate = self._loader_rate()
         if rate is None or not math.isclose(float(rate), self.sample_rate, rel_tol=_RTOL):
             problems.append(f"loader sample_rate={rate!r}, charged q={self.sample_rate!r}")
         for sigma, q, n in self._accountant.history:
@@ -431,7 +490,7 @@ class TrialSession:
 
         ``model_fn``: a module-level class or function (or ``"module:callable"``) with
         ``model_fn(**model_kwargs)`` building the architecture; default: the model's class.
-        The state dict is that of the module inside Opacus's wrapper. Checked now: the
+        The state dict is that of the module inside the engine's wrapper. Checked now: the
         rebuilt model must accept the state dict (a mismatch fails here, not at release).
         """
         self._require_open("save_model")
@@ -567,8 +626,8 @@ def trial_session(
     privacy = privacy_from_config(config, int(n))
     if privacy.optimizer in (Optimizer.GD, Optimizer.ADADP):
         raise InvalidParameterError(
-            f"optimizer={privacy.optimizer.value!r} is not supported by trial_session (Opacus "
-            "DP-SGD with Poisson sampling); use sgd, momentum or adam, or the built-in trainable"
+            f"optimizer={privacy.optimizer.value!r} is not supported by trial_session "
+            "(DP-SGD with Poisson sampling); use sgd, momentum or adam, or the built-in trainable"
         )
     score = settings.score_release
     if score is not None and n_val is None:

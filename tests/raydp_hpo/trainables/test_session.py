@@ -14,7 +14,7 @@ from raydp_hpo.accounting.mechanisms import Composition, Laplace, SubsampledGaus
 from raydp_hpo.errors import InvalidParameterError, TrialContractError
 from raydp_hpo.ledger.filter import PrivacyLedger
 from raydp_hpo.trainables.release import USER_MODEL_FILE, load_released_model
-from raydp_hpo.trainables.session import SESSION_KEY
+from raydp_hpo.trainables.session import SESSION_KEY, DPEngine
 from raydp_hpo.trial.privacy import NOISY_SCORE_KEY
 from tests.raydp_hpo.tune._user_trainables import N_VAL, N, TinyMLP, tensors
 
@@ -32,10 +32,15 @@ def _ledger() -> PrivacyLedger:
     return PrivacyLedger(PrivacyBudget(20.0, 1e-5))
 
 
-def _train(trial, *, tamper=None, extra_steps: int = 0, save: bool = True, score: bool = True):
+#: both engines of make_private (TinyMLP's Linear layers allow the native one)
+ENGINES = [DPEngine.OPACUS, DPEngine.NATIVE]
+
+
+def _train(trial, *, tamper=None, extra_steps: int = 0, save: bool = True, score: bool = True,
+           engine: DPEngine = DPEngine.AUTO):
     model = TinyMLP(8)
     opt = torch.optim.SGD(model.parameters(), lr=trial.config["lr"])
-    model, opt, loader = trial.make_private(model, opt, TRAIN)
+    model, opt, loader = trial.make_private(model, opt, TRAIN, engine=engine)
     if tamper is not None:
         tamper(model, opt, loader)
     steps = 0
@@ -55,11 +60,13 @@ def _train(trial, *, tamper=None, extra_steps: int = 0, save: bool = True, score
         trial.report_score(trial.count_correct(model, DataLoader(VAL, batch_size=25)))
 
 
-def test_happy_path_charges_the_plan_and_reports_the_keys() -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_happy_path_charges_the_plan_and_reports_the_keys(engine: DPEngine) -> None:
     ledger = _ledger()
     with raydp_hpo.trial_session(_config(), ledger=ledger, secret_seed=3) as trial:
         assert (trial.sample_rate, trial.steps, trial.expected_batch_size) == (0.1, 20, 20)
-        _train(trial)
+        _train(trial, engine=engine)
+    assert trial.engine is engine
     final = trial.results[-1]
     assert final[NOISY_SCORE_KEY] == 0.5 and 0.0 <= final["val_accuracy"] <= 1.0
     assert final[SESSION_KEY] == trial.charge_id == "exp/t1/attempt-0"
@@ -73,17 +80,19 @@ def test_happy_path_charges_the_plan_and_reports_the_keys() -> None:
     assert isinstance(model, TinyMLP) and model.net[0].out_features == 8
 
 
-def test_the_same_secret_seed_gives_the_same_run() -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_same_secret_seed_gives_the_same_run(engine: DPEngine) -> None:
     scores = []
     for _ in range(2):
         with raydp_hpo.trial_session(_config(), ledger=_ledger(), secret_seed=7) as trial:
             torch.manual_seed(0)  # the initialisation is public
-            _train(trial)
+            _train(trial, engine=engine)
         scores.append(trial.results[-1]["val_accuracy"])
     assert scores[0] == scores[1]
 
 
 def _violation(match: str, **train_kwargs) -> PrivacyLedger:
+    """``train_kwargs`` may name the ``engine`` (default: AUTO, the native one here)."""
     ledger = _ledger()
     with pytest.raises(TrialContractError, match=match), \
             raydp_hpo.trial_session(_config(), ledger=ledger) as trial:
@@ -93,22 +102,39 @@ def _violation(match: str, **train_kwargs) -> PrivacyLedger:
     return ledger
 
 
-def test_sigma_lowered_after_make_private_fails_the_trial() -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sigma_lowered_after_make_private_fails_the_trial(engine: DPEngine) -> None:
     def lower(model, opt, loader):
         opt.noise_multiplier = 1.1 / 4
 
-    _violation(r"noise_multiplier=0.275.*charged σ=1.1", tamper=lower)
+    _violation(r"noise_multiplier=0.275.*charged σ=1.1", tamper=lower, engine=engine)
 
 
-def test_clipping_norm_changed_after_make_private_fails_the_trial() -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_clipping_norm_changed_after_make_private_fails_the_trial(engine: DPEngine) -> None:
     def loosen(model, opt, loader):
         opt.max_grad_norm = 10.0
 
-    _violation(r"max_grad_norm=10.0", tamper=loosen)
+    _violation(r"max_grad_norm=10.0", tamper=loosen, engine=engine)
 
 
-def test_a_step_beyond_the_charge_is_refused() -> None:
-    _violation(r"step 21 refused: the trial was charged 20 steps", extra_steps=5)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_step_beyond_the_charge_is_refused(engine: DPEngine) -> None:
+    _violation(r"step 21 refused: the trial was charged 20 steps", extra_steps=5, engine=engine)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sigma_changed_after_the_last_step_fails_the_report(engine: DPEngine) -> None:
+    """The history check at the report, not only the step guard: σ changed after the last
+    step (so no step saw it) still fails the trial at its score."""
+    ledger = _ledger()
+    with pytest.raises(TrialContractError, match=r"noise_multiplier=0.55"), \
+            raydp_hpo.trial_session(_config(), ledger=ledger) as trial:
+        _train(trial, engine=engine, score=False)
+        trial._optimizer.noise_multiplier = 0.55
+        trial.report_score(10)
+    assert not any(NOISY_SCORE_KEY in r for r in trial.results)
+    assert [c.charge_id for c in ledger.charges()] == ["exp/t1/attempt-0"]
 
 
 def test_a_loader_whose_q_differs_is_refused() -> None:
@@ -125,11 +151,18 @@ def test_a_loader_whose_q_differs_is_refused() -> None:
         model = TinyMLP()
         trial.make_private(model, torch.optim.SGD(model.parameters(), lr=0.1),
                            DPDataLoader(TRAIN, sample_rate=0.0303))
-    # the loader's rate changed after make_private: caught at the next step
+    # the loader's rate changed after make_private: caught at the next step, either engine
     def resample(model, opt, loader):
         loader.batch_sampler.sample_rate = 0.5
 
-    _violation(r"loader sample_rate=0.5, charged q=0.1", tamper=resample)
+    _violation(r"loader sample_rate=0.5, charged q=0.1", tamper=resample,
+               engine=DPEngine.OPACUS)
+
+    def resample_native(model, opt, loader):
+        loader.batches.q = 0.5
+
+    _violation(r"loader sample_rate=0.5, charged q=0.1", tamper=resample_native,
+               engine=DPEngine.NATIVE)
 
 
 def test_a_missing_score_or_checkpoint_is_an_error() -> None:
@@ -198,3 +231,23 @@ def test_trial_epsilon_matches_an_independent_accountant() -> None:
     theirs = trial._accountant.get_epsilon(1e-5)
     assert trial.results[-1]["trial_epsilon_rdp"] == pytest.approx(ours, rel=1e-9)
     assert ours == pytest.approx(theirs, rel=0.01)  # different α grids: 0.15% apart
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_learning_rate_scheduler_wraps_the_guarded_optimizer(engine: DPEngine) -> None:
+    """torch's schedulers wrap ``optimizer.step`` (they need a bound method): the guard still
+    counts the steps and refuses step T + 1 underneath the scheduler."""
+    with pytest.raises(TrialContractError, match="step 21 refused"), \
+            raydp_hpo.trial_session(_config(), ledger=_ledger()) as trial:
+        model = TinyMLP(8)
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        model, opt, loader = trial.make_private(model, opt, TRAIN, engine=engine)
+        scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.5)
+        for _ in range(3):
+            for x, y in loader:
+                opt.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+                scheduler.step()
+    assert trial.steps_taken == 20
+    assert scheduler.get_last_lr() == [0.5 * 0.5**4]
