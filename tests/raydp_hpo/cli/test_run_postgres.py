@@ -58,11 +58,11 @@ def server() -> Iterator[PgServer]:
 
 
 def _experiment(tmp_path: Path, name: str, uri: str) -> Path:
-    raw = yaml.safe_load((ROOT / "cluster/examples/mnist1d_small.yaml").read_text())
+    # the cluster example for PostgreSQL ledgers, pointed at the throw-away server
+    raw = yaml.safe_load((ROOT / "cluster/examples/mnist1d_postgres.yaml").read_text())
     raw.update(experiment=name, storage_path=str(tmp_path / "store"))
     raw["data"]["size"] = 1000
-    raw["ledger"] = {"name": f"{name}-ledger", "uri": uri,
-                     "budget": {"epsilon": 20.0, "delta": 1.0e-5}}
+    raw["ledger"].update(name=f"{name}-ledger", uri=uri)
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(raw))
     assert PASSWORD not in path.read_text()

@@ -519,3 +519,13 @@ def test_two_ray_clusters_and_processes_race_on_one_ledger_and_admit_the_sequent
     assert len(result.clusters) == 2, "two distinct Ray clusters (GCS addresses) raced"
     assert set(result.by_source) == {"c0", "c1", "processes"}, result.by_source
     assert result.switches > 2, "the racers' charges interleave"
+
+
+def test_the_cluster_postgres_example_names_its_ledger_by_uri_without_credentials() -> None:
+    from raydp_hpo.cli.experiment import load_experiment
+
+    path = EXAMPLE.parent / "mnist1d_postgres.yaml"
+    spec = load_experiment(path)
+    uri = spec.ledger_journal()
+    assert isinstance(uri, str) and is_postgres_uri(uri)
+    assert parse_uri(uri).ledger == spec.ledger_name == "mnist1d-2000"
