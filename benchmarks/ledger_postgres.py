@@ -11,8 +11,9 @@
    chain-check every row, replay the stored curves; default ``CurveCheck.BACKGROUND``).
    Median of ``--repeats`` opens.
 
-3. **Race** (``--race``): ``--race-clusters`` (2) drivers each start their own local Ray
-   cluster (own head and temp dir) running ``--race-workers`` racing tasks, and
+3. **Race** (skip it with ``--no-race``, run only it with ``--race-only``):
+   ``--race-clusters`` (2) drivers each start their own local Ray cluster (own head and temp
+   dir) running ``--race-workers`` racing tasks, and
    ``--race-processes`` (8) plain processes race too, every racer charging the same PostgreSQL
    ledger ``--race-per-racer`` times (default 2·2 + 8 = 12 racers × 850 = 10,200 charges) on a
    budget that runs out mid-race (ε = 2.5 admits 8,438 of them). Reported: admissions beyond
@@ -27,7 +28,7 @@ By default a throw-away server is started (``initdb`` + ``pg_ctl`` under a temp 
 ``postgres`` user when run as root; see ``tests/raydp_hpo/ledger/pg_server.py``); pass
 ``--uri postgresql://host:port/db`` to time an existing server (credentials from libpq).
 
-    python benchmarks/ledger_postgres.py [--n 10000] [--repeats 3] [--uri URI] [--race|--race-only]
+    python benchmarks/ledger_postgres.py [--n 10000] [--repeats 3] [--uri URI] [--no-race|--race-only]
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--uri", default=None, help="postgresql://host:port/db (default: start "
                                                     "a throw-away server)")
-    parser.add_argument("--race", action="store_true", help="also run the race")
+    parser.add_argument("--no-race", action="store_true", help="skip the race")
     parser.add_argument("--race-only", action="store_true", help="run only the race")
     parser.add_argument("--race-clusters", type=int, default=2)
     parser.add_argument("--race-workers", type=int, default=2, help="racing tasks per cluster")
@@ -154,7 +155,7 @@ def main() -> None:
 def _run_all(uri: str, args: argparse.Namespace) -> None:
     if not args.race_only:
         run(uri, args.n, args.repeats)
-    if (args.race or args.race_only) and not race(uri, args):
+    if (args.race_only or not args.no_race) and not race(uri, args):
         raise SystemExit(1)
 
 
