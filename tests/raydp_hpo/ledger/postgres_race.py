@@ -14,7 +14,9 @@ Racers:
 Every racer charges ``per_racer`` times the same mechanism under its own ids. They start
 together: each writes a ``ready-<who>`` file and waits for the ``go`` file, which the parent
 writes when all are ready (Ray start-up takes seconds; without the barrier the plain
-processes would be done before the clusters began).
+processes would be done before the clusters began). The clusters start one after another,
+and a start that times out (Ray waits 30 s for its raylet, which a loaded machine can miss)
+is retried with a fresh driver and temp dir.
 
 Every charge is the same mechanism, so *any* order of admission admits the same number of
 them: the sequential replay (one in-memory ledger charging until refused) is the exact count
@@ -53,7 +55,7 @@ def race(uri, who, n, eps, sync):
     acked, unavailable, latencies = [], 0, []
     with PrivacyLedger(PrivacyBudget(eps, 1e-5), uri, curve_check=CurveCheck.ON_DEMAND) as led:
         open(os.path.join(sync, "ready-" + who), "w").close()
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 1200  # the clusters start one after another
         while not os.path.exists(os.path.join(sync, "go")):
             if time.monotonic() > deadline:
                 raise SystemExit("no go signal")
@@ -142,6 +144,29 @@ def sequential_count(eps: float) -> int:
     return n
 
 
+def _wait_ready(sync: str, names: list[str], procs: list[subprocess.Popen[str]],
+                timeout_s: float = 300) -> str | None:
+    """Wait until every racer in ``names`` wrote its ready file; why not (a racer process
+    failed, or the time ran out), else ``None``."""
+    deadline = time.monotonic() + timeout_s
+    while not all((Path(sync) / f"ready-{w}").exists() for w in names):
+        dead = [p for p in procs if p.poll() not in (None, 0)]
+        if dead:
+            return str(dead[0].communicate()[1][-3000:])
+        if time.monotonic() > deadline:
+            return f"not ready after {timeout_s:.0f} s"
+        time.sleep(0.05)
+    return None
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """Kill a racer this module started (by its own handle), if it still runs. A driver's Ray
+    processes share its fate (Ray starts them to die with the driver)."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
 def run_race(uri: str, *, eps: float, processes: int, clusters: int, workers: int,
              per_racer: int, timeout_s: float = 1800) -> RaceResult:
     """Race on the (new) ledger at ``uri``; credentials from the environment (libpq)."""
@@ -150,27 +175,35 @@ def run_race(uri: str, *, eps: float, processes: int, clusters: int, workers: in
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
            "RAY_AUTH_MODE": "disabled"}
     with tempfile.TemporaryDirectory(prefix="rpgrace", dir="/tmp") as sync:
-        procs, whos = [], []
-        for c in range(clusters):
-            temp = tempfile.mkdtemp(prefix=f"rc{c}", dir=sync)  # short: Ray's socket paths
-            procs.append(subprocess.Popen(
-                [sys.executable, "-c", _CLUSTER, uri, f"c{c}", str(workers), str(per_racer),
-                 str(eps), sync, temp], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                text=True, env=env))
-            whos += [f"c{c}w{i}" for i in range(workers)]
-        for p in range(processes):
-            procs.append(subprocess.Popen(
-                [sys.executable, "-c", _PROCESS, uri, f"p{p}", str(per_racer), str(eps), sync],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
-            whos.append(f"p{p}")
+        procs: list[subprocess.Popen[str]] = []
+        whos: list[str] = []
         try:
-            deadline = time.monotonic() + 300
-            while not all((Path(sync) / f"ready-{w}").exists() for w in whos):
-                dead = [p for p in procs if p.poll() not in (None, 0)]
-                if dead or time.monotonic() > deadline:
-                    err = dead[0].communicate()[1][-3000:] if dead else "timeout"
-                    raise RuntimeError(f"a racer did not get ready: {err}")
-                time.sleep(0.05)
+            # the clusters start one after another, each retried (a fresh driver and temp
+            # dir) when Ray's start-up times out on a loaded machine (its raylet wait is 30 s)
+            for c in range(clusters):
+                names = [f"c{c}w{i}" for i in range(workers)]
+                for attempt in range(3):
+                    temp = tempfile.mkdtemp(prefix=f"rc{c}{attempt}", dir=sync)  # short paths
+                    driver = subprocess.Popen(
+                        [sys.executable, "-c", _CLUSTER, uri, f"c{c}", str(workers),
+                         str(per_racer), str(eps), sync, temp], stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True, env=env)
+                    why = _wait_ready(sync, names, [driver])
+                    if why is None:
+                        break
+                    _stop(driver)
+                else:
+                    raise RuntimeError(f"Ray cluster c{c} did not start 3 times: {why}")
+                procs.append(driver)
+                whos += names
+            for k in range(processes):
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-c", _PROCESS, uri, f"p{k}", str(per_racer), str(eps),
+                     sync], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+                whos.append(f"p{k}")
+            why = _wait_ready(sync, whos, procs)
+            if why is not None:
+                raise RuntimeError(f"a racer did not get ready: {why}")
             t0 = time.perf_counter()
             (Path(sync) / "go").touch()
             reports = []
@@ -182,9 +215,7 @@ def run_race(uri: str, *, eps: float, processes: int, clusters: int, workers: in
             wall = time.perf_counter() - t0
         finally:
             for p in procs:  # only the racers started here, by their own handles
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+                _stop(p)
     acked = [a for r in reports for a in r["acked"]]
     stored = PrivacyLedger.read_only(uri, curve_check=CurveCheck.ON_DEMAND).charges()
     ids = [c.charge_id for c in stored]
