@@ -20,6 +20,12 @@ experiment takes one (εₖ, δₖ) point, its δ share δ·6/(π²k²) and the 
 δ on the tightest fixed-plan accounting, runs within that point on a ledger of its own, and
 the dataset's ledger halts by basic composition of the points. A dataset ledger created
 before (the adaptive RDP filter, Feldman & Zrnic 2021) keeps the rule its journal states.
+
+On PostgreSQL the registry is the organisation's: a ledger handle on a ``postgresql://`` URI
+binds the data it charges to that ledger (:func:`bind_data_to_ledger`, which ``DPTuner``
+calls as ``raydp-hpo run`` calls :func:`raydp_hpo.cli.experiment.
+bind_data_to_postgres_ledger`), so data already bound to another ledger is refused before
+anything is charged.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from raydp_hpo.ledger.journal import read_header
 from raydp_hpo.trainables.data import dataset_ledger_name
 
 __all__ = ["dataset_ledger_journal", "dataset_ledger_budget", "dataset_ledger_rule",
-           "create_dataset_ledger", "open_dataset_ledger"]
+           "create_dataset_ledger", "open_dataset_ledger", "bind_data_to_ledger"]
 
 #: How a new dataset ledger halts (see the module docstring).
 DATASET_ADAPTIVITY = Adaptivity.EXPERIMENTS
@@ -112,3 +118,28 @@ def create_dataset_ledger(dataset: str, budget: PrivacyBudget,
     adaptivity, accountant = dataset_ledger_rule(journal)
     PrivacyLedger(budget, journal, adaptivity=adaptivity, accountant=accountant).close()
     return journal
+
+
+def bind_data_to_ledger(ledger: LedgerHandle, dataset: str | None,
+                        out: Callable[[str], None] = print) -> LedgerHandle:
+    """Bind ``dataset`` (a data source's fingerprint or declared name) to ``ledger`` in the
+    PostgreSQL registry when ``ledger`` is stored in PostgreSQL
+    (:func:`raydp_hpo.ledger.pg.register_dataset`); return ``ledger``.
+
+    Data already bound to another ledger there is refused with
+    :class:`~raydp_hpo.errors.LedgerMismatchError` (a second budget on the same people is an
+    administrator's recorded act, not a run's choice); the ledger is left as it was. Nothing
+    to do for a journal-file ledger (its registry is the storage path) or unnamed data (it has
+    no identity to register; said on ``out``)."""
+    from raydp_hpo.ledger.pg import is_postgres_uri, register_dataset
+
+    uri = ledger.settings()["journal"]
+    if not is_postgres_uri(uri):
+        return ledger
+    if dataset is None:
+        out(f"[raydp-hpo] the data has no name, so it is not bound to ledger {uri} in the "
+            "registry; name it (DataSplits(..., name=...)) so no other ledger can take it")
+        return ledger
+    register_dataset(uri, dataset)
+    out(f"[raydp-hpo] data {dataset} is bound to ledger {uri}")
+    return ledger

@@ -471,9 +471,11 @@ class DPTuner(_DatasetPoints, _Release):
     def _shared_ledger(self) -> LedgerHandle | None:
         """The ledger this experiment shares with others (verified): the one given, else the
         dataset's; ``None`` for a fresh per-experiment budget (logged here)."""
-        if self._ledger is not None:
-            return self._ledger.verify()
         out = self._progress or _log.info
+        if self._ledger is not None:  # on PostgreSQL: the registry binds the data to it
+            from raydp_hpo.tune.dataset_ledger import bind_data_to_ledger
+
+            return bind_data_to_ledger(self._ledger.verify(), self._data.name, out)
         if self._dataset is None:
             line = (f"[raydp-hpo] experiment {self._experiment!r} spends from a fresh budget of "
                     f"its own (fresh_budget=True): ε={self._budget.epsilon:g}, "

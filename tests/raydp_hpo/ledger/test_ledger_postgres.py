@@ -498,3 +498,34 @@ def test_a_fixed_plan_pld_ledger_shared_by_two_writers_spends_as_one(
                 want = alone.try_charge(f"{name}{k}", SMALL)
                 assert got.admitted == want.admitted
                 assert got.epsilon_after == pytest.approx(want.epsilon_after, rel=1e-9)
+
+
+@pytestmark_pg
+@pytest.mark.ray
+@pytest.mark.cluster
+@pytest.mark.slow  # ~35 s: two Ray clusters start
+def test_two_ray_clusters_and_processes_race_on_one_ledger_and_admit_the_sequential_count(
+    server: PgServer, as_writer: None
+) -> None:
+    # two drivers, each starting its own local Ray cluster (own head, own temp dir) running
+    # racing tasks, and plain processes, all charging one ledger at once. The issue's scale
+    # (>= 10,000 charges, 2 clusters, 8 processes) is benchmarks/ledger_postgres.py --race.
+    from .postgres_race import run_race
+
+    result = run_race(server.uri("race-clusters"), eps=0.5, processes=2, clusters=2, workers=1,
+                      per_racer=150)
+    assert result.problems() == []
+    assert 0 < result.sequential < result.charges, "the budget must run out during the race"
+    assert len(result.clusters) == 2, "two distinct Ray clusters (GCS addresses) raced"
+    assert set(result.by_source) == {"c0", "c1", "processes"}, result.by_source
+    assert result.switches > 2, "the racers' charges interleave"
+
+
+def test_the_cluster_postgres_example_names_its_ledger_by_uri_without_credentials() -> None:
+    from raydp_hpo.cli.experiment import load_experiment
+
+    path = EXAMPLE.parent / "mnist1d_postgres.yaml"
+    spec = load_experiment(path)
+    uri = spec.ledger_journal()
+    assert isinstance(uri, str) and is_postgres_uri(uri)
+    assert parse_uri(uri).ledger == spec.ledger_name == "mnist1d-2000"
