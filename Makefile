@@ -10,7 +10,7 @@ TORCH_PIN := torch==2.13.0
 export RAY_AUTH_MODE ?= disabled
 export PYTHONUNBUFFERED := 1
 
-.PHONY: venv demo test test-slow test-cluster test-postgres postgres-server lint bench bench-postgres audit clean
+.PHONY: venv demo test test-slow test-cluster test-postgres postgres-server lint docs bench bench-postgres audit clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,11 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy raydp_hpo tests/typecheck
 	$(VENV)/bin/lint-imports
 
+# The documentation site (mkdocs.yml, docs/), warnings as errors, into site/ (git-ignored).
+# CI runs it; tests/test_docs.py runs every code block of the pages.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 bench: $(STAMP)
 	$(PY) benchmarks/ledger.py
 
@@ -64,4 +69,4 @@ audit: $(STAMP)
 	$(PY) benchmarks/privacy_audit.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build site *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -26,19 +26,21 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _yaml_files() -> list[tuple[str, Any]]:
-    """Every YAML file of cluster/examples/ and every ```yaml block of the READMEs, parsed."""
+    """Every YAML file of cluster/examples/ and every ```yaml block of the READMEs and
+    docs/, parsed."""
     out = []
     for path in sorted((ROOT / "cluster" / "examples").glob("*.yaml")):
         out.append((str(path.relative_to(ROOT)), yaml.safe_load(path.read_text())))
-    for readme in (ROOT / "README.md", ROOT / "cluster" / "README.md"):
+    for readme in (ROOT / "README.md", ROOT / "cluster" / "README.md",
+                   *sorted((ROOT / "docs").rglob("*.md"))):
         for i, block in enumerate(re.findall(r"```yaml\n(.*?)```", readme.read_text(), re.S)):
             out.append((f"{readme.relative_to(ROOT)} block {i}", yaml.safe_load(block)))
     return out
 
 
 def _examples() -> list[tuple[str, dict[str, Any]]]:
-    """Every experiment file of cluster/examples/ and every ```yaml block of the READMEs that
-    is one (federated files, ``kind: federated``, have their own format)."""
+    """Every experiment file of cluster/examples/ and every ```yaml block of the READMEs and
+    docs/ that is one (federated files, ``kind: federated``, have their own format)."""
     return [(name, raw) for name, raw in _yaml_files()
             if isinstance(raw, dict) and "experiment" in raw and raw.get("kind") != "federated"]
 
@@ -72,7 +74,7 @@ def _schema_errors(schema: dict[str, Any], raw: Any) -> list[str]:
 def test_there_are_examples_and_the_readme_shows_one() -> None:
     names = [name for name, _ in EXAMPLES]
     assert "cluster/examples/mnist1d_small.yaml" in names
-    assert any(name.startswith("README.md") for name in names), names
+    assert any(name.startswith("docs/") for name in names), names  # the docs show one
 
 
 @pytest.mark.parametrize(("name", "raw"), EXAMPLES, ids=[n for n, _ in EXAMPLES])
