@@ -70,6 +70,7 @@ from raydp_hpo.trainables.dp_step import (
     _layer_grad,
     _zero_rows,
     bk_unsupported_reason,
+    shadowed_forwards,
 )
 
 __all__ = [
@@ -157,23 +158,12 @@ class NativePrivateModule(nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled():
             return self._module(*args, **kwargs)
-        saved: list[tuple[nn.Module, Any]] = []
-        missing = object()
-        try:
-            for m in self.layers:
-                saved.append((m, m.__dict__.get("forward", missing)))
-                m.__dict__["forward"] = self._recording(m, m.forward)
+        with shadowed_forwards(self.layers, self._recording):
             return self._module(*args, **kwargs)
-        finally:
-            for m, own in reversed(saved):
-                if own is missing:
-                    m.__dict__.pop("forward", None)
-                else:
-                    m.__dict__["forward"] = own
 
     def _recording(self, m: nn.Module, original: Callable[..., Any]) -> Callable[..., Any]:
-        """``m.forward`` shadowed for one call of the module (as ``dp_step._record_layers``
-        does: no forward hook, so ``nn.Module.__call__`` keeps its fast path)."""
+        """``m.forward`` shadowed for one call of the module (:func:`shadowed_forwards`, as
+        ``dp_step._record_layers`` does: no forward hook, so ``__call__`` keeps its fast path)."""
 
         def recording(*args: Any, **kwargs: Any) -> Any:
             inp = args[0] if args else kwargs.get("input")

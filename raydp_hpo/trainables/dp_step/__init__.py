@@ -64,6 +64,7 @@ from raydp_hpo.trainables.dp_step.bookkeeping import (
     _record_layers,
     bk_unsupported_reason,
     make_clipper,
+    shadowed_forwards,
     supports_bk,
 )
 from raydp_hpo.trainables.dp_step.clipping import _EPS, _Clipper, _row_sq_norms, _zero_rows

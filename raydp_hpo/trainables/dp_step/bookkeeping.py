@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, cast
 
 import torch
@@ -84,6 +85,30 @@ def supports_bk(model: nn.Module) -> bool:
 _MISSING = object()
 
 
+@contextmanager
+def shadowed_forwards(
+    layers: Sequence[nn.Module],
+    wrap: Callable[[nn.Module, Callable[..., Any]], Callable[..., Any]],
+) -> Iterator[None]:
+    """Inside the block each of ``layers`` runs ``wrap(layer, layer.forward)`` as its
+    ``forward``: an instance attribute, which ``nn.Module.__call__`` looks up first, so
+    pre-hooks and hooks run as usual and ``__call__`` keeps its fast path (no forward hook).
+    The originals (an instance ``forward`` of the user's own, or none) are restored in
+    reverse order on the way out, also when the block raises."""
+    saved: list[tuple[nn.Module, Any]] = []
+    try:
+        for m in layers:
+            saved.append((m, m.__dict__.get("forward", _MISSING)))
+            m.__dict__["forward"] = wrap(m, m.forward)
+        yield
+    finally:
+        for m, own in reversed(saved):
+            if own is _MISSING:
+                m.__dict__.pop("forward", None)
+            else:
+                m.__dict__["forward"] = own
+
+
 def _record_layers(
     model: nn.Module, layers: Sequence[nn.Module], x: torch.Tensor
 ) -> dict[nn.Module | None, list[tuple[torch.Tensor, torch.Tensor]]]:
@@ -105,36 +130,24 @@ def _record_layers(
     records: dict[nn.Module | None, list[tuple[torch.Tensor, torch.Tensor]]] = {
         m: [] for m in unique
     }
-    saved = []
-    try:
-        for m in unique:
-            own = m.__dict__.get("forward", _MISSING)
-            saved.append((m, own))
-            original = m.forward
 
-            def recording(
-                *args: Any, _m: nn.Module = m,
-                _original: Callable[..., torch.Tensor] = original, **kwargs: Any,
-            ) -> torch.Tensor:
-                inp = args[0] if args else kwargs.get("input")
-                if not isinstance(inp, torch.Tensor):
-                    raise RayDPHPOError(
-                        f"book-keeping clipping needs each {type(_m).__name__} layer's input "
-                        "as its first positional argument (or input=...): use "
-                        "grad_sample_mode='opacus'"
-                    )
-                out = _original(*args, **kwargs)
-                records[_m].append((inp.detach(), out))
-                return out
+    def recording_for(m: nn.Module, original: Callable[..., torch.Tensor]) -> Callable[..., Any]:
+        def recording(*args: Any, **kwargs: Any) -> torch.Tensor:
+            inp = args[0] if args else kwargs.get("input")
+            if not isinstance(inp, torch.Tensor):
+                raise RayDPHPOError(
+                    f"book-keeping clipping needs each {type(m).__name__} layer's input "
+                    "as its first positional argument (or input=...): use "
+                    "grad_sample_mode='opacus'"
+                )
+            out = original(*args, **kwargs)
+            records[m].append((inp.detach(), out))
+            return out
 
-            m.__dict__["forward"] = recording
+        return recording
+
+    with shadowed_forwards(unique, recording_for):
         logits = model(x)
-    finally:
-        for m, own in reversed(saved):
-            if own is _MISSING:
-                m.__dict__.pop("forward", None)
-            else:
-                m.__dict__["forward"] = own
     records[None] = [(x, logits)]
     return records
 
