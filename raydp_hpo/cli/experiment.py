@@ -202,7 +202,7 @@ def _run_experiment(spec: ExperimentFile, progress_interval_s: float,
     from raydp_hpo.accounting.accountants import Accountant
     from raydp_hpo.ledger.actor import get_ledger
     from raydp_hpo.ledger.filter import Adaptivity
-    from raydp_hpo.tune.dataset_ledger import dataset_ledger_rule
+    from raydp_hpo.tune.dataset_ledger import check_data_registry, dataset_ledger_rule
     from raydp_hpo.tune.publish import find_release
     from raydp_hpo.tune.tuner import DPTuner
 
@@ -231,6 +231,8 @@ def _run_experiment(spec: ExperimentFile, progress_interval_s: float,
     train_size, val_size = spec.data.public_sizes()
     ledger_budget = _dataset_ledger_budget(spec, out)
     warn_if_ephemeral(spec.storage, "storage_path", out)
+    # the organisation's registry (RAYDP_HPO_REGISTRY), whatever ledger this run names
+    check_data_registry([spec.data.fingerprint()], spec.ledger_journal(), out)
     bind_data_to_postgres_ledger(spec, ledger_budget, out)  # before Ray and any charge
     if isinstance(spec.ledger_journal(), Path):  # a PostgreSQL ledger is no local file
         warn_if_ephemeral(spec.ledger_journal(), "ledger journal", out)

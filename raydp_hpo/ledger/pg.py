@@ -525,7 +525,9 @@ class PgJournal:
 
 # -- dataset registry ---------------------------------------------------------------------------
 def ledger_for_dataset(uri: str, fingerprint: str) -> list[str]:
-    """Ledgers registered for data source ``fingerprint`` (oldest first; empty if none)."""
+    """Ledgers registered for data source ``fingerprint`` (oldest first; empty if none).
+    A database that fails the query raises :class:`LedgerUnavailableError` (fail closed)."""
+    psycopg = _psycopg()
     loc = parse_uri(uri, need_ledger=False)
     conn = _connect(loc)
     try:
@@ -535,6 +537,9 @@ def ledger_for_dataset(uri: str, fingerprint: str) -> list[str]:
             "ORDER BY registered_at, ledger", (fingerprint,)
         ).fetchall()
         return [r[0] for r in rows]
+    except psycopg.Error as exc:
+        raise LedgerUnavailableError(f"looking up {fingerprint!r} in the registry of {loc.uri}: "
+                                     f"{_first_line(exc)}") from None
     finally:
         conn.close()
 

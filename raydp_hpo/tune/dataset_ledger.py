@@ -25,24 +25,32 @@ On PostgreSQL the registry is the organisation's: a ledger handle on a ``postgre
 binds the data it charges to that ledger (:func:`bind_data_to_ledger`, which ``DPTuner``
 calls as ``raydp-hpo run`` calls :func:`raydp_hpo.cli.experiment.
 bind_data_to_postgres_ledger`), so data already bound to another ledger is refused before
-anything is charged.
+anything is charged. The organisation's registry can also be named for every run, whatever
+ledger it charges: with ``RAYDP_HPO_REGISTRY`` set, :func:`check_data_registry` (called where
+``DPTuner`` chooses its ledger and where ``raydp-hpo run`` does) refuses a run on data the
+registry binds to another ledger, including a journal file and ``fresh_budget=True``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from raydp_hpo.accounting.accountants import Accountant
 from raydp_hpo.accounting.budget import PrivacyBudget
-from raydp_hpo.errors import InvalidParameterError
+from raydp_hpo.errors import InvalidParameterError, LedgerMismatchError
 from raydp_hpo.ledger.actor import DEFAULT_NAMESPACE, LedgerHandle, get_ledger
 from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger
 from raydp_hpo.ledger.journal import read_header
 from raydp_hpo.trainables.data import dataset_ledger_name
 
 __all__ = ["dataset_ledger_journal", "dataset_ledger_budget", "dataset_ledger_rule",
-           "create_dataset_ledger", "open_dataset_ledger", "bind_data_to_ledger"]
+           "create_dataset_ledger", "open_dataset_ledger", "bind_data_to_ledger",
+           "check_data_registry", "REGISTRY_ENV"]
+
+#: The environment variable naming the organisation's dataset registry (a PostgreSQL URI).
+REGISTRY_ENV = "RAYDP_HPO_REGISTRY"
 
 #: How a new dataset ledger halts (see the module docstring).
 DATASET_ADAPTIVITY = Adaptivity.EXPERIMENTS
@@ -143,3 +151,77 @@ def bind_data_to_ledger(ledger: LedgerHandle, dataset: str | None,
     register_dataset(uri, dataset)
     out(f"[raydp-hpo] data {dataset} is bound to ledger {uri}")
     return ledger
+
+
+def _database(uri: str) -> tuple[str, int, str]:
+    """The database a PostgreSQL URI names, as written: (host, port, database name)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    return (parts.hostname or "").lower(), parts.port or 5432, parts.path.lstrip("/")
+
+
+def check_data_registry(names: Iterable[str | None], charged: str | Path | None,
+                        out: Callable[[str], None] = print) -> None:
+    """Before a run's first charge: refuse data that the organisation's registry binds to a
+    ledger other than the one this run charges.
+
+    The registry is the database named by the environment variable :data:`REGISTRY_ENV`
+    (``RAYDP_HPO_REGISTRY=postgresql://host:port/db``; credentials from libpq, a password in
+    the URI is refused). Unset or empty: nothing is checked (behaviour as without a registry).
+    Set: each of ``names`` (the data's fingerprint or declared name, as
+    :func:`bind_data_to_ledger` registers it) is looked up there
+    (:func:`raydp_hpo.ledger.pg.ledger_for_dataset`). ``charged`` is the ledger the run
+    charges: a PostgreSQL URI, a journal file, or ``None`` for a fresh budget
+    (``fresh_budget=True``). Bound data passes only when ``charged`` is one of its bound
+    ledgers in the registry's database (same host, port and database as written); a journal
+    file and a fresh budget never are. Otherwise :class:`~raydp_hpo.errors.LedgerMismatchError`
+    names the bound ledger: a second budget on the same people is an administrator's recorded
+    act (:func:`raydp_hpo.ledger.pg.register_dataset` with ``admin_reason``), not a run's
+    choice. Unbound data passes (a PostgreSQL ledger then binds it, :func:`bind_data_to_ledger`).
+    A registry that cannot be reached or queried raises
+    :class:`~raydp_hpo.errors.LedgerUnavailableError` (fail closed: nothing is charged).
+    Unnamed data has no identity to look up: said on ``out``."""
+    from raydp_hpo.ledger.pg import is_postgres_uri, ledger_for_dataset, parse_uri
+
+    registry = os.environ.get(REGISTRY_ENV, "").strip()
+    if not registry:
+        return
+    if not is_postgres_uri(registry):
+        raise InvalidParameterError(
+            f"{REGISTRY_ENV}={registry!r} is not a PostgreSQL URI; set it to the registry's "
+            "database, postgresql://host:port/db (credentials from libpq), or unset it"
+        )
+    try:
+        base = parse_uri(registry, need_ledger=False).conninfo
+    except InvalidParameterError as exc:
+        raise InvalidParameterError(f"{REGISTRY_ENV}: {exc}") from None
+    named = list(dict.fromkeys(n for n in names if n))
+    if not named:
+        out(f"[raydp-hpo] the data has no name, so the registry {base} ({REGISTRY_ENV}) cannot "
+            "say whose budget it is; name it (DataSplits(..., name=...))")
+        return
+    if isinstance(charged, str) and is_postgres_uri(charged):
+        loc = parse_uri(charged)
+        on_registry = _database(charged) == _database(base)
+        what = f"ledger {loc.uri}"
+    else:
+        loc, on_registry = None, False
+        what = ("a fresh budget of its own (fresh_budget=True)" if charged is None
+                else f"the journal file {charged}")
+    for name in named:
+        bound = ledger_for_dataset(base, name)
+        if not bound or (on_registry and loc is not None and loc.ledger in bound):
+            continue
+        sep = "&" if "?" in base else "?"
+        uris = [f"{base}{sep}ledger={b}" for b in bound]
+        raise LedgerMismatchError(
+            f"data source {name!r} already has its budget in ledger(s) {uris} (registry "
+            f"{REGISTRY_ENV}={base}); this run charges {what}, a fresh budget on the same "
+            f"data. Run on {uris[0]} (DPTuner(ledger=get_ledger(..., {uris[0]!r})) or "
+            "ledger.uri in the experiment file), or, if a second budget is really meant, have "
+            "an administrator register a new PostgreSQL ledger for it with an admin_reason "
+            "(raydp_hpo.ledger.pg.register_dataset, recorded) and run on that one."
+        )
+    out(f"[raydp-hpo] registry ({REGISTRY_ENV}) {base}: data {', '.join(named)} may be "
+        f"charged on {what}")

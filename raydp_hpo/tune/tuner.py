@@ -470,12 +470,25 @@ class DPTuner(_DatasetPoints, _Release):
 
     def _shared_ledger(self) -> LedgerHandle | None:
         """The ledger this experiment shares with others (verified): the one given, else the
-        dataset's; ``None`` for a fresh per-experiment budget (logged here)."""
-        out = self._progress or _log.info
-        if self._ledger is not None:  # on PostgreSQL: the registry binds the data to it
-            from raydp_hpo.tune.dataset_ledger import bind_data_to_ledger
+        dataset's; ``None`` for a fresh per-experiment budget (logged here). Every choice is
+        first checked against the organisation's registry when ``RAYDP_HPO_REGISTRY`` is set
+        (:func:`raydp_hpo.tune.dataset_ledger.check_data_registry`)."""
+        from raydp_hpo.tune.dataset_ledger import (
+            bind_data_to_ledger,
+            check_data_registry,
+            dataset_ledger_journal,
+        )
 
-            return bind_data_to_ledger(self._ledger.verify(), self._data.name, out)
+        out = self._progress or _log.info
+        given = None if self._ledger is None else self._ledger.verify()
+        charged: str | Path | None = (
+            given.settings()["journal"] if given is not None
+            else None if self._dataset is None  # fresh_budget=True
+            else dataset_ledger_journal(self._storage, self._dataset)
+        )
+        check_data_registry((self._dataset, self._data.name), charged, out)  # before any charge
+        if given is not None:  # on PostgreSQL: the registry binds the data to it
+            return bind_data_to_ledger(given, self._data.name, out)
         if self._dataset is None:
             line = (f"[raydp-hpo] experiment {self._experiment!r} spends from a fresh budget of "
                     f"its own (fresh_budget=True): ε={self._budget.epsilon:g}, "
