@@ -21,7 +21,7 @@ import yaml
 from raydp_hpo.cli.main import EXIT_BAD_INPUT, EXIT_OK, main
 from raydp_hpo.ledger.filter import PrivacyLedger
 from raydp_hpo.ledger.pg import grant_ledger_role, ledger_for_dataset
-from tests.raydp_hpo.ledger.pg_server import PgServer, start_server
+from tests.raydp_hpo.ledger.pg_server import PgServer, running_server
 
 pytestmark = [pytest.mark.postgres, pytest.mark.ray, pytest.mark.slow]  # two small runs
 
@@ -36,10 +36,7 @@ def server() -> Iterator[PgServer]:
     gets in got the password from the environment."""
     import psycopg
 
-    srv, why = start_server()
-    if srv is None:
-        pytest.skip(why)
-    try:
+    with running_server() as srv:
         with psycopg.connect(srv.admin_conninfo(), autocommit=True) as conn:
             conn.execute("SET password_encryption = 'scram-sha-256'")
             conn.execute(f"CREATE ROLE {ROLE} LOGIN PASSWORD '{PASSWORD}'")
@@ -53,8 +50,6 @@ def server() -> Iterator[PgServer]:
         hba.write_text(f"host all {ROLE} 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
         srv._run("pg_ctl", "-D", str(srv.data), "-w", "reload")
         yield srv
-    finally:
-        srv.cleanup()
 
 
 def _experiment(tmp_path: Path, name: str, uri: str) -> Path:

@@ -17,6 +17,8 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 WRITER = "ledger_rw"
@@ -133,3 +135,18 @@ def start_server() -> tuple[PgServer | None, str]:
         server.cleanup()
         return None, f"could not start a throw-away PostgreSQL server: {exc} {detail}".strip()
     return server, ""
+
+
+@contextmanager
+def running_server() -> Iterator[PgServer]:
+    """A started throw-away server for a test fixture, cleaned up on exit; the test is skipped
+    (with :func:`start_server`'s reason) where none can start here."""
+    import pytest
+
+    srv, why = start_server()
+    if srv is None:
+        pytest.skip(why)
+    try:
+        yield srv
+    finally:
+        srv.cleanup()

@@ -31,7 +31,7 @@ from raydp_hpo.errors import (
 from raydp_hpo.ledger.filter import PrivacyLedger
 from raydp_hpo.ledger.pg import is_postgres_uri, migrate_journal, parse_uri
 
-from .pg_server import READER, WRITER, PgServer, start_server
+from .pg_server import READER, WRITER, PgServer, running_server
 
 TRIAL = SubsampledGaussian(1.0, 0.01, 500)
 SMALL = SubsampledGaussian(4.0, 0.001, 50)  # many fit in BUDGET
@@ -118,13 +118,8 @@ def test_a_bad_ledger_uri_in_an_experiment_file_is_refused(ledger: dict[str, str
 # -- a real server ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def server() -> Iterator[PgServer]:
-    srv, why = start_server()
-    if srv is None:
-        pytest.skip(why)
-    try:
+    with running_server() as srv:
         yield srv
-    finally:
-        srv.cleanup()
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from raydp_hpo.ledger.pg import ledger_for_dataset, register_dataset
 from raydp_hpo.trainables.data import DataSplits, load_mnist1d, split
 from raydp_hpo.tune.dataset_ledger import REGISTRY_ENV, check_data_registry
 from raydp_hpo.tune.tuner import DPTuner
-from tests.raydp_hpo.ledger.pg_server import WRITER, PgServer, start_server
+from tests.raydp_hpo.ledger.pg_server import WRITER, PgServer, running_server
 
 pytestmark = [pytest.mark.postgres]
 
@@ -36,13 +36,8 @@ BUDGET = PrivacyBudget(2.0, 1e-5)
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[PgServer]:
-    srv, why = start_server()
-    if srv is None:
-        pytest.skip(why)
-    try:
+    with running_server() as srv:
         yield srv
-    finally:
-        srv.cleanup()
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from raydp_hpo.ledger.filter import PrivacyLedger
 from raydp_hpo.ledger.pg import ledger_for_dataset
 from raydp_hpo.trainables.data import load_mnist1d, split
 from raydp_hpo.tune.tuner import DPTuner
-from tests.raydp_hpo.ledger.pg_server import WRITER, PgServer, start_server
+from tests.raydp_hpo.ledger.pg_server import WRITER, PgServer, running_server
 
 SPACE = {"lr": tune.loguniform(0.05, 1.0), "epochs": 1, "sample_rate": 0.1,
          "max_grad_norm": 1.0, "model": "mlp", "optimizer": "sgd"}
@@ -29,13 +29,8 @@ pytestmark = [pytest.mark.postgres, pytest.mark.ray, pytest.mark.slow]  # three 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[PgServer]:
-    srv, why = start_server()
-    if srv is None:
-        pytest.skip(why)
-    try:
+    with running_server() as srv:
         yield srv
-    finally:
-        srv.cleanup()
 
 
 def _as_writer(uri: str) -> str:
