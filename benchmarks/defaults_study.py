@@ -590,6 +590,20 @@ def choose(stats: Mapping[tuple[str, float, str], Mapping[str, Any]], candidates
     return winner["setting"], scored
 
 
+def family_default(stats: Mapping[tuple[str, float, str], Mapping[str, Any]], family: str
+                   ) -> tuple[str | None, list[dict[str, Any]]]:
+    """Section 7.2: :func:`choose` within ``family``; the shipped (★) setting stays unless the
+    winner's score exceeds its own by more than TIE_MARGIN."""
+    names = [n for n, s in SETTINGS.items() if s.family == family]
+    winner, scored = choose(stats, names, EPSILONS, DEFAULT_CAP)
+    shipped = next((n for n in names if SETTINGS[n].shipped_default), None)
+    score = {c["setting"]: c["score"] for c in scored}
+    if winner is not None and shipped in score and \
+            score[shipped] >= score[winner] - TIE_MARGIN:
+        return shipped, scored
+    return winner, scored
+
+
 #: the families that apply to each kind of space (preregistration section 7.3): linear
 #: scaling needs the lr as the one tuned key (a range), grid and SVT a finite grid; random
 #: stopping, subsampled transfer and one-shot take any space
@@ -705,8 +719,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     out += [f"* {c['setting']}: score {_pct(c['score'])}, G {c['G']:.1f}, pooled RERR "
             f"{_pct(c['pooled_rerr'])}" for c in scored]
     for family in CHOSEN_FAMILIES:
-        w, sc = choose(stats, [n for n, s in SETTINGS.items() if s.family == family], EPSILONS,
-                       DEFAULT_CAP)
+        w, sc = family_default(stats, family)
         out += ["", f"{family}: **{w}**"] + [f"* {c['setting']}: {_pct(c['score'])}, G "
                                              f"{c['G']:.1f}" for c in sc]
     out += ["", "Target at ε = 3 on the grid's seeds (the confirmation decides):", ""]

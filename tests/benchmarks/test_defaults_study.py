@@ -144,3 +144,53 @@ def test_decision_rule_is_the_worst_dataset_low_tail_then_compute() -> None:
 
 def test_epsilon_bands() -> None:
     assert [ds.epsilon_band(e) for e in (0.5, 1.7, 1.8, 4.8, 5.0, 16)] == [1, 1, 3, 3, 8, 8]
+
+
+def test_report_writes_the_table_the_decisions_and_the_auto_table(tmp_path: Path) -> None:
+    evals = {"one_shot_random": 1.0, "oracle": 7.0, "rs_tnb2_k20": 20.0, "ls_refined": 7.0}
+    accs = {d: {"one_shot_random": [0.5, 0.6], "oracle": [0.9, 0.9],
+                "rs_tnb2_k20": [0.85, 0.8], "ls_refined": [0.88, 0.86]}
+            for d in ds.DATASETS}
+    rows = _rows(accs, evals)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for eps in ds.EPSILONS:
+        (runs / f"x_eps{eps:g}.jsonl").write_text(
+            "".join(json.dumps({**r, "epsilon": eps}) + "\n" for r in rows))
+    (runs / "cli_digits_eps3.jsonl").write_text("".join(
+        json.dumps({**r, "path": "cli"}) + "\n" for r in rows
+        if r["dataset"] == "digits" and r["setting"] == "ls_refined"))
+    assert ds.main(["report", "--out", str(tmp_path)]) == 0
+    decisions = (tmp_path / "decisions.md").read_text()
+    assert "Package default (cap G ≤ 25): **ls_refined**" in decisions
+    assert "digits ε=3 ls_refined: CLI 0.8700" in decisions and "→ inside" in decisions
+    table = json.loads((tmp_path / "auto_table.json").read_text())
+    assert len(table) == len(ds.EPSILONS) * len(ds.COMPUTE_BANDS) * len(ds.SPACE_CLASSES)
+    row = next(r for r in table if r["epsilon_band"] == 3.0 and r["compute_limit"] == "inf"
+               and r["space_class"] == "lr_only")
+    assert row["setting"] == "ls_refined" and row["runner_up"] == "rs_tnb2_k20"
+    other = next(r for r in table if r["epsilon_band"] == 3.0 and r["compute_limit"] == "inf"
+                 and r["space_class"] == "other")
+    assert other["setting"] == "rs_tnb2_k20"  # linear scaling needs an lr-only space
+    assert "| tabular | 3 | ls_refined | 2 |" in (tmp_path / "results_table.md").read_text()
+
+
+def test_a_shipped_default_stays_within_the_tie_margin() -> None:
+    evals = {"one_shot_random": 1.0, "oracle": 7.0, "rs_geom_k10": 10.0, "rs_geom_k5": 5.0,
+             "rs_tnb2_k20": 20.0}
+
+    def stats_with(k10: float) -> Any:
+        accs = {d: {"one_shot_random": [0.5] * 10, "oracle": [0.9] * 10,
+                    "rs_geom_k10": [k10] * 10, "rs_geom_k5": [0.845] * 10,
+                    "rs_tnb2_k20": [0.86] * 10} for d in ds.DATASETS}
+        return ds.cell_stats([{**r, "epsilon": e} for e in ds.EPSILONS
+                              for r in _rows(accs, evals)])
+
+    # scores: tnb20 0.9, k10 0.875, k5 0.8625: all within 0.05, the rule takes the cheapest
+    stats = stats_with(0.85)
+    assert ds.choose(stats, ["rs_geom_k10", "rs_geom_k5", "rs_tnb2_k20"], ds.EPSILONS,
+                     ds.DEFAULT_CAP)[0] == "rs_geom_k5"
+    # ... but the shipped k10 is within the margin of that winner: it stays the default
+    assert ds.family_default(stats, "random_stopping")[0] == "rs_geom_k10"
+    # a shipped default far behind (score 0.5) is replaced
+    assert ds.family_default(stats_with(0.7), "random_stopping")[0] == "rs_geom_k5"
