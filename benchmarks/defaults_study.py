@@ -339,6 +339,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     accountant = pu.resolve_accountant("auto")
     path = chunk_path(args.out, args.dataset, args.epsilon, args.seed_set)
     path.parent.mkdir(parents=True, exist_ok=True)
+    load(args.dataset)  # a tabular table other than the pre-registered one stops here
     done = read_rows(path)
     jobs = order(pending([(s, seed) for s in settings for seed in seeds], done,
                          args.retry_errors))
@@ -443,6 +444,7 @@ def cmd_cli_check(args: argparse.Namespace) -> int:
 
     path = chunk_path(args.out, args.dataset, args.epsilon, prefix="cli_")
     path.parent.mkdir(parents=True, exist_ok=True)
+    load(args.dataset)  # as in run: the pre-registered table or nothing
     seeds = list(CLI_SEEDS[: args.seeds] if args.seeds is not None else CLI_SEEDS)
     jobs = order(pending([(s, seed) for s in (args.settings or CLI_SETTINGS) for seed in seeds],
                          read_rows(path), args.retry_errors))
