@@ -522,7 +522,7 @@ def test_resume_needs_the_experiments_charges_on_its_ledger(tmp_path: Path) -> N
     with PrivacyLedger(PrivacyBudget(3.0, 1e-5), journal) as ledger:
         ledger.charge("other/plan", SubsampledGaussian(2.0, 0.01, 10))
     before = journal.read_bytes()
-    with pytest.raises(LedgerMismatchError, match="holds no charge of it .*'exp/'"):
+    with pytest.raises(LedgerMismatchError, match="holds no charge of this run .*'exp/'"):
         require_earlier_charges(journal, "exp")
     with pytest.raises(LedgerMismatchError, match="'exp/'"):
         require_earlier_charges(journal, "exp", ())  # a live ledger's charges
