@@ -217,7 +217,11 @@ class DPTuner(_DatasetPoints, _Release):
             returns; its journal under ``storage_path/<experiment>`` stays and is the record).
             An explicit choice, logged: a budget per experiment is how tuning 200
             configurations ends up reported as one run's ε.
-        experiment: experiment name (prefix of every charge id); default: a fresh unique one.
+        experiment: experiment name; default: a fresh unique one. Every charge id of a run is
+            ``<experiment>@<run id>/...``, the run id fresh for every run (:attr:`run_id`, OS
+            entropy): a second run under a used name pays again, never replays the first
+            run's charge; only :meth:`restore` / ``fit(resume=True)`` continue a run's
+            charges, with the run id its experiment directory records.
         search_kwargs: algorithm-specific keyword arguments, ``preset`` included (e.g.
             ``{"preset": "tnb20"}``, :data:`raydp_hpo.searchers.PRESETS`); unknown ones are
             refused here, all at once.
@@ -723,8 +727,15 @@ class DPTuner(_DatasetPoints, _Release):
         data (trials run in their own processes, so their outputs cannot stop the driver; an
         operator or an out-of-memory kill that correlates with the data is outside it). A
         tuner from :meth:`restore` resumes by default. A resume is refused unless the ledger
-        it attaches to holds the experiment's earlier charges
-        (:func:`require_earlier_charges`): a moved journal is never a fresh budget.
+        it attaches to holds the earlier charges of the run its experiment directory records
+        (its run id, :func:`recorded_run_id`; :func:`require_earlier_charges`): a moved
+        journal is never a fresh budget, and another run's charges are never its own.
+
+        A search that selects nothing, for any reason (every trial failed, a failed final
+        run, K = 0 drawn, the ledger refused the trials first), raises
+        :class:`~raydp_hpo.errors.SearchFailedError` after the certificate of what it spent
+        is written (``public/release.json``: ``"selected": false`` and the ``reason``); the
+        error's ``result`` is the :class:`DPResult`.
         """
         resume = self._resume if resume is None else bool(resume)
         ensure_ray()
@@ -776,7 +787,9 @@ class DPTuner(_DatasetPoints, _Release):
         used one, ``search`` when it was a constructed searcher (construct it with the same
         arguments: its saved state, secret draws included, is restored into it and a different
         plan is refused), and callbacks / progress. Nothing is charged twice: the plan charge is
-        replayed by its id, and trials continue inside their admitted charges.
+        replayed by its id — which carries the run id recorded in ``path``, so a restore
+        attaches only to the charges of that run — and trials continue inside their admitted
+        charges.
         """
         exp_dir = Path(path).expanduser().resolve()
         if not cls.can_restore(exp_dir):
