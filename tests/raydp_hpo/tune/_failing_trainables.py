@@ -10,12 +10,15 @@ import raydp_hpo
 from tests.raydp_hpo.tune._user_trainables import N, TinyMLP, tensors
 
 
-class WithBatchNorm(nn.Module):
-    """BatchNorm mixes the records of a batch: Opacus refuses it with its own ValueError."""
+class WithUnusedLayer(nn.Module):
+    """A layer defined but never used in ``forward`` (a common leftover): its parameters get
+    no per-sample gradient, and Opacus's optimizer refuses the step with its own ValueError
+    ("Per sample gradient is not initialized")."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2))
+        self.net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        self.unused = nn.Linear(8, 2)
 
     def forward(self, x):  # type: ignore[no-untyped-def]
         return self.net(x)
@@ -27,17 +30,16 @@ def trainable(config: dict) -> None:
     a model it cannot make private, on the Opacus engine)."""
     variant = config["variant"]
     with raydp_hpo.trial_session(config) as trial:
-        if variant == "opacus_value_error":
-            model: nn.Module = WithBatchNorm()
-            import torch
-
-            opt = torch.optim.SGD(model.parameters(), lr=config["lr"])
-            trial.make_private(model, opt, tensors(N, 0), engine="opacus")
-        model = TinyMLP(8)
         import torch
 
+        model: nn.Module = WithUnusedLayer() if variant == "opacus_value_error" else TinyMLP(8)
         opt = torch.optim.SGD(model.parameters(), lr=config["lr"])
-        model, opt, loader = trial.make_private(model, opt, tensors(N, 0))
+        model, opt, loader = trial.make_private(model, opt, tensors(N, 0), engine="opacus")
+        if variant == "opacus_value_error":
+            for x, y in loader:
+                opt.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()  # Opacus: ValueError, no per-sample gradient for `unused`
         if variant == "report_dict":
             trial.report({"loss": 1.0})  # type: ignore[call-arg]
         if variant == "value_error":

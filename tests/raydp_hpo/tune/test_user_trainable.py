@@ -126,7 +126,8 @@ def test_a_search_whose_every_trial_fails_says_so(ray_session, tmp_path: Path) -
     errors = {t["config"]["variant"]: t["error"] for t in out.private_trials}
     assert "ValueError" in errors["value_error"] and "n/a" in errors["value_error"]
     assert "TypeError" in errors["report_dict"]
-    assert "BatchNorm" in errors["opacus_value_error"]
+    assert "ValueError" in errors["opacus_value_error"]
+    assert "Per sample gradient is not initialized" in errors["opacus_value_error"]
     assert out.hyperparameters is None and len(out.certificate.charges) == 3
     public = json.loads((Path(out.experiment_path) / "public" / "release.json").read_text())
     assert public["selected"] is False and public["hyperparameters"] is None
