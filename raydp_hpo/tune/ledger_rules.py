@@ -142,7 +142,8 @@ def require_earlier_charges(journal: Path | str | None, experiment: str,
         also = (f" (it holds charges of other runs of this name: {', '.join(others)}; a "
                 "resume attaches only to the charges of the run it continues)" if others else "")
         raise LedgerMismatchError(
-            f"cannot resume experiment {experiment!r} (run {run_id or 'from before run ids'}):"
+            f"cannot resume experiment {experiment!r} (run "
+            f"{run_id or 'without a run id: from before run ids, or its dptuner.pkl is gone'}):"
             f" {where} holds no charge of this run (no charge id starting with {prefix!r}), "
             f"so it is not the ledger this run charged{also}. Either resume it with the "
             "ledger (journal, storage path) it started on, or run the experiment again as a "

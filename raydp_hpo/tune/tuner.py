@@ -140,21 +140,17 @@ def _same_space(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 def recorded_run_id(exp_dir: str | os.PathLike[str]) -> str | None:
     """The run id that the run in the experiment directory ``exp_dir`` recorded in its restore
-    file when it started (``None``: a run from before run ids). A resume proves with it that
-    it continues that run (:func:`require_earlier_charges`); a run directory without a
-    restore file has nothing to continue (:class:`~raydp_hpo.errors.RayDPHPOError`)."""
+    file when it started. A resume proves with it that it continues that run
+    (:func:`require_earlier_charges`). ``None`` for a run from before run ids (its restore
+    file has none, or there is no restore file): its charges are ``<experiment>/...``, so it
+    can attach only to charges made before run ids existed, never to a run that has one."""
     import pickle
 
     path = Path(exp_dir) / _RESTORE_FILE
-    try:
-        with open(path, "rb") as fh:
-            saved = pickle.load(fh)  # noqa: S301 - our own file in the private experiment dir
-    except FileNotFoundError:
-        raise RayDPHPOError(
-            f"cannot resume: {path} is missing, so nothing says which run {Path(exp_dir)} "
-            "holds (its run id) and no charge can be proved to be its own. Restore the file, "
-            "or run the experiment again as a new run, which pays again"
-        ) from None
+    if not path.is_file():
+        return None
+    with open(path, "rb") as fh:
+        saved = pickle.load(fh)  # noqa: S301 - our own file in the private experiment dir
     run_id = saved.get("run_id") if isinstance(saved, dict) else None
     return None if run_id is None else str(run_id)
 
