@@ -30,6 +30,7 @@ _EXPORTS: dict[str, str] = {
     "SearchSpaceError": "raydp_hpo.errors",
     "ConfigError": "raydp_hpo.errors",
     "TrialContractError": "raydp_hpo.errors",
+    "SearchFailedError": "raydp_hpo.errors",
     # budget and mechanisms
     "PrivacyBudget": "raydp_hpo.accounting.budget",
     "Mechanism": "raydp_hpo.accounting.mechanisms",
@@ -125,6 +126,7 @@ if TYPE_CHECKING:
         LedgerCorruptedError,
         LedgerMismatchError,
         RayDPHPOError,
+        SearchFailedError,
         SearchSpaceError,
         TrialContractError,
         UnsupportedMechanismError,

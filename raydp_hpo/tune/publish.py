@@ -64,6 +64,12 @@ PUBLIC_NOTE = (
     "PUBLIC: the output of the DP selection (hyperparameters, model, DP test accuracy) and its "
     "privacy certificate, which covers all of it. Publish this folder as it is."
 )
+#: The note of a search that selected nothing: nothing in the folder reads as a selection.
+NOTHING_SELECTED_NOTE = (
+    "PUBLIC: this search selected nothing ({reason}): no hyperparameters and no model are "
+    "released. The privacy certificate states what the search spent all the same (spent is "
+    "spent). Publish this folder as it is."
+)
 PRIVATE_NOTE = """\
 PRIVATE: everything in this experiment folder except public/ must not be published.
 
@@ -84,18 +90,25 @@ _WINDOWS_ABSOLUTE = re.compile(r"^[A-Za-z]:[\\/]")
 
 def public_manifest(*, hyperparameters: Mapping[str, Any] | None, certificate: Mapping[str, Any],
                     budget_exhausted: bool, dp_test_accuracy: Mapping[str, Any] | None,
-                    model_released: bool) -> dict[str, Any]:
+                    model_released: bool, reason: str | None = None) -> dict[str, Any]:
     """What ``public/release.json`` holds: only what the certificate covers, files named
-    relative to the folder (no machine path)."""
+    relative to the folder (no machine path). ``selected`` says whether the search selected
+    a configuration; when it did not, ``reason`` says why (a coarse reason, never a trial's
+    error text, which may quote private data) and the note says that nothing but the
+    certificate is released."""
     files = [PUBLIC_RELEASE_FILE, CERTIFICATE_FILE, *([MODEL_FILE] if model_released else [])]
+    selected = hyperparameters is not None
+    why = None if selected else (reason or "no configuration was selected")
     return {
+        "selected": selected,
+        "reason": why,
         "hyperparameters": None if hyperparameters is None else dict(hyperparameters),
         "model_file": MODEL_FILE if model_released else None,
         "budget_exhausted": bool(budget_exhausted),
         "certificate": dict(certificate),
         "dp_test_accuracy": None if dp_test_accuracy is None else dict(dp_test_accuracy),
         "files": files,
-        "note": PUBLIC_NOTE,
+        "note": PUBLIC_NOTE if selected else NOTHING_SELECTED_NOTE.format(reason=why),
     }
 
 
