@@ -62,6 +62,7 @@ import math
 import secrets
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -82,7 +83,13 @@ from raydp_hpo.trainables.native_private import (
     log_choice,
 )
 from raydp_hpo.trainables.privacy_gate import admit, ledger_delta, resolve_ledger
-from raydp_hpo.trainables.release import USER_MODEL_FILE, build_user_model, save_user_model
+from raydp_hpo.trainables.release import (
+    USER_MODEL_FILE,
+    build_user_model,
+    program_path,
+    save_program,
+    save_user_model,
+)
 from raydp_hpo.trainables.secret_rng import derive_seed, secret_generator
 from raydp_hpo.trial.privacy import (
     NOISY_SCORE_KEY,
@@ -189,6 +196,10 @@ class TrialSession:
         self._dp_fingerprints: set[bytes] = set()
         #: the returned loader's batch count at the last DP step (a step needs a fresh batch)
         self._batches_at_step = 0
+        #: shape (less the batch dimension) and dtype of each forward argument: the example
+        #: input of the exported release (zeros, never a record)
+        self._input_spec: tuple[tuple[tuple[int, ...], torch.dtype], ...] = ()
+        self._input_hook: Any = None
         self._scored = False
         self._saved = False
         self._open = True
@@ -283,6 +294,7 @@ class TrialSession:
         self._optimizer, self._loader, self._accountant = dp_optimizer, loader, accountant
         self._params = list(module.parameters())
         self._record_fingerprint()
+        self._input_hook = module.register_forward_pre_hook(self._note_inputs)
         self.engine = chosen
         log_choice(chosen, why, module)
         return private_module, dp_optimizer, loader
@@ -403,6 +415,10 @@ class TrialSession:
             )
 
     # ---- what trained the model ----------------------------------------------------------
+
+    def _note_inputs(self, _module: nn.Module, args: tuple[Any, ...]) -> None:
+        if args and all(isinstance(a, torch.Tensor) and a.dim() > 0 for a in args):
+            self._input_spec = tuple((tuple(a.shape[1:]), a.dtype) for a in args)
 
     def _record_fingerprint(self) -> None:
         self._fingerprint = _fingerprint(self._params)
@@ -566,7 +582,14 @@ class TrialSession:
         ``model_fn``: a module-level class or function (or ``"module:callable"``) with
         ``model_fn(**model_kwargs)`` building the architecture; default: the model's class.
         The state dict is that of the module inside the engine's wrapper. Checked now: the
-        rebuilt model must accept the state dict (a mismatch fails here, not at release).
+        model must be the one the DP optimiser trained (its weights those of a DP step) and
+        the rebuilt model must accept the state dict (a mismatch fails here, not at release).
+        Beside it, the rebuilt model is exported with ``torch.export`` (example input: zeros
+        of the training batches' shapes, batch dimension dynamic) to ``user_model.pt2``, so
+        the release loads in a process that cannot import ``model_fn`` (a class of the
+        training script): :func:`~raydp_hpo.trainables.release.load_released_model`. A model
+        the exporter cannot trace warns here, naming why; its release keeps the state-dict
+        route only.
         """
         self._require_open("save_model")
         if self._scored:
@@ -599,6 +622,17 @@ class TrialSession:
             ) from err
         path = save_user_model(self.checkpoint_dir / USER_MODEL_FILE, inner.state_dict(),
                                model_fn=reference, model_kwargs=kwargs)
+        why = save_program(program_path(path), rebuilt, self._input_spec)
+        if why is not None:
+            where = (" — a class of the training script (__main__), so it loads nowhere else: "
+                     "define the model in a module the loading process can import"
+                     if reference.startswith("__main__:") else "")
+            warnings.warn(
+                f"trial.save_model: {type(inner).__name__} cannot be exported with "
+                f"torch.export ({why}); the release holds its state_dict only and loads only "
+                f"where model_fn {reference!r} can be imported{where}", UserWarning,
+                stacklevel=2,
+            )
         self._saved = True
         return path
 
@@ -626,6 +660,8 @@ class TrialSession:
 
     def _close(self) -> None:
         self._open = False
+        if self._input_hook is not None:
+            self._input_hook.remove()
 
     def _finish(self) -> None:
         """A block left normally: the score must have been reported."""
