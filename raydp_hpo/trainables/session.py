@@ -30,19 +30,36 @@ A Tune trainable of your own (your model, your Opacus loop) runs one trial insid
 **Enforcement.** At every report (and before every optimiser step) the session compares what
 the engine actually ran with the charge: the optimiser's noise multiplier and clipping norm,
 the loader's sample rate, Opacus's accountant history (attached to either engine's
-optimiser; each entry's σ and q, the steps it counts) and the steps taken. Any difference raises :class:`~raydp_hpo.errors.TrialContractError`:
+optimiser; each entry's σ and q, the steps it counts) and the steps taken. It also checks
+that the DP steps are what trained the model and that they clipped the returned loader's
+batches (issue #37: the slips of an honest loop, not only deliberate changes):
+
+* *only DP steps change the weights*: a fingerprint of the trainable weights (each
+  parameter's ℓ1 and ℓ2 norm, :func:`_fingerprint`) is taken at ``make_private`` and after
+  every DP step, and compared before the next step, at every report, at ``save_model`` and at
+  the end of the block; weights moved in between (the optimiser passed in stepped instead of
+  the returned one, a hand-written update, weights loaded after ``make_private``) fail the
+  trial. ``save_model`` accepts only weights some DP step (or ``make_private``) left, and a
+  trial with no DP step releases no score;
+* *each step clips the batch the returned loader drew last*: the loader must have drawn a
+  batch since the previous step (a loop over another loader, the full dataset or the
+  original loader never draws from it), and the rows clipped must be that batch's (Opacus:
+  the per-sample gradients' first dimension; native: the rows its layers saw).
+
+Any difference raises :class:`~raydp_hpo.errors.TrialContractError`:
 the trial fails, the searcher counts it as failed (nothing from it is selected), DPTuner
 releases nothing from it, and the ledger keeps what was charged on entry. Leaving the block
 normally without a score or a saved model is an error too.
 
 **What this does not stop (accident-proofing, not a sandbox).** The trainable runs your code
-in your process. Code that means to cheat can train outside the wrapped objects (a second,
-unwrapped optimiser or a plain ``loss.backward(); p.data -= ...`` update; reading records
-without the loader), rewrite the accountant's history or the session's private fields, call
-``tune.report`` itself with forged keys, or publish the data by other channels. The session
-catches the mistakes an honest loop makes — σ or C changed after ``make_private``, a loader
-at another q, extra steps, a missing admission, score or checkpoint — not an adversary
-inside the trial.
+in your process. Code that means to cheat can rewrite the accountant's history, the loader's
+counters or the session's private fields, restore the fingerprinted weights after training
+elsewhere (the fingerprint is not a hash an adversary cannot collide), feed a drawn batch's
+row count of other records, call ``tune.report`` itself with forged keys, or publish the data
+by other channels. The session catches the mistakes an honest loop makes — σ or C changed
+after ``make_private``, a loader at another q, extra steps, the original optimiser stepped,
+another loader iterated, a missing admission, score or checkpoint — not an adversary inside
+the trial.
 
 Outside Ray Tune (a unit test, a notebook) the same session works with ``ledger=`` a
 :class:`~raydp_hpo.ledger.filter.PrivacyLedger` and a hand-written ``config["raydp"]``;
