@@ -210,7 +210,8 @@ class TrialSession:
         #: DP step (or make_private); every fingerprint a DP step left, for save_model
         self._params: list[torch.Tensor] = []
         self._fingerprint: torch.Tensor | None = None
-        self._dp_fingerprints: set[bytes] = set()
+        self._versions: tuple[int, ...] = ()
+        self._dp_fingerprints: list[torch.Tensor] = []
         #: the returned loader's batch count at the last DP step (a step needs a fresh batch)
         self._batches_at_step = 0
         #: shape (less the batch dimension) and dtype of each forward argument: the example
@@ -438,15 +439,23 @@ class TrialSession:
             self._input_spec = tuple((tuple(a.shape[1:]), a.dtype) for a in args)
 
     def _record_fingerprint(self) -> None:
+        """After make_private and each DP step: the weights' fingerprint (kept on the device,
+        no synchronisation) and version counters."""
         self._fingerprint = _fingerprint(self._params)
-        self._dp_fingerprints.add(_key(self._fingerprint))
+        self._versions = tuple(p._version for p in self._params)
+        self._dp_fingerprints.append(self._fingerprint)
 
-    def _check_weights(self, where: str) -> None:
+    def _check_weights(self, where: str, *, full: bool = True) -> None:
         """Raise unless the trainable weights are those the last DP step (or make_private)
-        left: only the optimiser make_private returned may change them."""
+        left: only the optimiser make_private returned may change them. Before a step
+        (``full=False``) the tensors' version counters (free: any optimiser's in-place update
+        bumps them); at the reports, save_model and the end also the fingerprint (which also
+        sees updates through ``.data``)."""
         if self._fingerprint is None:
             return
-        if not torch.equal(_fingerprint(self._params), self._fingerprint):
+        moved = tuple(p._version for p in self._params) != self._versions or (
+            full and not torch.equal(_fingerprint(self._params), self._fingerprint))
+        if moved:
             raise TrialContractError(
                 f"{where}: the model's weights changed outside the DP optimizer since "
                 f"{'make_private' if self._steps_taken == 0 else f'DP step {self._steps_taken}'}"
@@ -463,8 +472,10 @@ class TrialSession:
         """Raise :class:`TrialContractError` unless what runs is what was charged."""
         if self._optimizer is None:
             return
-        self._check_weights(f"before DP step {self._steps_taken + 1}" if where is None
-                            else where)
+        if where is None:
+            self._check_weights(f"before DP step {self._steps_taken + 1}", full=False)
+        else:
+            self._check_weights(where)
         opt, problems = self._optimizer, []
         if not math.isclose(float(opt.noise_multiplier), self.noise_multiplier, rel_tol=_RTOL):
             problems.append(f"optimizer.noise_multiplier={opt.noise_multiplier!r}, charged "
@@ -613,8 +624,9 @@ class TrialSession:
             raise TrialContractError("trial.save_model after trial.report_score: save first")
         inner = _unwrap(model)
         self._check_weights("at trial.save_model")
-        if self._fingerprint is not None and (
-                _key(_fingerprint(list(inner.parameters()))) not in self._dp_fingerprints):
+        if self._params and not _same_tensors(list(inner.parameters()), self._params) and not any(
+                torch.equal(_fingerprint(list(inner.parameters())).to(fp.device), fp)
+                for fp in self._dp_fingerprints):
             raise TrialContractError(
                 "at trial.save_model: the model saved is not the one the DP optimizer "
                 "trained (its weights are those of neither make_private nor any DP step): "
@@ -697,7 +709,7 @@ _FAILS = "The trial fails and nothing from it is released; its charge stays spen
 
 def _fingerprint(params: list[torch.Tensor]) -> torch.Tensor:
     """A cheap fingerprint of the weights: each parameter's ℓ1 and ℓ2 norms (two fused
-    ``_foreach_norm`` passes, one small device-to-host copy), compared bit for bit. It tells
+    ``_foreach_norm`` passes, left on the device: no synchronisation), compared bit for bit. It tells
     a model moved by any optimiser step (every entry with a gradient moves) from one left
     alone; it is not a hash an adversary could not collide (module docstring: accident-proofing,
     not a sandbox). The same tensors on the same device reduce to the same bits."""
@@ -706,11 +718,11 @@ def _fingerprint(params: list[torch.Tensor]) -> torch.Tensor:
     with torch.no_grad():
         detached = [p.detach() for p in params]
         norms = [*torch._foreach_norm(detached, 1), *torch._foreach_norm(detached, 2)]
-        return torch.stack([n.float() for n in norms]).cpu()
+        return torch.stack([n.float() for n in norms])
 
 
-def _key(fingerprint: torch.Tensor) -> bytes:
-    return fingerprint.numpy().tobytes()
+def _same_tensors(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
 def _grad_sample_rows(private_module: nn.Module) -> int | None:

@@ -215,3 +215,22 @@ def test_an_honest_loop_with_evaluation_between_steps_passes(engine: DPEngine) -
             trial.report(train_correct=trial.count_correct(model, DataLoader(VAL)))
         _finish(trial, model)
     assert trial.results[-1]["steps"] == trial.steps == 20
+
+
+def test_a_hand_written_update_through_data_is_caught_by_the_fingerprint() -> None:
+    """``p.data`` updates bump no version counter: the fingerprint catches them at
+    save_model (version counters alone would not)."""
+    def by_hand(trial: TrialSession, engine: DPEngine) -> None:
+        model = TinyMLP(8)
+        model, optimizer, loader = trial.make_private(
+            model, torch.optim.SGD(model.parameters(), lr=0.5), TRAIN, engine=engine)
+        for x, y in loader:
+            optimizer.zero_grad()
+            _loss(model, x, y).backward()
+            optimizer.step()
+        for p in model.parameters():
+            p.data -= 0.01 * p.data.sign()
+        _finish(trial, model)
+
+    _slip(by_hand, DPEngine.AUTO, r"at trial.save_model: the model's weights changed outside "
+                                  r"the DP optimizer since DP step 10")
