@@ -434,6 +434,17 @@ class TrialSession:
 
     # ---- what trained the model ----------------------------------------------------------
 
+    def _explain(self, err: Exception) -> None:
+        """A trial that failed with ``err``: if the weights moved outside the DP optimiser,
+        raise the TrialContractError that names that (the likelier cause) from ``err``."""
+        if self._optimizer is not None and self._open:
+            first = str(err).splitlines()[0] if str(err) else ""
+            try:
+                self._check_weights(f"the trial failed with {type(err).__name__} ({first}); "
+                                    "the cause")
+            except TrialContractError as contract:
+                raise contract from err
+
     def _note_inputs(self, _module: nn.Module, args: tuple[Any, ...]) -> None:
         if args and all(isinstance(a, torch.Tensor) and a.dim() > 0 for a in args):
             self._input_spec = tuple((tuple(a.shape[1:]), a.dtype) for a in args)
@@ -881,6 +892,9 @@ def trial_session(
     try:
         yield session
         session._finish()
+    except ValueError as err:  # e.g. Opacus's "grad accumulation" after the wrong optimiser
+        session._explain(err)
+        raise
     finally:
         session._close()
         if report is not None:  # Tune copied the checkpoint at report time

@@ -71,6 +71,28 @@ def test_stepping_the_original_optimizer_fails_the_trial(engine: DPEngine) -> No
     assert trial.steps_taken == 0
 
 
+def _only_the_original_optimizer(trial: TrialSession, engine: DPEngine) -> None:
+    """The returned optimiser never used at all: ``optimizer.zero_grad()`` and
+    ``optimizer.step()`` on the original one (Opacus then refuses the second backward pass
+    with its own ValueError, which the session explains)."""
+    model = TinyMLP(8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    model, _dp_optimizer, loader = trial.make_private(model, optimizer, TRAIN, engine=engine)
+    for x, y in loader:
+        optimizer.zero_grad()
+        _loss(model, x, y).backward()
+        optimizer.step()
+    _finish(trial, model)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_only_the_original_optimizer_fails_the_trial_naming_it(engine: DPEngine) -> None:
+    trial = _slip(_only_the_original_optimizer, engine,
+                  r"the model's weights changed outside the DP optimizer since make_private — "
+                  r"stepped the original optimizer\?")
+    assert trial.steps_taken == 0
+
+
 def _both_optimizers(trial: TrialSession, engine: DPEngine) -> None:
     """A DP step and then an extra step of the original optimiser on the same gradient."""
     model = TinyMLP(8)
