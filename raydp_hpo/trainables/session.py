@@ -66,8 +66,8 @@ Outside Ray Tune (a unit test, a notebook) the same session works with ``ledger=
 reports are then kept in :attr:`TrialSession.results` and the model in
 :attr:`TrialSession.checkpoint_dir`.
 
-Longer than ~600 lines because it is one class, :class:`TrialSession`, whose methods share a
-trial's admission, secret generators and release count; splitting would separate the contract
+About 900 lines because it is one class, :class:`TrialSession`, whose methods share a
+trial's admission, secret generators, weight fingerprints and release count; splitting would separate the contract
 with your own loop from its enforcement.
 """
 
