@@ -80,6 +80,7 @@ _EXPORTS: dict[str, str] = {
     "trial_session": "raydp_hpo.trainables.session",
     "TrialSession": "raydp_hpo.trainables.session",
     "DPEngine": "raydp_hpo.trainables.native_private",
+    "load_released_model": "raydp_hpo.trainables.release",
     "DPResult": "raydp_hpo.tune.tuner",
     "PrivacyCertificate": "raydp_hpo.tune.tuner",
     "create_dataset_ledger": "raydp_hpo.tune.dataset_ledger",
@@ -136,6 +137,7 @@ if TYPE_CHECKING:
     from raydp_hpo.ledger.filter import Adaptivity, ChargeDecision, LedgerReport, PrivacyLedger
     from raydp_hpo.ledger.ledger_like import LedgerLike
     from raydp_hpo.trainables.native_private import DPEngine
+    from raydp_hpo.trainables.release import load_released_model
     from raydp_hpo.trainables.session import TrialSession, trial_session
     from raydp_hpo.trial.privacy import (
         DPSGDPrivacy,

@@ -8,6 +8,7 @@ chosen hyperparameters, the released model, the certificate. An experiment folde
       release.json           hyperparameters, certificate, DP test accuracy, file names
       certificate.json       the privacy certificate alone
       released_model.pt      the released model's weights and architecture (when released)
+      released_model.pt2     a user model's exported program (torch.export), when it exports
     PRIVATE_README.txt       says that everything else here is private
     tune/  ledger.journal  audit.jsonl  dptuner.pkl  evaluation_private.json  run.json  report/
                              PRIVATE: Tune's trials and checkpoints (secret generator states,
@@ -57,6 +58,9 @@ PUBLIC_RELEASE_FILE = "release.json"
 CERTIFICATE_FILE = "certificate.json"
 #: The released model (the name :mod:`raydp_hpo.trainables.release` uses).
 MODEL_FILE = "released_model.pt"
+#: Suffix of a user model's exported program beside it (``released_model.pt2``; see
+#: :func:`raydp_hpo.trainables.release.program_path`).
+PROGRAM_SUFFIX = ".pt2"
 #: The note at the top of an experiment folder that everything but ``public/`` is private.
 PRIVATE_NOTE_FILE = "PRIVATE_README.txt"
 
@@ -187,6 +191,15 @@ def write_public_files(directory: str | os.PathLike[str], manifest: Mapping[str,
             f"the released model file is missing ({model_source!r}); it is written by "
             "DPTuner.fit() into the experiment's public/ folder"
         )
+    program = None if source is None else source.with_suffix(PROGRAM_SUFFIX)
+    if model_file is not None and program is not None and program.is_file():
+        # a user model's exported program (loads where its model_fn does not import)
+        files = [f for f in manifest.get("files", []) if f != Path(str(model_file)).with_suffix(
+            PROGRAM_SUFFIX).name]
+        manifest = {**manifest, "files": [*files, Path(str(model_file)).with_suffix(
+            PROGRAM_SUFFIX).name]}
+    else:
+        program = None
     out = Path(directory).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / PUBLIC_RELEASE_FILE, dict(manifest))
@@ -198,6 +211,11 @@ def write_public_files(directory: str | os.PathLike[str], manifest: Mapping[str,
         if source != target:
             atomic_write_bytes(target, source.read_bytes())
         written.append(target)
+        if program is not None:
+            program_target = target.with_suffix(PROGRAM_SUFFIX)
+            if program != program_target:
+                atomic_write_bytes(program_target, program.read_bytes())
+            written.append(program_target)
     keep = {p.name for p in written}
     for entry in out.iterdir():  # exactly the public files: nothing stale stays
         if entry.name not in keep:
