@@ -51,6 +51,18 @@ def _script_json(value: Any) -> str:
             .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float as the string ``"inf"``, ``"-inf"`` or ``"nan"``
+    (JSON has no infinity; a certificate's reference figure may be infinite)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def _finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else x
 
@@ -128,6 +140,9 @@ def build_app(locations: list[str], *, token: str | None = None) -> Any:
 
     env.globals.update(url=url, fmt_time=_fmt_time, n_locations=len(locations))
 
+    def as_json(payload: Any, status: int = 200) -> Response:
+        return JSONResponse(json_safe(payload), status_code=status)
+
     def html(name: str, status: int = 200, **ctx: Any) -> Response:
         return HTMLResponse(env.get_template(name).render(**ctx), status_code=status)
 
@@ -156,7 +171,7 @@ def build_app(locations: list[str], *, token: str | None = None) -> Any:
         except RayDPHPOError as exc:
             return bad_request(request, str(exc))
         if wants_json(request):
-            return JSONResponse({"ledgers": [r.to_dict() for r in rows],
+            return as_json({"ledgers": [r.to_dict() for r in rows],
                                  "experiments": [{"id": e.id, "name": e.name,
                                                   "experiment": e.shown}
                                                  for e in catalogue.experiments()]})
@@ -177,7 +192,7 @@ def build_app(locations: list[str], *, token: str | None = None) -> Any:
         except RayDPHPOError as exc:
             return bad_request(request, str(exc))
         if wants_json(request):
-            return JSONResponse({
+            return as_json({
                 **summary.to_dict(), "page": view["page"], "pages": view["pages"],
                 "page_size": PAGE_SIZE, "charge_rows": view["rows"],
                 "experiments": [{"owner": o["owner"], "charges": o["count"],
@@ -197,7 +212,7 @@ def build_app(locations: list[str], *, token: str | None = None) -> Any:
         except RayDPHPOError as exc:
             return not_found(request, str(exc))
         if wants_json(request):
-            return JSONResponse(x)
+            return as_json(x)
         known = {"algorithm", "paper", "description", "budget", "epsilon", "ledger",
                  "privacy_unit", "charges", "treated_as_public"}
         cert = x["certificate"] if isinstance(x["certificate"], dict) else {}

@@ -428,18 +428,24 @@ def read_experiment(exp: ExperimentSource) -> dict[str, Any]:
     private = [{"name": name, "what": what} for name, what in PRIVATE_ARTEFACTS.items()
                if (exp.directory / name).exists()]
     eps = certificate.get("epsilon", {}) if isinstance(certificate, dict) else {}
-    accuracy = release.get("dp_test_accuracy")
+    raw_accuracy = release.get("dp_test_accuracy")
+    # {"value": a, "epsilon": ε_t}: the released model's test accuracy by the Laplace
+    # mechanism, charged to the ledger and covered by the certificate (an older release: a number)
+    accuracy = raw_accuracy.get("value") if isinstance(raw_accuracy, dict) else raw_accuracy
     points = []
     if isinstance(accuracy, (int, float)) and isinstance(eps.get("certified"), (int, float)):
+        own = raw_accuracy.get("epsilon") if isinstance(raw_accuracy, dict) else None
         points.append({"epsilon": eps["certified"], "accuracy": accuracy,
-                       "what": "released model, DP test accuracy (covered by the certificate)"})
+                       "what": "released model: DP test accuracy"
+                               + (f" (its own noise ε={own:g})" if isinstance(own, (int, float))
+                                  else "") + ", at the certified ε of the whole release"})
     return {
         "id": exp.id,
         "name": exp.name,
         "experiment": exp.shown,
         "hyperparameters": release.get("hyperparameters"),
         "budget_exhausted": release.get("budget_exhausted"),
-        "dp_test_accuracy": accuracy,
+        "dp_test_accuracy": raw_accuracy,
         "accuracy_vs_epsilon": points,
         "certificate": certificate,
         "public_files": public_files,

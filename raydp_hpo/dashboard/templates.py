@@ -131,7 +131,9 @@ EXPERIMENT = """{% extends "base.html" %}
 <h2>Released hyperparameters</h2>
 {% if x.hyperparameters %}<table id="hyperparameters"><tbody>
 {% for k, v in x.hyperparameters.items() %}<tr><th>{{ k }}</th><td>{{ v }}</td></tr>{% endfor %}
-</tbody></table>{% else %}<p>none released{% if x.budget_exhausted %} (the budget was exhausted before a selection){% endif %}</p>{% endif %}
+</tbody></table>
+{% if x.dp_test_accuracy is mapping and x.dp_test_accuracy.value is number %}<p id="dp-accuracy">DP test accuracy of the released model: <strong>{{ '%.4f'|format(x.dp_test_accuracy.value) }}</strong> (Laplace noise, ε={{ x.dp_test_accuracy.epsilon }}; released and covered by the certificate)</p>{% endif %}
+{% else %}<p>none released{% if x.budget_exhausted %} (the budget was exhausted before a selection){% endif %}</p>{% endif %}
 <h2>Privacy certificate</h2>
 {% set c = x.certificate %}
 <div class="card" id="certificate"><dl class="kv">
