@@ -159,7 +159,7 @@ def build_app(locations: list[str], *, token: str | None = None) -> Any:
             return JSONResponse({"error": message}, status_code=400)
         return html("error.html", 400, title="Bad request", message=message)
 
-    async def ledgers(request: Request) -> Response:
+    def ledgers(request: Request) -> Response:
         sort = request.query_params.get("sort", "ledger")
         order = request.query_params.get("order", "asc")
         q = request.query_params.get("q", "")
@@ -171,14 +171,14 @@ def build_app(locations: list[str], *, token: str | None = None) -> Any:
         except RayDPHPOError as exc:
             return bad_request(request, str(exc))
         if wants_json(request):
-            return as_json({"ledgers": [r.to_dict() for r in rows],
+            return as_json({"ledgers": [r.to_dict() for r in rows], "errors": catalogue.errors,
                                  "experiments": [{"id": e.id, "name": e.name,
                                                   "experiment": e.shown}
                                                  for e in catalogue.experiments()]})
         return html("ledgers.html", rows=rows, columns=_COLUMNS, sort=sort, order=order, q=q,
-                    experiments=catalogue.experiments())
+                    experiments=catalogue.experiments(), errors=catalogue.errors)
 
-    async def ledger(request: Request) -> Response:
+    def ledger(request: Request) -> Response:
         summary = catalogue.ledger(request.path_params["ledger_id"])
         if summary is None:
             return not_found(request, f"no ledger {request.path_params['ledger_id']!r} under "
@@ -202,7 +202,7 @@ def build_app(locations: list[str], *, token: str | None = None) -> Any:
             })
         return html("ledger.html", s=summary, plot_json=_script_json(view.pop("plot")), **view)
 
-    async def experiment(request: Request) -> Response:
+    def experiment(request: Request) -> Response:
         exp = catalogue.experiment(request.path_params["experiment_id"])
         if exp is None:
             return not_found(request, f"no experiment {request.path_params['experiment_id']!r} "
@@ -222,7 +222,7 @@ def build_app(locations: list[str], *, token: str | None = None) -> Any:
                     cert_json=json.dumps(cert, indent=2, ensure_ascii=False),
                     acc_json=_script_json(x["accuracy_vs_epsilon"]))
 
-    async def public_file(request: Request) -> Response:
+    def public_file(request: Request) -> Response:
         exp = catalogue.experiment(request.path_params["experiment_id"])
         name = request.path_params["name"]
         if exp is None:
@@ -233,15 +233,15 @@ def build_app(locations: list[str], *, token: str | None = None) -> Any:
             return not_found(request, f"{name!r} is not a released file of this experiment")
         return FileResponse(public / name, filename=name)
 
-    async def api_experiments(request: Request) -> Response:
+    def api_experiments(request: Request) -> Response:
         return JSONResponse({"experiments": [{"id": e.id, "name": e.name, "experiment": e.shown}
                                              for e in catalogue.experiments()]})
 
-    async def plotly(request: Request) -> Response:
+    def plotly(request: Request) -> Response:
         return FileResponse(plotly_js, media_type="text/javascript",
                             headers={"Cache-Control": "max-age=86400"})
 
-    async def plots(request: Request) -> Response:
+    def plots(request: Request) -> Response:
         return Response(PLOTS_JS, media_type="text/javascript")
 
     get = ["GET"]

@@ -30,6 +30,7 @@ import math
 import threading
 import time
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -48,6 +49,9 @@ __all__ = [
 
 #: Charges per page of a ledger's table.
 PAGE_SIZE = 50
+#: Ledgers with at most this many charges have every stored curve recomputed before their
+#: figures are shown; a larger one is shown at once, its curves checked in the background.
+CURVE_CHECK_INLINE = 2000
 #: Seconds a PostgreSQL ledger's reading is reused (a journal's is reused until its file changes).
 PG_CACHE_S = 5.0
 #: Files of an experiment folder that are released (the rest is private: DESIGN.md).
@@ -58,6 +62,9 @@ class Integrity(Enum):
     """The verdict of ``raydp-hpo ledger verify`` on a ledger."""
 
     OK = "ok"
+    #: chain and seal (or the database's rows) check out; the stored curves of a large ledger
+    #: are still being recomputed in the background
+    CHECKING = "checking"
     CORRUPTED = "CORRUPTED"
     UNREADABLE = "unreadable"
 
@@ -170,6 +177,10 @@ class Catalogue:
         self._sources: dict[str, LedgerSource] = {}
         self._experiments: dict[str, ExperimentSource] = {}
         self._discovered = 0.0
+        self._executor: ThreadPoolExecutor | None = None
+        #: locations that could not be listed at the last discovery (shown on the pages)
+        self.errors: list[str] = []
+        self._pending: list[Future[None]] = []
 
     # -- discovery ------------------------------------------------------------------------
     def _discover(self) -> None:
@@ -179,6 +190,7 @@ class Catalogue:
             return
         sources: dict[str, LedgerSource] = {}
         experiments: dict[str, ExperimentSource] = {}
+        errors: list[str] = []
         seen: set[str] = set()  # a journal or experiment under two given folders: once
         for given, where in self._locations:
             if isinstance(where, Path):
@@ -191,9 +203,15 @@ class Catalogue:
                         seen.add(str(exp.directory))
                         experiments[exp.id] = exp
             else:
-                for src in self._postgres_ledgers(given, where):
+                try:
+                    found = self._postgres_ledgers(given, where)
+                except Exception as exc:  # noqa: BLE001  (an unreachable database is shown)
+                    errors.append(f"{where}: {str(exc).splitlines()[0] if str(exc) else exc!r}")
+                    continue
+                for src in found:
                     sources[src.id] = src
         self._sources, self._experiments, self._discovered = sources, experiments, now
+        self.errors = errors
 
     @staticmethod
     def _journals_under(given: str, root: Path) -> list[LedgerSource]:
@@ -299,6 +317,34 @@ class Catalogue:
             text = text.replace(str(src.root), src.location.rstrip("/"))
         return text
 
+    def _checker(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="dashboard-curves")
+        return self._executor
+
+    def settle(self, timeout: float | None = None) -> None:
+        """Wait for the background curve checks started so far (tests, benchmarks)."""
+        pending, self._pending = self._pending, []
+        wait(pending, timeout=timeout)
+
+    def _check_curves(self, src: LedgerSource, summary: LedgerSummary, ledger: Any,
+                      stored: bool) -> None:
+        """Recompute every stored RDP curve (``ledger verify`` without ``--quick``) and set
+        the verdict on ``summary``."""
+        try:
+            issues = ledger.verify_stored_curves()
+        except RayDPHPOError as exc:
+            issues = (str(exc),)
+        if issues:
+            summary.curves = "MISMATCH"
+            summary.problems.extend(self._hide_paths(src, i) for i in issues)
+            summary.integrity = Integrity.CORRUPTED
+        else:
+            summary.curves = ("stored curves match a recomputation" if stored
+                              else "recomputed (none stored)")
+            if summary.integrity is Integrity.CHECKING:
+                summary.integrity = Integrity.OK
+
     def _read(self, src: LedgerSource) -> LedgerSummary:
         """``ledger verify`` and ``ledger show`` of one ledger, read-only."""
         from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
@@ -332,7 +378,6 @@ class Catalogue:
                                  if scan.version >= 2 else
                                  f"version {scan.version}, CRC-32 per record, no chain")
                 ledger = PrivacyLedger.from_scan(scan, curve_check=CurveCheck.ON_DEMAND)
-                issues = ledger.verify_stored_curves()
         except LedgerCorruptedError as exc:
             summary.integrity = Integrity.CORRUPTED
             summary.chain = summary.chain or "FAILED"
@@ -342,14 +387,6 @@ class Catalogue:
             summary.integrity = Integrity.UNREADABLE
             summary.problems.append(self._hide_paths(src, str(exc)))
             return summary
-        if issues:
-            summary.integrity = Integrity.CORRUPTED
-            summary.curves = "MISMATCH"
-            summary.problems.extend(self._hide_paths(src, i) for i in issues)
-        else:
-            summary.curves = ("stored curves match a recomputation"
-                              if scan.header.get("rdp_orders") is not None
-                              else "recomputed (none stored)")
         summary.budget_epsilon = ledger.budget.epsilon
         summary.budget_delta = ledger.budget.delta
         summary.spent_epsilon = ledger.spent()
@@ -363,6 +400,15 @@ class Catalogue:
              "mechanism": type(c.mechanism).__name__, "epsilon_after": c.epsilon_after}
             for c in charges
         ]
+        stored = scan.header.get("rdp_orders") is not None
+        if len(scan.records) <= CURVE_CHECK_INLINE:
+            self._check_curves(src, summary, ledger, stored)
+        else:  # a large ledger's page does not wait for every curve's recomputation
+            if summary.integrity is Integrity.OK:
+                summary.integrity = Integrity.CHECKING
+            summary.curves = f"being recomputed ({len(scan.records)} records)"
+            self._pending.append(self._checker().submit(
+                self._check_curves, src, summary, ledger, stored))
         return summary
 
 

@@ -13,6 +13,7 @@ import os
 import secrets
 import socket
 import sys
+import threading
 from collections.abc import Callable
 
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
@@ -106,6 +107,8 @@ def serve(args: argparse.Namespace) -> int:
     address = f"http://{shown_host}:{port}/" + (f"?token={token}" if token else "")
     print(f"raydp-hpo dashboard: {', '.join(locations)} (read-only) at {address}", flush=True)
     print("  Ctrl-C stops it", flush=True)
+    # read every ledger once now, so the first page view finds them read
+    threading.Thread(target=app.catalogue.ledgers, name="dashboard-prewarm", daemon=True).start()
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
     try:
         uvicorn.Server(config).run(sockets=[sock])

@@ -19,7 +19,7 @@ table{border-collapse:collapse;background:#fff;width:100%;font-size:.88rem}
 th,td{border-bottom:1px solid #e1e4ea;padding:.35rem .55rem;text-align:left;vertical-align:top}
 th{background:#eef1f6;white-space:nowrap} th a{color:inherit}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
-.ok{color:#0b6b2f;font-weight:600} .CORRUPTED,.unreadable{color:#b00020;font-weight:700}
+.ok{color:#0b6b2f;font-weight:600} .checking{color:#8a6d00;font-weight:600} .CORRUPTED,.unreadable{color:#b00020;font-weight:700}
 .problems{color:#b00020;font-size:.8rem;margin:.2rem 0 0 1rem;padding:0}
 meter{width:8rem;height:1rem}
 .card{background:#fff;border:1px solid #e1e4ea;border-radius:6px;padding:.8rem 1rem;margin:.6rem 0}
@@ -41,6 +41,7 @@ LEDGERS = """{% extends "base.html" %}
 {% block title %}Ledgers{% endblock %}
 {% block main %}
 <h1>Ledgers</h1>
+{% for e in errors %}<p class="CORRUPTED">cannot list {{ e }}</p>{% endfor %}
 <form class="filter" method="get" action="{{ url('/') }}">
 <input type="search" name="q" id="filter" value="{{ q }}" placeholder="filter: ledger, dataset, rule, status">
 <input type="hidden" name="sort" value="{{ sort }}"><input type="hidden" name="order" value="{{ order }}">
