@@ -328,3 +328,26 @@ def test_default_location_is_the_default_storage(tmp_path: Path,
     assert main(["dashboard"]) == EXIT_BAD_INPUT
     assert seen["locations"] == [str(tmp_path.resolve())]
     assert server.DEFAULT_PORT == 8765 and os.environ["RAYDP_HPO_STORAGE"] == str(tmp_path)
+
+
+def test_an_unreachable_database_is_named_not_fatal(tmp_path: Path) -> None:
+    pytest.importorskip("psycopg")
+    client = TestClient(build_app(["postgresql://127.0.0.1:1/nodb", str(tmp_path)]))
+    data = client.get("/api/ledgers").json()
+    assert data["ledgers"] == [] and "postgresql://127.0.0.1:1/nodb" in data["errors"][0]
+    assert "cannot list postgresql://127.0.0.1:1/nodb" in client.get("/").text
+
+
+def test_a_large_ledger_shows_checking_until_its_curves_are_recomputed(
+        storage: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("raydp_hpo.dashboard.data.CURVE_CHECK_INLINE", 2)
+    app = build_app(["store"])
+    client = TestClient(app)
+    status = {r["ledger"]: r["integrity"] for r in client.get("/api/ledgers").json()["ledgers"]}
+    big = status["store/ledgers/data-digits-0123456789ab.journal"]  # 3 charges > 2
+    assert big["status"] in ("checking", "ok")  # "ok" only once the check is done
+    assert status["store/exp-c/ledger.journal"]["status"] == "ok"  # 2 charges: checked inline
+    app.catalogue.settle(timeout=60)
+    status = {r["ledger"]: r["integrity"] for r in client.get("/api/ledgers").json()["ledgers"]}
+    done = status["store/ledgers/data-digits-0123456789ab.journal"]
+    assert done["status"] == "ok" and done["curves"] == "stored curves match a recomputation"
