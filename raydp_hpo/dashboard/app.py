@@ -98,9 +98,11 @@ def ledger_page(catalogue: Catalogue, summary: LedgerSummary, page: int) -> dict
     links = {name: catalogue.experiments_named(name) for name in owners if name}
     for o in owners.values():
         o["links"] = links.get(o["owner"], [])
-    plot = {"time": [r["time"] for r in rows], "epsilon_after": [_finite(r["epsilon_after"])
-                                                                  for r in rows],
-            "charge_id": [r["charge_id"] for r in rows], "budget": summary.budget_epsilon}
+    # the spend after each charge, from ε=0 when the ledger was created
+    origin = [] if summary.created is None else [(summary.created, 0.0, "ledger created")]
+    points = origin + [(r["time"], _finite(r["epsilon_after"]), r["charge_id"]) for r in rows]
+    plot = {"time": [p[0] for p in points], "epsilon_after": [p[1] for p in points],
+            "charge_id": [p[2] for p in points], "budget": summary.budget_epsilon}
     return {"page": page, "pages": pages, "rows": chunk, "first": start + 1 if rows else 0,
             "last": end, "owners": sorted(owners.values(), key=lambda o: o["last"]),
             "links": links, "plot": plot}

@@ -119,6 +119,7 @@ class LedgerSummary:
     halting_rule: str = ""
     charges: int = 0
     last_charge: float | None = None
+    created: float | None = None
     charge_rows: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -395,6 +396,8 @@ class Catalogue:
         charges = ledger.charges()
         summary.charges = len(charges)
         summary.last_charge = charges[-1].time if charges else None
+        created = scan.header.get("created")
+        summary.created = float(created) if isinstance(created, (int, float)) else None
         summary.charge_rows = [
             {"seq": c.seq, "time": c.time, "charge_id": c.charge_id, "owner": c.owner,
              "mechanism": type(c.mechanism).__name__, "epsilon_after": c.epsilon_after}

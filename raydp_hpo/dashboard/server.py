@@ -97,6 +97,7 @@ def serve(args: argparse.Namespace) -> int:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((args.host, args.port))
+        sock.listen(128)  # from now on connections wait in the backlog until uvicorn serves
     except OSError as exc:
         sock.close()
         raise RayDPHPOError(f"dashboard: cannot bind {args.host}:{args.port} "

@@ -7,6 +7,7 @@ from __future__ import annotations
 BASE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
 <title>{% block title %}{% endblock %} · raydp-hpo dashboard</title>
 <style>
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1d2430;background:#f6f7f9}
@@ -16,6 +17,7 @@ header .ro{font-size:.8rem;opacity:.8}
 main{padding:1rem 1.5rem;max-width:1400px}
 h1{font-size:1.35rem;margin:.4rem 0 1rem} h2{font-size:1.1rem;margin:1.4rem 0 .5rem}
 table{border-collapse:collapse;background:#fff;width:100%;font-size:.88rem}
+#hyperparameters th{width:14rem}
 th,td{border-bottom:1px solid #e1e4ea;padding:.35rem .55rem;text-align:left;vertical-align:top}
 th{background:#eef1f6;white-space:nowrap} th a{color:inherit}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
@@ -25,7 +27,7 @@ meter{width:8rem;height:1rem}
 .card{background:#fff;border:1px solid #e1e4ea;border-radius:6px;padding:.8rem 1rem;margin:.6rem 0}
 dl.kv{display:grid;grid-template-columns:max-content 1fr;gap:.25rem 1rem;margin:0}
 dl.kv dt{font-weight:600;color:#4a5568}
-.muted{color:#6b7280;font-size:.85rem} .private{color:#8a4b00}
+.muted{color:#6b7280;font-size:.85rem} td .muted{font-size:.75rem} .private{color:#8a4b00}
 pre{background:#f0f2f5;padding:.6rem;overflow:auto;font-size:.8rem}
 .pager a,.pager span{margin-right:.8rem}
 form.filter{margin:.3rem 0 .8rem}
@@ -100,7 +102,7 @@ LEDGER = """{% extends "base.html" %}
 {% if s.charges %}
 <h2>Spend over time</h2>
 <div id="spend-plot" style="height:340px" class="card"></div>
-<script type="application/json" id="spend-data">{{ plot_json }}</script>
+<script type="application/json" id="spend-data">{{ plot_json|safe }}</script>
 <h2>Experiments that charged it</h2>
 <table id="ledger-experiments"><thead><tr><th>experiment (owner)</th><th class="num">charges</th><th class="num">ε after its last charge</th><th>last charge</th></tr></thead><tbody>
 {% for o in owners %}<tr><td>{% if o.links %}{% for e in o.links %}<a class="experiment-link" href="{{ url('/experiments/' ~ e.id) }}">{{ o.owner }}</a>{% if o.links|length > 1 %} <span class="muted">({{ e.shown }})</span>{% endif %} {% endfor %}{% else %}{{ o.owner or '—' }} <span class="muted">(no released experiment found under the given locations)</span>{% endif %}</td>
@@ -153,7 +155,7 @@ EXPERIMENT = """{% extends "base.html" %}
 <details><summary>certificate.json as released</summary><pre id="certificate-json">{{ cert_json }}</pre></details></div>
 <h2>Accuracy vs ε</h2>
 {% if x.accuracy_vs_epsilon %}<div id="accuracy-plot" style="height:300px" class="card"></div>
-<script type="application/json" id="accuracy-data">{{ acc_json }}</script>
+<script type="application/json" id="accuracy-data">{{ acc_json|safe }}</script>
 {% else %}<p class="muted" id="no-accuracy">The run released no DP accuracy (per-trial scores before noise are private and are not shown).</p>{% endif %}
 <h2>Public and private</h2>
 <div class="card"><p><strong>Released</strong> (<code>public/</code>, covered by the certificate):</p>
@@ -187,7 +189,7 @@ PLOTS_JS = """(function () {
       {x: [x[0], x[x.length - 1]], y: [s.budget, s.budget], mode: 'lines', name: 'budget ε',
        line: {dash: 'dash', color: '#b00020'}}
     ], {margin: {t: 10, r: 10}, xaxis: {title: {text: 'time (UTC)'}}, yaxis: {title: {text: 'ε'}, rangemode: 'tozero'},
-        legend: {orientation: 'h'}}, cfg);
+        legend: {orientation: 'h', x: 0, y: 1.12}}, cfg);
   }
   var a = data('accuracy-data');
   if (a) {

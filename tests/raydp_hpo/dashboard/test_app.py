@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("starlette")
 from starlette.testclient import TestClient
 
+from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import Gaussian
 from raydp_hpo.cli.main import EXIT_BAD_INPUT, EXIT_OK, main
 from raydp_hpo.dashboard.app import build_app, json_safe
@@ -114,6 +115,13 @@ def test_a_ledger_page_lists_its_charges_and_experiments(storage: Path,
     assert set(owners) == {"exp-a", "exp-b"} and owners["exp-a"]["charges"] == 2
     html = client.get(f"/ledgers/{row['id']}").text
     assert 'id="spend-plot"' in html and "/static/plotly.min.js" in html
+    # the plot's data: from ε=0 at the ledger's creation, then ε after each charge
+    block = re.search(r'<script type="application/json" id="spend-data">(.*?)</script>', html)
+    assert block is not None
+    plot = json.loads(block.group(1))
+    assert plot["epsilon_after"] == [0.0] + [c["epsilon_after"] for c in show["charges"]]
+    assert plot["time"][1:] == [c["time"] for c in show["charges"]]
+    assert plot["budget"] == show["budget"]["epsilon"]
     for charge in show["charges"]:
         assert f"{charge['epsilon_after']:.4f}" in html
     # the experiments that charged it link to their pages
@@ -351,3 +359,21 @@ def test_a_large_ledger_shows_checking_until_its_curves_are_recomputed(
     status = {r["ledger"]: r["integrity"] for r in client.get("/api/ledgers").json()["ledgers"]}
     done = status["store/ledgers/data-digits-0123456789ab.journal"]
     assert done["status"] == "ok" and done["curves"] == "stored curves match a recomputation"
+
+
+def test_names_from_a_journal_cannot_inject_markup(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    journal = root / "ledgers" / "data-x.journal"
+    journal.parent.mkdir(parents=True)
+    evil = '</script><script>alert(1)</script><b onmouseover="x">'
+    with PrivacyLedger(PrivacyBudget(5.0, 1e-5), journal) as ledger:
+        ledger.charge(evil, Gaussian(30.0), owner=evil)
+    client = TestClient(build_app([str(root)]))
+    row = client.get("/api/ledgers").json()["ledgers"][0]
+    html = client.get(f"/ledgers/{row['id']}").text
+    assert "<script>alert(1)" not in html and "<b onmouseover" not in html
+    assert "&lt;/script&gt;&lt;script&gt;alert(1)" in html  # shown, as text
+    block = re.search(r'<script type="application/json" id="spend-data">(.*?)</script>', html)
+    assert block is not None and json.loads(block.group(1))["charge_id"][-1] == evil
+    answer = client.get("/")
+    assert "default-src 'self'" in answer.headers["content-security-policy"]
