@@ -15,6 +15,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 
@@ -54,6 +55,15 @@ def resolve_token(host: str, flag: str | None, out: Callable[[str], None]) -> st
     return token
 
 
+def _shown_default(path: Path) -> str:
+    """The default storage as the pages name it: ``~/…`` under the home folder (the pages show
+    no more of this machine's paths than the user's own shorthand)."""
+    try:
+        return f"~/{path.relative_to(Path.home().resolve()).as_posix()}"
+    except ValueError:
+        return str(path)
+
+
 def add_parser(sub: argparse._SubParsersAction, func: Callable[[argparse.Namespace], int]
                ) -> argparse.ArgumentParser:
     """Register ``dashboard`` on the CLI's subcommands."""
@@ -89,7 +99,7 @@ def serve(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise InvalidParameterError(f"--port {args.port} is not a port; use 0..65535")
-    locations = list(args.locations) or [str(default_storage_path())]
+    locations = list(args.locations) or [_shown_default(default_storage_path())]
     token = resolve_token(args.host, args.token, print)
     app = build_app(locations, token=token)
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET

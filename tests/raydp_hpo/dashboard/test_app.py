@@ -5,7 +5,6 @@ private or machine-specific is shown, nothing is written, tokens are enforced.""
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 from html import escape as html_escape
@@ -335,7 +334,11 @@ def test_default_location_is_the_default_storage(tmp_path: Path,
     monkeypatch.setattr("raydp_hpo.dashboard.app.build_app", fake_build)
     assert main(["dashboard"]) == EXIT_BAD_INPUT
     assert seen["locations"] == [str(tmp_path.resolve())]
-    assert server.DEFAULT_PORT == 8765 and os.environ["RAYDP_HPO_STORAGE"] == str(tmp_path)
+    monkeypatch.delenv("RAYDP_HPO_STORAGE")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert main(["dashboard"]) == EXIT_BAD_INPUT
+    assert seen["locations"] == ["~/raydp_results"]  # shown as the user's shorthand
+    assert server.DEFAULT_PORT == 8765
 
 
 def test_an_unreachable_database_is_named_not_fatal(tmp_path: Path) -> None:
