@@ -10,7 +10,7 @@ TORCH_PIN := torch==2.13.0
 export RAY_AUTH_MODE ?= disabled
 export PYTHONUNBUFFERED := 1
 
-.PHONY: venv demo test test-slow test-cluster test-postgres postgres-server lint docs bench bench-postgres audit clean
+.PHONY: venv demo test test-slow test-cluster test-postgres postgres-server test-browser browser bench-dashboard lint docs bench bench-postgres audit clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,19 @@ postgres-server:
 
 test-postgres: $(STAMP) postgres-server
 	$(PY) -m pytest -q -m postgres
+
+# The dashboard in a real browser: Debian's chromium driven by Selenium through chromedriver
+# (installed here if missing), against a demo run's storage and a throw-away PostgreSQL server;
+# the screenshots go to docs/how-to/img (the how-to page shows them).
+browser:
+	@{ [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } || \
+		{ $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y chromium chromium-driver; }
+
+test-browser: $(STAMP) browser postgres-server
+	RAYDP_HPO_SCREENSHOTS=docs/how-to/img $(PY) -m pytest -q -m browser
+
+bench-dashboard: $(STAMP)
+	$(PY) benchmarks/dashboard.py
 
 bench-postgres: $(STAMP) postgres-server
 	$(PY) benchmarks/ledger_postgres.py

@@ -18,6 +18,8 @@ Subcommands:
 * ``report RUN_DIR`` — certificate, plots and ``report.md`` of a run (:mod:`raydp_hpo.cli.report`).
 * ``publish RUN_DIR OUT_DIR`` — copy exactly the public part of a finished run (release.json,
   certificate.json, released_model.pt) into a new or empty folder (:mod:`raydp_hpo.tune.publish`).
+* ``dashboard [LOCATION …]`` — read-only web view of ledgers and experiments
+  (:mod:`raydp_hpo.dashboard`; ``pip install 'raydp-hpo[dashboard]'``).
 * ``audit``    — empirical privacy audit of every search algorithm, of the DP-SGD step and
   of client-level DP FedAvg (:mod:`raydp_hpo.audit`): an ε lower bound per algorithm against its claim, plus the
   property checks; exit 1 when any
@@ -819,6 +821,9 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="only the lower bounds, no property checks")
     aud.add_argument("--json", action="store_true")
     aud.set_defaults(func=_cmd_audit)
+    from raydp_hpo.dashboard import server as dashboard  # the web libraries load on use only
+
+    dashboard.add_parser(sub, dashboard.serve)
     for name, subparser in [*sub.choices.items(), *led_sub.choices.items()]:
         if name != "federated":  # federated parses its own options
             subparser.allow_abbrev = False

@@ -74,6 +74,7 @@ __all__ = [
     "PgLocation",
     "grant_ledger_role",
     "is_postgres_uri",
+    "dataset_bindings",
     "ledger_for_dataset",
     "list_ledgers",
     "migrate_journal",
@@ -542,6 +543,29 @@ def ledger_for_dataset(uri: str, fingerprint: str) -> list[str]:
                                      f"{_first_line(exc)}") from None
     finally:
         conn.close()
+
+
+def dataset_bindings(uri: str) -> dict[str, list[str]]:
+    """Every binding of the registry in the database of ``uri``: ledger name -> the data
+    sources (fingerprints) registered for it. Read-only (``SELECT``; no schema is created):
+    a database without the schema has none."""
+    psycopg = _psycopg()
+    loc = parse_uri(uri, need_ledger=False)
+    conn = _connect(loc)
+    try:
+        if schema_version(conn) == 0:
+            return {}
+        rows = conn.execute("SELECT ledger, fingerprint FROM raydp_hpo.datasets "
+                            "ORDER BY registered_at, fingerprint").fetchall()
+    except psycopg.Error as exc:
+        raise LedgerUnavailableError(f"reading the registry of {loc.uri}: "
+                                     f"{_first_line(exc)}") from None
+    finally:
+        conn.close()
+    out: dict[str, list[str]] = {}
+    for ledger, fingerprint in rows:
+        out.setdefault(ledger, []).append(fingerprint)
+    return out
 
 
 def register_dataset(uri: str, fingerprint: str, *, admin_reason: str | None = None) -> str:
