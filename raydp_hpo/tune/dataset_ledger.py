@@ -57,12 +57,26 @@ DATASET_ADAPTIVITY = Adaptivity.EXPERIMENTS
 DATASET_ACCOUNTANT = Accountant.TIGHTEST
 
 
-def dataset_ledger_rule(journal: Path) -> tuple[Adaptivity, Accountant]:
-    """The halting rule of the dataset ledger at ``journal``: the one its header states if it
-    exists (a ledger keeps its rule for life), else the rule of a new dataset ledger."""
-    if not journal.exists():
-        return DATASET_ADAPTIVITY, DATASET_ACCOUNTANT
-    header = read_header(journal)
+def dataset_ledger_rule(journal: Path | str) -> tuple[Adaptivity, Accountant]:
+    """The halting rule of a ledger that composes experiments — a dataset's own, or one named
+    in an experiment file (a journal file or a PostgreSQL URI): the one its header states if
+    it exists (a ledger keeps its rule, and its δ split, for life), else the rule of a new one
+    (:attr:`Adaptivity.EXPERIMENTS` on the tightest fixed-plan points,
+    :mod:`raydp_hpo.ledger.experiments`)."""
+    from raydp_hpo.errors import LedgerUnavailableError, RayDPHPOError
+    from raydp_hpo.ledger.pg import is_postgres_uri, scan_ledger
+
+    if is_postgres_uri(journal):
+        try:
+            header = scan_ledger(str(journal)).header
+        except LedgerUnavailableError:
+            raise
+        except RayDPHPOError:  # no schema or no such ledger yet: a new one
+            return DATASET_ADAPTIVITY, DATASET_ACCOUNTANT
+    else:
+        if not Path(journal).exists():
+            return DATASET_ADAPTIVITY, DATASET_ACCOUNTANT
+        header = read_header(journal)
     return Adaptivity(header["adaptivity"]), Accountant(header["accountant"])
 
 

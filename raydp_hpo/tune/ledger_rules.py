@@ -18,6 +18,7 @@ from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import Mechanism
 from raydp_hpo.errors import InvalidParameterError, LedgerMismatchError, RayDPHPOError
 from raydp_hpo.ledger.actor import LedgerHandle
+from raydp_hpo.ledger.experiments import LATEST_SPLIT, DeltaSplit
 from raydp_hpo.ledger.filter import Adaptivity
 
 
@@ -162,6 +163,18 @@ class _Slot:
     accountant: Accountant  # the dataset ledger's: how it prices a point
     reserved: Any | None
     charged: Mechanism | None  # on resume: the point this experiment charged
+    split: DeltaSplit = LATEST_SPLIT  # the ledger's δ split: how it prices a point
+
+
+def ledger_split(ledger: Any) -> DeltaSplit:
+    """The δ split of an ``EXPERIMENTS`` ledger: a :class:`PrivacyLedger`'s own, or a ledger
+    actor's (its settings; a ledger that states none was created before splits were stored,
+    :attr:`DeltaSplit.HALVES`)."""
+    split = getattr(ledger, "delta_split", None)
+    if isinstance(split, DeltaSplit):
+        return split
+    value = ledger.settings().get("delta_split")
+    return DeltaSplit.HALVES if value is None else DeltaSplit(value)
 
 
 @dataclass(frozen=True)
@@ -190,6 +203,7 @@ class _DatasetPointRule:
     accountant: Accountant  # the dataset ledger's: how it prices a point
     prior: tuple[tuple[str, Mechanism], ...]
     test_epsilon: float | None
+    split: DeltaSplit = LATEST_SPLIT  # the dataset ledger's δ split
 
     def __post_init__(self) -> None:
         self._replica: Any = None
@@ -207,7 +221,7 @@ class _DatasetPointRule:
 
         if self._replica is None:
             replica = PrivacyLedger(self.budget, adaptivity=Adaptivity.EXPERIMENTS,
-                                    accountant=self.accountant)
+                                    accountant=self.accountant, delta_split=self.split)
             for charge_id, prior in self.prior:
                 replica.charge(charge_id, prior)
             self._replica = replica

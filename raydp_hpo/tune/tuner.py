@@ -837,7 +837,7 @@ class DPTuner(_DatasetPoints, _Release):
             if self._slot.reserved is None:  # its plan is its point: calibrated to fit there
                 self._slot_rule = _DatasetPointRule(
                     dataset_ledger.budget, self._slot.accountant, self._slot.prior,
-                    self._test_epsilon)
+                    self._test_epsilon, self._slot.split)
         dedicated = None if shared is not None else self._dedicated_adaptivity()
         try:
             searcher = self._build_searcher(shared, dedicated)
