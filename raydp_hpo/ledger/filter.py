@@ -1082,4 +1082,5 @@ class PrivacyLedger:
                 remaining_epsilon=max(0.0, self._budget.epsilon - spent),
                 epsilon_by_accountant=by_acc,
                 charges=tuple(self._charges),
+                delta_split=None if self._split is None else self._split.value,
             )

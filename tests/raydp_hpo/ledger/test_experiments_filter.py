@@ -224,3 +224,21 @@ def test_racing_experiments_never_exceed_the_budget_or_share_a_delta() -> None:
     for c in charges:
         assert replay.try_charge(c.charge_id, c.mechanism).admitted
     assert replay.spent() == pytest.approx(ledger.spent(), rel=1e-12)
+
+
+def test_ledger_show_separates_the_figures_that_halt_and_prints_delta_as_delta() -> None:
+    """Issue #38: ``ledger show`` listed the fixed-sequence rdp / pld figures beside the spend
+    as if they halted, and the basic composition's δ as "ε=0.0000"."""
+    ledger = _ledger(budget=PrivacyBudget(3.0, 1e-5))
+    ledger.charge("e1/point", SubsampledGaussian(1.2, 0.05, 20))
+    ledger.charge("e2/point", SubsampledGaussian(3.0, 0.05, 20))
+    text = ledger.report().format()
+    halting, info = text.split("shown for information only")
+    basic = ledger.report().epsilon_by_accountant["basic_composition_delta"]
+    assert "(B) basic composition of points" in halting and f"at δ={basic:.3g}" in halting
+    assert "(A) RDP filter, adaptive" in halting and "at δ=2e-06" in halting
+    assert "ε=0.0000" not in text
+    assert "rdp (valid for fixed sequences only)" in info
+    assert "pld (valid for fixed sequences only)" in info
+    assert "rdp" not in halting.split("decides on")[1].replace("RDP", "")
+    assert "(δ split first-heavy)" in text
