@@ -242,7 +242,7 @@ def tightest_halting_accountant(adaptivity: Adaptivity) -> Accountant:
     figures (each valid for the fixed sequence the plan is; see the module docstring).
     ``ADAPTIVE``: :attr:`Accountant.RDP`, the only one with a filter theorem (Feldman & Zrnic
     2021). ``EXPERIMENTS``: :attr:`Accountant.TIGHTEST` prices each charge's own (εₖ, δₖ)
-    point (one fixed mechanism); the halting rule is the RDP filter at δ/2 or basic
+    point (one fixed mechanism); the halting rule is the RDP filter at its δ share or basic
     composition of the points. Searchers calibrate on the same accountant the ledger then
     halts on, so the σ they calibrate is exactly what the ledger admits.
     """

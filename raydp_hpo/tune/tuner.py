@@ -71,7 +71,7 @@ import ray
 
 from raydp_hpo._ray_runtime import ensure_ray
 from raydp_hpo._storage import default_storage_path, warn_if_ephemeral
-from raydp_hpo.accounting.accountants import Accountant, epsilon
+from raydp_hpo.accounting.accountants import Accountant
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import Mechanism
 from raydp_hpo.errors import (
@@ -96,6 +96,7 @@ from raydp_hpo.tune.ledger_rules import (
     _DatasetPointRule,
     _FirstChargeRule,
     _resumed_accountant,
+    _SharedLedgerRule,
     _Slot,
     _whose_budget,
     require_earlier_charges,
@@ -627,11 +628,7 @@ class DPTuner(_DatasetPoints, _Release):
             ledger_name, namespace = ledger.name, ledger.namespace
             # A shared ledger: its own rule, unless this experiment's plan is already on it
             # (resume: the charge is replayed by id, not added).
-            resumed = ledger.has_charge(plan_id)
-
-            def admissible(mechanism: Mechanism) -> bool:
-                own = epsilon(mechanism, budget.delta, Accountant.RDP) <= budget.epsilon
-                return own and (resumed or ledger.would_admit(mechanism))
+            admissible = _SharedLedgerRule(budget, ledger, ledger.has_charge(plan_id))
 
         space = {} if searcher.has_space else self._space
         accepted = searcher.set_search_properties(

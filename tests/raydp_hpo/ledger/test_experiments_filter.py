@@ -16,13 +16,13 @@ from dp_accounting.pld import pld_privacy_accountant
 from raydp_hpo.accounting.accountants import Accountant
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import ApproxDP, SubsampledGaussian
+from raydp_hpo.errors import LedgerMismatchError
 from raydp_hpo.ledger.experiments import (
     DeltaSplit,
     experiment_delta,
     experiment_point,
     filter_delta,
 )
-from raydp_hpo.errors import LedgerMismatchError
 from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger, filter_epsilon
 
 BUDGET = PrivacyBudget(8.0, 1e-5)
