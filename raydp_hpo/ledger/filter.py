@@ -364,9 +364,6 @@ class PrivacyLedger:
         self._curve_issues: list[str] = []
         if journal is not None:
             header = {**self._settings(), "created": time.time(), "rdp_orders": ORDERS_FINGERPRINT}
-            if self._split is not None and not self._split_given:
-                self._adopt_split(journal)
-                header.update(self._settings())
             if is_postgres_uri(journal):
                 self._journal = PgJournal.open(str(journal), create_header=header)
             else:
@@ -390,25 +387,14 @@ class PrivacyLedger:
             settings["delta_split"] = self._split.value
         return settings
 
-    def _adopt_split(self, journal: str | Path) -> None:
-        """An EXPERIMENTS ledger opened without ``delta_split`` on an existing journal takes
-        the split its header states (absent: ``HALVES``, the split before it was stored), so a
-        ledger keeps its split for life; a new journal gets :data:`LATEST_SPLIT`."""
-        try:
-            if is_postgres_uri(journal):
-                header = scan_ledger(str(journal)).header
-            elif Path(journal).exists() and Path(journal).stat().st_size > 0:
-                header = read_header(journal)
-            else:
-                return
-        except (LedgerCorruptedError, OSError, RayDPHPOError):
-            return  # not an existing ledger (or unreadable): opening reports it
-        if header.get("adaptivity") == Adaptivity.EXPERIMENTS.value:
-            self._split = split_of_header(header)
-
     def _load(self) -> None:
         assert self._journal is not None
         header = self._journal.header
+        if (self._split is not None and not self._split_given
+                and header.get("adaptivity") == Adaptivity.EXPERIMENTS.value):
+            # opened without a split: an existing journal's own (a ledger keeps its split for
+            # life; absent: HALVES, the split before it was stored), a new one's is the latest
+            self._split = split_of_header(header)
         keys = ["budget", "adaptivity", "accountant"]
         if self._split is not None or "delta_split" in header:
             keys.append("delta_split")
