@@ -17,8 +17,7 @@ from ray import tune
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import SubsampledGaussian
 from raydp_hpo.cli.config.data import DigitsData, Mnist1dData, ParquetData
-from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
-from raydp_hpo.errors import BudgetTooSmallError
+from raydp_hpo.errors import BudgetTooSmallError, InvalidParameterError, RayDPHPOError
 from raydp_hpo.ledger.experiments import experiment_delta
 from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger
 from raydp_hpo.trainables.data import (
