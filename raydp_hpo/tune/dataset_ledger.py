@@ -16,10 +16,13 @@ the same data, from Python or from an experiment file, spends from one budget:
 Experiments on one dataset ledger are chosen adaptively (one release may shape the next), so
 its halting rule must be a valid privacy filter. A new dataset ledger composes whole
 experiments (:attr:`Adaptivity.EXPERIMENTS`, :mod:`raydp_hpo.ledger.experiments`): each
-experiment takes one (εₖ, δₖ) point, its δ share δ·6/(π²k²) and the ε its plan costs at that
-δ on the tightest fixed-plan accounting, runs within that point on a ledger of its own, and
-the dataset's ledger halts by basic composition of the points. A dataset ledger created
-before (the adaptive RDP filter, Feldman & Zrnic 2021) keeps the rule its journal states.
+experiment takes one (εₖ, δₖ) point, its δ share δₖ (the ledger's δ split) and the ε its
+plan costs at that δ on the tightest fixed-plan accounting, runs within that point on a ledger
+of its own, and the dataset's ledger halts when neither basic composition of the points nor
+the RDP filter at its δ share admits. A ledger named in an experiment file (journal file or
+PostgreSQL) gets the same rule when ``raydp-hpo run`` creates it (:func:`dataset_ledger_rule`).
+A ledger created before (the adaptive RDP filter, Feldman & Zrnic 2021) keeps the rule its
+journal states.
 
 On PostgreSQL the registry is the organisation's: a ledger handle on a ``postgresql://`` URI
 binds the data it charges to that ledger (:func:`bind_data_to_ledger`, which ``DPTuner``
