@@ -137,7 +137,7 @@ def test_a_journal_from_before_splits_keeps_the_halves_split(tmp_path: Path) -> 
 def test_points_match_dp_accounting_and_the_tighter_rule_halts() -> None:
     """Two DP-SGD experiments charged one after the other: each point (rule B) is its own PLD
     ε at its δ share (dp-accounting, to 1 %); the spend is the smaller of rule B (their sum)
-    and rule A (the RDP filter at δ/2 over both curves), each computed independently here.
+    and rule A (the RDP filter at δ_A over both curves), each computed independently here.
     One experiment: B is the tighter (its own tightest figure); two: A is."""
     from raydp_hpo.accounting.rdp import rdp_profile
 
