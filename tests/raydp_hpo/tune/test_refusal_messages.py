@@ -71,3 +71,22 @@ def test_a_dataset_point_refusal_states_what_the_ledger_would_record() -> None:
                            accountant=Accountant.TIGHTEST)
     bigger.charge("earlier/point", earlier)
     assert bigger.would_admit(PLAN)
+
+
+def test_a_shared_adaptive_ledger_refusal_names_its_filter() -> None:
+    """Issue #38's case: a fixed σ = 1.0 plan on a named ledger that halts on the adaptive RDP
+    filter (one created before #38 keeps that rule), budget ε = 3: the plan's own RDP figure
+    (2.97) fits, the ledger's filter (3.79) refuses, and the message says so."""
+    from raydp_hpo.tune.ledger_rules import _SharedLedgerRule
+
+    class Named(PrivacyLedger):  # the actor handle's one extra: its name
+        name = "org-ledger"
+
+    ledger = Named(BUDGET, adaptivity=Adaptivity.ADAPTIVE, accountant=Accountant.RDP)
+    message = _refusal(_SharedLedgerRule(BUDGET, ledger, resumed=False))
+    figure = filter_epsilon(rdp_profile(PLAN), BUDGET.delta)
+    assert "shared ledger 'org-ledger'" in message and "adaptive RDP filter" in message
+    assert f"gives ε={figure:.4g} with this plan" in message and "(RDP accountant)" not in message
+    enough = _at_least(message)
+    assert PrivacyLedger(PrivacyBudget(enough, BUDGET.delta)).would_admit(PLAN)
+    assert ledger.charges() == ()  # nothing charged
