@@ -159,8 +159,7 @@ def _rule_name(adaptivity: Adaptivity, accountant: Accountant, budget: PrivacyBu
                split: DeltaSplit | None = None) -> str:
     """The halting rule in words, as a refusal names it."""
     if adaptivity is Adaptivity.ADAPTIVE:
-        return ("the adaptive RDP filter (Feldman & Zrnic 2021, union bound over 24 orders), "
-                "the rule this ledger halts on")
+        return "the adaptive RDP filter (Feldman & Zrnic 2021, union bound over 24 orders)"
     if adaptivity is Adaptivity.EXPERIMENTS:
         from raydp_hpo.ledger.experiments import filter_delta
 
