@@ -835,6 +835,14 @@ class DPTuner(_DatasetPoints, _Release):
                 self._slot_rule = _DatasetPointRule(
                     dataset_ledger.budget, self._slot.accountant, self._slot.prior,
                     self._test_epsilon, self._slot.split)
+        elif shared is not None and shared.settings()["adaptivity"] == (
+                Adaptivity.ADAPTIVE.value):
+            (self._progress or _log.info)(
+                f"[raydp-hpo] the shared ledger {shared.name!r} halts on the adaptive RDP "
+                "filter (the rule it was created with): this experiment's charges are priced "
+                "by it. A ledger that composes whole experiments prices a plan at its tightest "
+                "figure instead (raydp-hpo run creates one; in Python get_ledger(..., "
+                "adaptivity=Adaptivity.EXPERIMENTS, accountant=Accountant.TIGHTEST))")
         dedicated = None if shared is not None else self._dedicated_adaptivity()
         try:
             searcher = self._build_searcher(shared, dedicated)
