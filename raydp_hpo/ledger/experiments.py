@@ -117,7 +117,7 @@ from typing import Any
 
 from raydp_hpo.accounting.accountant_kind import Accountant
 from raydp_hpo.accounting.mechanisms import ApproxDP, Mechanism
-from raydp_hpo.errors import InvalidParameterError
+from raydp_hpo.errors import InvalidParameterError, LedgerMismatchError
 
 __all__ = ["DeltaSplit", "LATEST_SPLIT", "experiment_delta", "experiment_point", "filter_delta",
            "split_of_header"]
@@ -151,8 +151,17 @@ def _check_split(split: DeltaSplit) -> DeltaSplit:
 def split_of_header(header: Mapping[str, Any]) -> DeltaSplit:
     """The δ split an ``EXPERIMENTS`` ledger's header states; a header from before the split
     was stored (no ``delta_split``) is :attr:`DeltaSplit.HALVES`, the split those ledgers
-    admitted under. An unknown value raises ``ValueError``."""
-    return DeltaSplit(header.get("delta_split", DeltaSplit.HALVES.value))
+    admitted under. A value this version does not know (a ledger written by a newer one)
+    raises :class:`~raydp_hpo.errors.LedgerMismatchError`: its rule cannot be applied here."""
+    value = header.get("delta_split", DeltaSplit.HALVES.value)
+    try:
+        return DeltaSplit(value)
+    except ValueError:
+        raise LedgerMismatchError(
+            f"the ledger's header states delta_split={value!r}, which this version of raydp-hpo "
+            f"does not know (it knows {[s.value for s in DeltaSplit]}); open it with the "
+            "version that created it"
+        ) from None
 
 
 def filter_delta(total_delta: float, split: DeltaSplit = LATEST_SPLIT) -> float:

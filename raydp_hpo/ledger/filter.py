@@ -570,6 +570,8 @@ class PrivacyLedger:
                 Accountant(header["accountant"]),
                 split_of_header(header) if adaptivity is Adaptivity.EXPERIMENTS else None,
             )
+        except LedgerMismatchError:
+            raise
         except (KeyError, TypeError, ValueError, RayDPHPOError) as exc:
             raise LedgerCorruptedError(
                 f"journal {journal}: the header (line 1, byte offset 0) passes its checksum but "

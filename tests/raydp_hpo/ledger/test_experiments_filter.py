@@ -242,3 +242,12 @@ def test_ledger_show_separates_the_figures_that_halt_and_prints_delta_as_delta()
     assert "pld (valid for fixed sequences only)" in info
     assert "rdp" not in halting.split("decides on")[1].replace("RDP", "")
     assert "(δ split first-heavy)" in text
+
+
+def test_a_split_this_version_does_not_know_is_refused_by_name() -> None:
+    from raydp_hpo.ledger.experiments import split_of_header
+
+    assert split_of_header({"adaptivity": "experiments"}) is DeltaSplit.HALVES
+    assert split_of_header({"delta_split": "first-heavy"}) is DeltaSplit.FIRST_HEAVY
+    with pytest.raises(LedgerMismatchError, match="delta_split='thirds'.*does not know"):
+        split_of_header({"delta_split": "thirds"})
