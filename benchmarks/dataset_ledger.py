@@ -6,7 +6,7 @@ dataset ledger at ε = 3, δ = 1e-5: the certificate's ε (the experiment's tigh
 at its δ share) against what the dataset ledger records as spent, and what the previous rule
 (the adaptive RDP filter over 24 orders at δ) would have recorded for the very same plan.
 Then 2 and 5 experiments on one dataset ledger of ε = 3 (``create_dataset_ledger``): the
-total of what they certify against the ledger's recorded spend (min of the RDP filter at δ/2
+total of what they certify against the ledger's recorded spend (min of the RDP filter at δ_A
 and basic composition of their points; :mod:`raydp_hpo.ledger.experiments`).
 
     .venv/bin/python benchmarks/dataset_ledger.py [--datasets mnist1d digits] [--quick]
@@ -158,7 +158,7 @@ def several(dataset: str, count: int, algorithms: list[str], quick: bool) -> str
         by = report.epsilon_by_accountant
         return (f"| {dataset} | {count} × ε={per:g} ({', '.join(sorted(set(algorithms)))}) | "
                 f"{len(certified)} admitted, {refused} refused | {sum(certified):.4f} | "
-                f"{report.spent_epsilon:.4f} (A {by.get('rdp_filter_half_delta', math.nan):.4f}"
+                f"{report.spent_epsilon:.4f} (A {by.get('rdp_filter_split_delta', math.nan):.4f}"
                 f", B {by.get('basic_composition', math.nan):.4f}) | "
                 f"{sum(certified) / report.spent_epsilon:.3f} | "
                 f"{report.spent_epsilon <= BUDGET['epsilon']} |")
@@ -181,7 +181,7 @@ def main() -> None:
             print("\n".join(single_searches(args.datasets, args.quick, args.algorithms)))
         if args.part in ("several", "both"):
             rows = ["| dataset | experiments | admitted | Σ certified ε | ledger recorded "
-                    "(A: RDP filter at δ/2, B: basic composition) | certified / recorded | "
+                    "(A: RDP filter at δ_A, B: basic composition) | certified / recorded | "
                     "recorded ≤ 3 |", "| --- | --- | --- | --- | --- | --- | --- |"]
             for dataset in args.datasets:
                 rows.append(several(dataset, 2, ["random_stopping", "one_shot_random"],

@@ -143,7 +143,7 @@ LEDGER_ENV = "RAYDP_BENCH_LEDGER"
 
 def search_delta() -> float:
     """δ a search is calibrated and admitted at: ``DELTA`` on a dedicated ledger; the first
-    charge's share (δ/2)·6/π² on a dataset ledger (``--ledger dataset``)."""
+    charge's share δ₁ on a dataset ledger (0.78δ; (δ/2)·6/π² before issue #38) (``--ledger dataset``)."""
     if os.environ.get(LEDGER_ENV, "dedicated") == "dataset":
         from raydp_hpo.ledger.experiments import experiment_delta
 
@@ -781,7 +781,7 @@ def main(argv: list[str] | None = None) -> int:
                     "auto = the tightest one the ledger supports")
     ap.add_argument("--ledger", choices=("dedicated", "dataset"), default="dedicated",
                     help="dataset: each search is the first experiment on a fresh dataset "
-                         "ledger, as through raydp-hpo run (its point at δ·3/π²)")
+                         "ledger, as through raydp-hpo run (its point at δ₁)")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--tag", default="", help="suffix of the output files (privacy_utility_TAG.*)")

@@ -66,6 +66,7 @@ _EXPORTS: dict[str, str] = {
     "RaydpSettings": "raydp_hpo.trial.settings",
     # ledger
     "Adaptivity": "raydp_hpo.ledger.filter",
+    "DeltaSplit": "raydp_hpo.ledger.experiments",
     "PrivacyLedger": "raydp_hpo.ledger.filter",
     "ChargeDecision": "raydp_hpo.ledger.filter",
     "LedgerReport": "raydp_hpo.ledger.filter",
@@ -134,6 +135,7 @@ if TYPE_CHECKING:
     )
     from raydp_hpo.ledger.actor import LedgerHandle, get_ledger
     from raydp_hpo.ledger.coverage import is_covered
+    from raydp_hpo.ledger.experiments import DeltaSplit
     from raydp_hpo.ledger.filter import Adaptivity, ChargeDecision, LedgerReport, PrivacyLedger
     from raydp_hpo.ledger.ledger_like import LedgerLike
     from raydp_hpo.trainables.native_private import DPEngine

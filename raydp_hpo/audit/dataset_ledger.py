@@ -43,7 +43,7 @@ def _dataset_ledger(budget: PrivacyBudget) -> Any:
 def dataset_ledger_claim(delta: float = 1e-5) -> dict[str, float]:
     """The dataset ledger's budget the audit claims: the larger of what the ledger records
     for the two paths (first then either second experiment), each the real ledger's spend,
-    min(RDP filter at δ/2, basic composition of the points) (:mod:`raydp_hpo.ledger.
+    min(RDP filter at δ_A, basic composition of the points) (:mod:`raydp_hpo.ledger.
     experiments`). The filter theorem guarantees the budget whatever path the analyst takes;
     the budget is set to exactly the costlier path, so the claim is as small as can hold."""
     first, after_high, after_low = _dataset_ledger_experiments()

@@ -25,14 +25,17 @@ on the same data — a re-run under a new name after a crash, say — spends fro
 instead of getting a fresh one. The first experiment on a dataset creates its ledger with its
 ``budget`` (logged); later ones attach to it, their own ``budget`` being a cap on what they
 spend. A fresh budget on the same data is an explicit, logged act: name another ledger in
-``ledger:``. Every run gets a fresh random run id that all its charges carry
-(``<experiment>@<run id>/...``), so running a file again — its run directory deleted, another
-storage path, another machine — is a new run that pays again (said on the progress lines),
-never a second release of one charge. A crashed run continues with ``raydp-hpo run --resume``
-(same experiment name), which first checks that the ledger it attaches to holds the earlier
-charges of that very run (the run id recorded in its run directory): a moved or replaced
-journal, or a ledger holding only another run of the name, is refused, never silently a fresh
-budget or another run's charge.
+``ledger:``. Every ledger this command creates, the dataset's or a named one (journal file or
+PostgreSQL), composes whole experiments (:mod:`raydp_hpo.ledger.experiments`: each experiment
+is priced by its tightest figure at its δ share, or the RDP filter admits it); an existing
+ledger keeps the rule its header states. Every run gets a fresh random run id that all its
+charges carry (``<experiment>@<run id>/...``), so running a file again — its run directory
+deleted, another storage path, another machine — is a new run that pays again (said on the
+progress lines), never a second release of one charge. A crashed run continues with
+``raydp-hpo run --resume`` (same experiment name), which first checks that the ledger it
+attaches to holds the earlier charges of that very run (the run id recorded in its run
+directory): a moved or replaced journal, or a ledger holding only another run of the name, is
+refused, never silently a fresh budget or another run's charge.
 Parquet ``val_uri`` / ``test_uri`` files are private data of the same dataset: they are
 accounted on the ledger of ``uri``. Use a validation or test file with one training file only,
 or name one shared ``ledger:`` for every experiment that reads it.
@@ -141,14 +144,15 @@ def bind_data_to_postgres_ledger(spec: ExperimentFile, budget: PrivacyBudget,
     Data already bound to another ledger is refused (:class:`LedgerMismatchError`) before
     anything is charged: a second budget for registered data is an administrator's act.
     Nothing to do for a journal file."""
-    from raydp_hpo.accounting.accountants import Accountant
-    from raydp_hpo.ledger.filter import Adaptivity, CurveCheck, PrivacyLedger
+    from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
     from raydp_hpo.ledger.pg import is_postgres_uri, register_dataset
+    from raydp_hpo.tune.dataset_ledger import dataset_ledger_rule
 
     uri = spec.ledger_journal()
     if not isinstance(uri, str) or not is_postgres_uri(uri):
         return
-    PrivacyLedger(budget, uri, adaptivity=Adaptivity.ADAPTIVE, accountant=Accountant.RDP,
+    adaptivity, accountant = dataset_ledger_rule(uri)  # the rule the ledger actor then uses
+    PrivacyLedger(budget, uri, adaptivity=adaptivity, accountant=accountant,
                   curve_check=CurveCheck.ON_DEMAND).close()
     register_dataset(uri, spec.data.fingerprint())
     out(f"[raydp-hpo] data {spec.data.fingerprint()} is bound to ledger {uri}")
@@ -205,9 +209,7 @@ def run_experiment(spec: ExperimentFile, *, progress_interval_s: float = 5.0,
 def _run_experiment(spec: ExperimentFile, progress_interval_s: float,
                     out: Callable[[str], None], resume: bool,
                     start_ray: Callable[[], None]) -> RunOutcome:
-    from raydp_hpo.accounting.accountants import Accountant
     from raydp_hpo.ledger.actor import get_ledger
-    from raydp_hpo.ledger.filter import Adaptivity
     from raydp_hpo.tune.dataset_ledger import check_data_registry, dataset_ledger_rule
     from raydp_hpo.tune.ledger_rules import charge_prefix
     from raydp_hpo.tune.publish import find_release
@@ -247,12 +249,12 @@ def _run_experiment(spec: ExperimentFile, progress_interval_s: float,
     import ray
 
     check_resources(spec, ray.cluster_resources(), "the Ray cluster")  # before any charge
-    # a named ledger halts on the adaptive RDP filter (any charge may meet it); the dataset's
-    # own composes whole experiments (raydp_hpo.tune.dataset_ledger), or keeps its rule
-    adaptivity, accountant = (
-        (Adaptivity.ADAPTIVE, Accountant.RDP) if spec.ledger is not None
-        else dataset_ledger_rule(Path(spec.ledger_journal()))  # a dataset's own: a file
-    )
+    # every ledger this command charges receives whole experiments, so a new one composes
+    # them (raydp_hpo.ledger.experiments), named or not, file or PostgreSQL; an existing one
+    # keeps the rule its header states (before issue #38 a named one halted on the RDP filter)
+    journal_or_uri = spec.ledger_journal()
+    adaptivity, accountant = dataset_ledger_rule(
+        journal_or_uri if isinstance(journal_or_uri, str) else Path(journal_or_uri))
     ledger = get_ledger(
         spec.ledger_name,
         ledger_budget,

@@ -59,7 +59,8 @@ def replay_spend(journal: str | Path) -> tuple[Any, list[SpendPoint]]:
     every recorded charge is admitted again in order) and its report, which gives the RDP,
     adaptive-RDP-filter and PLD figures at the journal's δ; a dataset ledger's journal
     (``Adaptivity.EXPERIMENTS``) is replayed under its own rule, whose report adds the basic
-    composition of the experiments' points and the RDP filter at δ/2.
+    composition of the experiments' points and the RDP filter at its δ share (its journal's
+    δ split).
     """
     from raydp_hpo.accounting.accountants import Accountant
     from raydp_hpo.accounting.budget import PrivacyBudget
@@ -72,10 +73,13 @@ def replay_spend(journal: str | Path) -> tuple[Any, list[SpendPoint]]:
         raise RayDPHPOError(f"no ledger journal at {journal}")
     budget = PrivacyBudget.from_dict(header["budget"])
     experiments = header.get("adaptivity") == Adaptivity.EXPERIMENTS.value
+    from raydp_hpo.ledger.experiments import split_of_header
+
     replay = PrivacyLedger(PrivacyBudget(1e12, budget.delta), None,
                            adaptivity=Adaptivity.EXPERIMENTS if experiments
                            else Adaptivity.FIXED_PLAN,
-                           accountant=Accountant.TIGHTEST if experiments else Accountant.RDP)
+                           accountant=Accountant.TIGHTEST if experiments else Accountant.RDP,
+                           delta_split=split_of_header(header) if experiments else None)
     points = [SpendPoint(0, float(header.get("created", records[0]["time"] if records else 0.0)),
                          "", "", {"rdp": 0.0, "rdp_filter": 0.0, "pld": 0.0})]
     for rec in records:
@@ -115,7 +119,7 @@ def _plot_budget(budget: Any, points: list[SpendPoint], prefix: str, path: Path)
               "pld": ("PLD (fixed sequence)", "tab:green"),
               "basic_composition": ("basic composition of the experiments' points "
                                     "(dataset ledger)", "tab:purple"),
-              "rdp_filter_half_delta": ("RDP filter at δ/2 (dataset ledger)", "tab:orange")}
+              "rdp_filter_split_delta": ("RDP filter at its δ share (rule A)", "tab:orange")}
     xs = [p.time - t0 for p in points]
     for key, (label, colour) in styles.items():
         ys = [p.epsilon.get(key, math.nan) for p in points]

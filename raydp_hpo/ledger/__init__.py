@@ -13,6 +13,7 @@ from raydp_hpo._lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from raydp_hpo.ledger.actor import DEFAULT_NAMESPACE, LedgerHandle, get_ledger
+    from raydp_hpo.ledger.experiments import DeltaSplit
     from raydp_hpo.ledger.filter import (
         Adaptivity,
         Charge,
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     "Adaptivity": "raydp_hpo.ledger.filter",
     "Charge": "raydp_hpo.ledger.filter",
+    "DeltaSplit": "raydp_hpo.ledger.experiments",
     "ChargeDecision": "raydp_hpo.ledger.filter",
     "LedgerReport": "raydp_hpo.ledger.filter",
     "PrivacyLedger": "raydp_hpo.ledger.filter",

@@ -82,6 +82,9 @@ class _LedgerActor:
             "journal": str(self._ledger.location),
             "adaptivity": self._ledger.adaptivity.value,
             "accountant": self._ledger.halting_accountant.value,
+            # EXPERIMENTS: its δ split (replicas that predict its admissions need it)
+            "delta_split": (None if self._ledger.delta_split is None
+                            else self._ledger.delta_split.value),
         }
 
     def try_charge(self, charge_id: str, mechanism: Mechanism, owner: str) -> ChargeDecision:

@@ -25,11 +25,14 @@ covers "either rule admits" (the pure part adds δ = 0), since both running tota
 analysis — the conservative choice; the report states both figures.
 (ε, δ)-only mechanisms (:class:`~raydp_hpo.accounting.mechanisms.ApproxDP`) are refused in this mode.
 
-``EXPERIMENTS`` — a dataset's ledger: each charge is a whole experiment, chosen adaptively;
-a charge is admitted when either the RDP filter at δ/2 or basic composition of (εₖ, δₖ)
-points (each experiment's tightest figure at its δ share (δ/2)·6/(π²k²)) admits it, a valid
-filter under fully adaptive (and concurrent) composition; the rule, its theorem and its
-proof are in :mod:`raydp_hpo.ledger.experiments`.
+``EXPERIMENTS`` — a ledger that composes whole experiments (a dataset's own, a named or
+PostgreSQL ledger that ``raydp-hpo run`` creates): each charge is a whole experiment, chosen
+adaptively; a charge is admitted when either the RDP filter at δ_A or basic composition of
+(εₖ, δₖ) points (each experiment's tightest figure at its δ share) admits it, a valid filter
+under fully adaptive (and concurrent) composition. The δ split is the ledger's
+:class:`~raydp_hpo.ledger.experiments.DeltaSplit`, stored in its header (``delta_split``;
+absent: the split of ledgers created before it, ``HALVES``). The rule, its theorem, its
+proof and which charge it prices how are in :mod:`raydp_hpo.ledger.experiments`.
 
 ``FIXED_PLAN`` — the caller asserts that the sequence of mechanisms is fixed before any data
 is touched (e.g. a whole search plan admitted in one charge). Then standard composition
@@ -95,6 +98,7 @@ from raydp_hpo.errors import (
     RayDPHPOError,
     UnsupportedMechanismError,
 )
+from raydp_hpo.ledger.experiments import LATEST_SPLIT, DeltaSplit, split_of_header
 from raydp_hpo.ledger.journal import Journal, JournalScan, read_header, scan_journal
 from raydp_hpo.ledger.pg import PgJournal, is_postgres_uri, scan_ledger
 from raydp_hpo.ledger.records import Adaptivity, Charge, ChargeDecision, LedgerReport
@@ -238,7 +242,7 @@ def tightest_halting_accountant(adaptivity: Adaptivity) -> Accountant:
     figures (each valid for the fixed sequence the plan is; see the module docstring).
     ``ADAPTIVE``: :attr:`Accountant.RDP`, the only one with a filter theorem (Feldman & Zrnic
     2021). ``EXPERIMENTS``: :attr:`Accountant.TIGHTEST` prices each charge's own (εₖ, δₖ)
-    point (one fixed mechanism); the halting rule is the RDP filter at δ/2 or basic
+    point (one fixed mechanism); the halting rule is the RDP filter at its δ share or basic
     composition of the points. Searchers calibrate on the same accountant the ledger then
     halts on, so the σ they calibrate is exactly what the ledger admits.
     """
@@ -290,6 +294,7 @@ class PrivacyLedger:
         adaptivity: Adaptivity = Adaptivity.ADAPTIVE,
         accountant: Accountant = Accountant.RDP,
         curve_check: CurveCheck = CurveCheck.BACKGROUND,
+        delta_split: DeltaSplit | None = None,
     ) -> None:
         if not isinstance(curve_check, CurveCheck):
             raise InvalidParameterError(f"curve_check must be a CurveCheck, got {curve_check!r}")
@@ -314,9 +319,21 @@ class PrivacyLedger:
                 "fixed up front; use accountant=Accountant.RDP (adaptive RDP filter) or "
                 "adaptivity=Adaptivity.FIXED_PLAN"
             )
+        if delta_split is not None and not isinstance(delta_split, DeltaSplit):
+            raise InvalidParameterError(
+                f"delta_split must be a DeltaSplit or None, got {delta_split!r}")
+        if delta_split is not None and adaptivity is not Adaptivity.EXPERIMENTS:
+            raise InvalidParameterError(
+                f"delta_split={delta_split.value!r} is only for adaptivity=Adaptivity.EXPERIMENTS "
+                f"(got {adaptivity.value!r}); leave it unset")
         self._budget = budget
         self._adaptivity = adaptivity
         self._accountant = accountant
+        # EXPERIMENTS: how δ is split between its two rules; None (not given) means the
+        # journal's own on reopening, the latest for a new ledger
+        self._split_given = delta_split is not None
+        self._split: DeltaSplit | None = (
+            (delta_split or LATEST_SPLIT) if adaptivity is Adaptivity.EXPERIMENTS else None)
         self._lock = threading.RLock()
         self._charges: list[Charge] = []
         self._by_id: dict[str, Charge] = {}
@@ -361,16 +378,29 @@ class PrivacyLedger:
 
     # -- persistence -------------------------------------------------------------------
     def _settings(self) -> dict[str, Any]:
-        return {
+        settings = {
             "budget": self._budget.to_dict(),
             "adaptivity": self._adaptivity.value,
             "accountant": self._accountant.value,
         }
+        if self._split is not None:  # EXPERIMENTS only: other ledgers' headers are unchanged
+            settings["delta_split"] = self._split.value
+        return settings
 
     def _load(self) -> None:
         assert self._journal is not None
         header = self._journal.header
-        stored = {k: header.get(k) for k in ("budget", "adaptivity", "accountant")}
+        if (self._split is not None and not self._split_given
+                and header.get("adaptivity") == Adaptivity.EXPERIMENTS.value):
+            # opened without a split: an existing journal's own (a ledger keeps its split for
+            # life; absent: HALVES, the split before it was stored), a new one's is the latest
+            self._split = split_of_header(header)
+        keys = ["budget", "adaptivity", "accountant"]
+        if self._split is not None or "delta_split" in header:
+            keys.append("delta_split")
+        stored = {k: header.get(k) for k in keys}
+        if self._split is not None and header.get("adaptivity") == Adaptivity.EXPERIMENTS.value:
+            stored["delta_split"] = split_of_header(header).value
         # a value stored by an earlier version ("profile") names today's member; an unknown
         # one stays as it is and is reported as a mismatch below
         with contextlib.suppress(ValueError):
@@ -434,7 +464,7 @@ class PrivacyLedger:
                 pure = None if p is None else pure + p
         self._rdp = RdpProfile(total, side_eps, side_delta)
         self._pure = pure
-        if self._adaptivity is Adaptivity.EXPERIMENTS:  # few charges: whole experiments
+        if self._split is not None:  # EXPERIMENTS: few charges, whole experiments
             self._points = [self._point(c.mechanism, i + 1)
                             for i, c in enumerate(self._charges)]
         self._pld_composer = None
@@ -531,13 +561,17 @@ class PrivacyLedger:
     @staticmethod
     def _settings_of(
         journal: str | Path, header: dict[str, Any]
-    ) -> tuple[PrivacyBudget, Adaptivity, Accountant]:
+    ) -> tuple[PrivacyBudget, Adaptivity, Accountant, DeltaSplit | None]:
         try:
+            adaptivity = Adaptivity(header["adaptivity"])
             return (
                 PrivacyBudget.from_dict(header["budget"]),
-                Adaptivity(header["adaptivity"]),
+                adaptivity,
                 Accountant(header["accountant"]),
+                split_of_header(header) if adaptivity is Adaptivity.EXPERIMENTS else None,
             )
+        except LedgerMismatchError:
+            raise
         except (KeyError, TypeError, ValueError, RayDPHPOError) as exc:
             raise LedgerCorruptedError(
                 f"journal {journal}: the header (line 1, byte offset 0) passes its checksum but "
@@ -551,9 +585,10 @@ class PrivacyLedger:
         """Open an existing journal for writing, with the settings stored in its header."""
         header = (scan_ledger(str(journal)).header if is_postgres_uri(journal)
                   else read_header(journal))
-        budget, adaptivity, accountant = cls._settings_of(journal, header)
+        budget, adaptivity, accountant, split = cls._settings_of(journal, header)
         return cls(
-            budget, journal, adaptivity=adaptivity, accountant=accountant, curve_check=curve_check
+            budget, journal, adaptivity=adaptivity, accountant=accountant, curve_check=curve_check,
+            delta_split=split,
         )
 
     @classmethod
@@ -577,9 +612,10 @@ class PrivacyLedger:
         cls, scan: JournalScan, *, curve_check: CurveCheck = CurveCheck.BACKGROUND
     ) -> PrivacyLedger:
         """An in-memory ledger replayed from a checked journal (see :func:`scan_journal`)."""
-        budget, adaptivity, accountant = cls._settings_of(scan.path, scan.header)
+        budget, adaptivity, accountant, split = cls._settings_of(scan.path, scan.header)
         ledger = cls(
-            budget, None, adaptivity=adaptivity, accountant=accountant, curve_check=curve_check
+            budget, None, adaptivity=adaptivity, accountant=accountant, curve_check=curve_check,
+            delta_split=split,
         )
         ledger._source = scan.path
         ledger._replay(scan)
@@ -613,7 +649,8 @@ class PrivacyLedger:
         its δ exceeds the k-th share (:mod:`raydp_hpo.ledger.experiments`)."""
         from raydp_hpo.ledger.experiments import experiment_delta, experiment_point
 
-        share = experiment_delta(self._budget.delta, k)
+        assert self._split is not None
+        share = experiment_delta(self._budget.delta, k, self._split)
         eps, delta = experiment_point(mechanism, share, self._accountant)
         if delta > share * (1.0 + 1e-12):
             return math.inf, delta
@@ -621,7 +658,7 @@ class PrivacyLedger:
 
     def _halting_epsilon(self, rdp: RdpProfile, extra: Mechanism | None) -> float:
         delta = self._budget.delta
-        if self._adaptivity is Adaptivity.EXPERIMENTS:
+        if self._split is not None:  # EXPERIMENTS
             from raydp_hpo.ledger.experiments import filter_delta
 
             basic = math.fsum(eps for eps, _ in self._points)  # rule (B)
@@ -630,7 +667,7 @@ class PrivacyLedger:
                 point = self._point(extra, k)
                 self._point_trial = (extra, k, point)
                 basic += point[0]
-            return min(basic, filter_epsilon(rdp, filter_delta(delta)))  # or rule (A)
+            return min(basic, filter_epsilon(rdp, filter_delta(delta, self._split)))  # or (A)
         if self._adaptivity is Adaptivity.ADAPTIVE:
             eps = filter_epsilon(rdp, delta)
         else:
@@ -808,6 +845,11 @@ class PrivacyLedger:
     @property
     def halting_accountant(self) -> Accountant:
         return self._accountant
+
+    @property
+    def delta_split(self) -> DeltaSplit | None:
+        """An ``EXPERIMENTS`` ledger's δ split between its rules (None for other rules)."""
+        return self._split
 
     @property
     def journal_path(self) -> Path | None:
@@ -1008,13 +1050,13 @@ class PrivacyLedger:
                     by_acc["pld"] = math.inf
                 if self._pure is not None:
                     by_acc["pure"] = self._pure
-                if self._adaptivity is Adaptivity.EXPERIMENTS:
+                if self._split is not None:  # EXPERIMENTS
                     from raydp_hpo.ledger.experiments import filter_delta
 
                     by_acc["basic_composition"] = math.fsum(e for e, _ in self._points)
                     by_acc["basic_composition_delta"] = math.fsum(d for _, d in self._points)
-                    by_acc["rdp_filter_half_delta"] = filter_epsilon(self._rdp,
-                                                                     filter_delta(delta))
+                    by_acc["rdp_filter_split_delta"] = filter_epsilon(
+                        self._rdp, filter_delta(delta, self._split))
                 if self._accountant is Accountant.PROFILE:
                     profile = self._profile_epsilon(None)
                     if math.isfinite(profile):
@@ -1028,4 +1070,5 @@ class PrivacyLedger:
                 remaining_epsilon=max(0.0, self._budget.epsilon - spent),
                 epsilon_by_accountant=by_acc,
                 charges=tuple(self._charges),
+                delta_split=None if self._split is None else self._split.value,
             )

@@ -95,6 +95,7 @@ class LedgerReport:
     remaining_epsilon: float
     epsilon_by_accountant: dict[str, float]
     charges: tuple[Charge, ...] = field(default=())
+    delta_split: str | None = None  # EXPERIMENTS: its DeltaSplit's value
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -105,17 +106,72 @@ class LedgerReport:
             "remaining_epsilon": self.remaining_epsilon,
             "epsilon_by_accountant": dict(self.epsilon_by_accountant),
             "charges": [c.to_dict() for c in self.charges],
+            "delta_split": self.delta_split,
         }
+
+    def _figures(self) -> tuple[list[tuple[str, float, float]], list[tuple[str, float, float]]]:
+        """(label, ε, δ) of the figures the halting rule decides on, and of those shown for
+        information only (each at the δ it holds at)."""
+        by = dict(self.epsilon_by_accountant)
+        delta = self.budget.delta
+        halting: list[tuple[str, float, float]] = []
+        info: list[tuple[str, float, float]] = []
+        pure = by.pop("pure", None)
+        if self.adaptivity is Adaptivity.EXPERIMENTS:
+            from raydp_hpo.ledger.experiments import DeltaSplit, filter_delta
+
+            split = DeltaSplit(self.delta_split or DeltaSplit.HALVES.value)
+            delta_a = filter_delta(delta, split)
+            if "rdp_filter_split_delta" in by:
+                halting.append(("(A) RDP filter, adaptive", by.pop("rdp_filter_split_delta"),
+                                delta_a))
+            if "basic_composition" in by:
+                halting.append(("(B) basic composition of points", by.pop("basic_composition"),
+                                by.pop("basic_composition_delta", 0.0)))
+            if "rdp_filter" in by:
+                info.append(("RDP filter at the whole δ (not this rule)",
+                             by.pop("rdp_filter"), delta))
+        elif self.adaptivity is Adaptivity.ADAPTIVE:
+            if "rdp_filter" in by:
+                halting.append(("RDP filter, adaptive", by.pop("rdp_filter"), delta))
+            if pure is not None:
+                halting.append(("basic composition of pure DP", pure, 0.0))
+                pure = None
+        else:  # FIXED_PLAN: the fixed-sequence figures are valid and decide
+            names = {"rdp": ("rdp", "best", "profile"), "pld": ("pld", "best", "profile"),
+                     "profile": ("profile",)}
+            for key, accs in names.items():
+                if key in by and self.halting_accountant.value in accs:
+                    halting.append((key, by.pop(key), delta))
+            if pure is not None:
+                halting.append(("basic composition of pure DP", pure, 0.0))
+                pure = None
+        fixed = self.adaptivity is not Adaptivity.FIXED_PLAN
+        for key, eps in by.items():
+            label = key + (" (valid for fixed sequences only)" if fixed and key in
+                           ("rdp", "pld", "profile") else "")
+            info.append((label, eps, delta))
+        if pure is not None:
+            info.append(("basic composition of pure DP", pure, 0.0))
+        return halting, info
 
     def format(self) -> str:
         lines = [
             f"budget            ε={self.budget.epsilon:g}, δ={self.budget.delta:g}",
-            f"halting rule      {self.adaptivity.value} / {self.halting_accountant.value}",
+            f"halting rule      {self.adaptivity.value} / {self.halting_accountant.value}"
+            + (f" (δ split {self.delta_split})" if self.delta_split else ""),
             f"spent (halting)   ε={self.spent_epsilon:.4f}",
             f"remaining         ε={self.remaining_epsilon:.4f}",
         ]
-        for name, eps in self.epsilon_by_accountant.items():
-            lines.append(f"  {name:<16}ε={eps:.4f} at δ={self.budget.delta:g}")
+        halting, info = self._figures()
+        if halting:
+            lines.append("figures the halting rule decides on (spent = their minimum)")
+            for label, eps, d in halting:
+                lines.append(f"  {label:<48}ε={eps:.4f} at δ={d:.3g}")
+        if info:
+            lines.append("shown for information only (do not halt this ledger)")
+            for label, eps, d in info:
+                lines.append(f"  {label:<48}ε={eps:.4f} at δ={d:.3g}")
         lines.append(f"charges           {len(self.charges)}")
         for c in self.charges:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(c.time))

@@ -631,13 +631,24 @@ class DPSearcher(Searcher, abc.ABC):
         return sigma
 
     def _require_admissible(self, mechanism: Mechanism, *, what: str) -> None:
-        if not self._admissible(mechanism):
-            eps = plan_epsilon(mechanism, self._budget.delta)
-            raise BudgetTooSmallError(
-                f"budget ε={self._budget.epsilon:g} at δ={self._budget.delta:g} is too small "
-                f"for {what}: the plan needs ε={eps:.4g} at that δ (RDP accountant). Use a "
-                f"budget of at least ε={eps:.4g}, or more noise / fewer epochs / fewer trials."
-            )
+        """Raise :class:`BudgetTooSmallError` unless the admission rule admits ``mechanism``,
+        priced by the rule that refused: a rule with an ``explain(mechanism)`` method
+        (``DPTuner``'s: the ledger's halting rule) names itself and the ε it gives the plan
+        (the smallest budget that would pass it); the default rule is RDP at the budget's δ."""
+        if self._admissible(mechanism):
+            return
+        explain = getattr(self._admissible, "explain", None)
+        refusal = None if explain is None else explain(mechanism)
+        if refusal is None:
+            rule, eps = "RDP accountant", plan_epsilon(mechanism, self._budget.delta)
+            rule_text = f"the plan needs ε={eps:.4g} at that δ ({rule})"
+            fix = f"Use a budget of at least ε={eps:.4g}"
+        else:
+            rule_text, fix = refusal
+        raise BudgetTooSmallError(
+            f"budget ε={self._budget.epsilon:g} at δ={self._budget.delta:g} is too small "
+            f"for {what}: {rule_text}. {fix}, or more noise / fewer epochs / fewer trials."
+        )
 
     # ---------------------------------------------------------------- sampling
 

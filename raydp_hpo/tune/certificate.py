@@ -125,8 +125,8 @@ class PrivacyCertificate:
             **({} if self.dataset_ledger is None else {"dataset_ledger": {
                 "name": self.dataset_ledger[0], "budget": self.dataset_ledger[1].to_dict(),
                 "spent_epsilon": self.dataset_ledger[2],
-                "halting_rule": "experiments: the RDP filter at δ/2 or basic composition of "
-                                "the experiments' (ε, δ) points"}}),
+                "halting_rule": "experiments: the RDP filter at its δ share or basic "
+                                "composition of the experiments' (ε, δ) points"}}),
         }
 
     def format(self) -> str:
@@ -156,8 +156,8 @@ class PrivacyCertificate:
             lines.append(
                 f"  dataset       {name}: this experiment is its point (ε={self.budget.epsilon:.4f}, "
                 f"δ={self.budget.delta:.3g}); the dataset has spent ε={spent:.4f} of "
-                f"ε={total.epsilon:g}, δ={total.delta:g} (the RDP filter at δ/2 or basic "
-                "composition of the experiments' points)")
+                f"ε={total.epsilon:g}, δ={total.delta:g} (the RDP filter at its δ share or "
+                "basic composition of the experiments' points)")
         lines.append(f"  charges       {len(self.charges)}")
         for cid, mech in self.charges[:10]:
             lines.append(f"    {cid}: {type(mech).__name__}")

@@ -16,10 +16,13 @@ the same data, from Python or from an experiment file, spends from one budget:
 Experiments on one dataset ledger are chosen adaptively (one release may shape the next), so
 its halting rule must be a valid privacy filter. A new dataset ledger composes whole
 experiments (:attr:`Adaptivity.EXPERIMENTS`, :mod:`raydp_hpo.ledger.experiments`): each
-experiment takes one (εₖ, δₖ) point, its δ share δ·6/(π²k²) and the ε its plan costs at that
-δ on the tightest fixed-plan accounting, runs within that point on a ledger of its own, and
-the dataset's ledger halts by basic composition of the points. A dataset ledger created
-before (the adaptive RDP filter, Feldman & Zrnic 2021) keeps the rule its journal states.
+experiment takes one (εₖ, δₖ) point, its δ share δₖ (the ledger's δ split) and the ε its
+plan costs at that δ on the tightest fixed-plan accounting, runs within that point on a ledger
+of its own, and the dataset's ledger halts when neither basic composition of the points nor
+the RDP filter at its δ share admits. A ledger named in an experiment file (journal file or
+PostgreSQL) gets the same rule when ``raydp-hpo run`` creates it (:func:`dataset_ledger_rule`).
+A ledger created before (the adaptive RDP filter, Feldman & Zrnic 2021) keeps the rule its
+journal states.
 
 On PostgreSQL the registry is the organisation's: a ledger handle on a ``postgresql://`` URI
 binds the data it charges to that ledger (:func:`bind_data_to_ledger`, which ``DPTuner``
@@ -57,12 +60,26 @@ DATASET_ADAPTIVITY = Adaptivity.EXPERIMENTS
 DATASET_ACCOUNTANT = Accountant.TIGHTEST
 
 
-def dataset_ledger_rule(journal: Path) -> tuple[Adaptivity, Accountant]:
-    """The halting rule of the dataset ledger at ``journal``: the one its header states if it
-    exists (a ledger keeps its rule for life), else the rule of a new dataset ledger."""
-    if not journal.exists():
-        return DATASET_ADAPTIVITY, DATASET_ACCOUNTANT
-    header = read_header(journal)
+def dataset_ledger_rule(journal: Path | str) -> tuple[Adaptivity, Accountant]:
+    """The halting rule of a ledger that composes experiments — a dataset's own, or one named
+    in an experiment file (a journal file or a PostgreSQL URI): the one its header states if
+    it exists (a ledger keeps its rule, and its δ split, for life), else the rule of a new one
+    (:attr:`Adaptivity.EXPERIMENTS` on the tightest fixed-plan points,
+    :mod:`raydp_hpo.ledger.experiments`)."""
+    from raydp_hpo.errors import LedgerUnavailableError, RayDPHPOError
+    from raydp_hpo.ledger.pg import is_postgres_uri, scan_ledger
+
+    if is_postgres_uri(journal):
+        try:
+            header = scan_ledger(str(journal)).header
+        except LedgerUnavailableError:
+            raise
+        except RayDPHPOError:  # no schema or no such ledger yet: a new one
+            return DATASET_ADAPTIVITY, DATASET_ACCOUNTANT
+    else:
+        if not Path(journal).exists():
+            return DATASET_ADAPTIVITY, DATASET_ACCOUNTANT
+        header = read_header(journal)
     return Adaptivity(header["adaptivity"]), Accountant(header["accountant"])
 
 

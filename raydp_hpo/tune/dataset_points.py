@@ -22,7 +22,7 @@ from raydp_hpo.errors import (
 )
 from raydp_hpo.ledger.actor import LedgerHandle
 from raydp_hpo.ledger.filter import Adaptivity
-from raydp_hpo.tune.ledger_rules import _halting_accountant, _Slot
+from raydp_hpo.tune.ledger_rules import _halting_accountant, _Slot, ledger_split
 
 #: DPTuner's logger (:mod:`raydp_hpo.tune.tuner`): a warning keeps the source it always had.
 _log = logging.getLogger("raydp_hpo.tune.tuner")
@@ -104,12 +104,15 @@ class _DatasetPoints:
         prior = tuple((c.charge_id, c.mechanism) for c in charges[:k - 1])
         total = dataset_ledger.budget
         accountant = dataset_ledger.report().halting_accountant
-        delta_k = experiment_delta(total.delta, k)
+        split = ledger_split(dataset_ledger)
+        delta_k = experiment_delta(total.delta, k, split)
         if self._point_charged():
-            return _Slot(k, self._budget.epsilon, delta_k, prior, accountant, None, charged)
+            return _Slot(k, self._budget.epsilon, delta_k, prior, accountant, None, charged,
+                         split)
         # a reservation: only basic composition (B) can admit an ApproxDP point, so its cap is
         # what B has left after the charges before it (the same on resume)
-        replica = PrivacyLedger(total, adaptivity=Adaptivity.EXPERIMENTS, accountant=accountant)
+        replica = PrivacyLedger(total, adaptivity=Adaptivity.EXPERIMENTS, accountant=accountant,
+                                delta_split=split)
         for charge_id, mechanism in prior:
             replica.charge(charge_id, mechanism)
         basic = replica.report().epsilon_by_accountant.get("basic_composition", 0.0)
@@ -117,7 +120,7 @@ class _DatasetPoints:
         if cap <= 0:
             raise BudgetExhaustedError(slot_id, math.inf, replica.spent(), total.epsilon,
                                        total.delta)
-        return _Slot(k, cap, delta_k, prior, accountant, ApproxDP(cap, delta_k), charged)
+        return _Slot(k, cap, delta_k, prior, accountant, ApproxDP(cap, delta_k), charged, split)
 
     def _point_mechanism(self, plan: Any, searcher: Any, dataset_ledger: LedgerHandle
                          ) -> Mechanism:

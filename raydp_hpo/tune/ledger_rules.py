@@ -8,6 +8,7 @@ experiment's point on a dataset ledger, :class:`_Slot` its place there).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import Mechanism
 from raydp_hpo.errors import InvalidParameterError, LedgerMismatchError, RayDPHPOError
 from raydp_hpo.ledger.actor import LedgerHandle
+from raydp_hpo.ledger.experiments import LATEST_SPLIT, DeltaSplit
 from raydp_hpo.ledger.filter import Adaptivity
 
 
@@ -180,6 +182,29 @@ def _resumed_accountant(journal: Path, adaptivity: Adaptivity) -> Accountant:
     return stored
 
 
+def _at_least(eps: float) -> str:
+    """``eps`` rounded *up* to 4 decimals: a budget printed as "at least" must pass."""
+    return f"{math.ceil(eps * 1e4 - 1e-9) / 1e4:.4f}"
+
+
+def _rule_name(adaptivity: Adaptivity, accountant: Accountant, budget: PrivacyBudget,
+               split: DeltaSplit | None = None) -> str:
+    """The halting rule in words, as a refusal names it."""
+    if adaptivity is Adaptivity.ADAPTIVE:
+        return "the adaptive RDP filter (Feldman & Zrnic 2021, union bound over 24 orders)"
+    if adaptivity is Adaptivity.EXPERIMENTS:
+        from raydp_hpo.ledger.experiments import filter_delta
+
+        delta_a = filter_delta(budget.delta, split or LATEST_SPLIT)
+        return (f"the experiments rule (the smaller of the RDP filter at δ={delta_a:.3g} and "
+                "basic composition of the experiments' points)")
+    return (f"the tightest fixed-plan figure ({accountant.value}: standard composition of the "
+            "plan fixed before any data is touched)")
+
+
+Refusal = tuple[str, str]  # (what the refusing rule says, the fix)
+
+
 @dataclass(frozen=True)
 class _Slot:
     """An experiment's place on a dataset ledger (see :meth:`DPTuner._take_slot`): it is the
@@ -194,6 +219,18 @@ class _Slot:
     accountant: Accountant  # the dataset ledger's: how it prices a point
     reserved: Any | None
     charged: Mechanism | None  # on resume: the point this experiment charged
+    split: DeltaSplit = LATEST_SPLIT  # the ledger's δ split: how it prices a point
+
+
+def ledger_split(ledger: Any) -> DeltaSplit:
+    """The δ split of an ``EXPERIMENTS`` ledger: a :class:`PrivacyLedger`'s own, or a ledger
+    actor's (its settings; a ledger that states none was created before splits were stored,
+    :attr:`DeltaSplit.HALVES`)."""
+    split = getattr(ledger, "delta_split", None)
+    if isinstance(split, DeltaSplit):
+        return split
+    value = ledger.settings().get("delta_split")
+    return DeltaSplit.HALVES if value is None else DeltaSplit(value)
 
 
 @dataclass(frozen=True)
@@ -209,6 +246,14 @@ class _BothRules:
     def __call__(self, mechanism: Mechanism) -> bool:
         return self.first(mechanism) and bool(self.second(mechanism))
 
+    def explain(self, mechanism: Mechanism) -> Refusal | None:
+        """The refusal of the first rule that refuses ``mechanism`` (None: both admit)."""
+        refusal = self.first.explain(mechanism)
+        if refusal is None:
+            explain = getattr(self.second, "explain", None)
+            refusal = None if explain is None else explain(mechanism)
+        return refusal
+
 
 @dataclass
 class _DatasetPointRule:
@@ -222,6 +267,7 @@ class _DatasetPointRule:
     accountant: Accountant  # the dataset ledger's: how it prices a point
     prior: tuple[tuple[str, Mechanism], ...]
     test_epsilon: float | None
+    split: DeltaSplit = LATEST_SPLIT  # the dataset ledger's δ split
 
     def __post_init__(self) -> None:
         self._replica: Any = None
@@ -239,13 +285,30 @@ class _DatasetPointRule:
 
         if self._replica is None:
             replica = PrivacyLedger(self.budget, adaptivity=Adaptivity.EXPERIMENTS,
-                                    accountant=self.accountant)
+                                    accountant=self.accountant, delta_split=self.split)
             for charge_id, prior in self.prior:
                 replica.charge(charge_id, prior)
             self._replica = replica
         if self.test_epsilon is not None:
             mechanism = Composition((mechanism, Laplace(self.test_epsilon)))
         return bool(self._replica.would_admit(mechanism))
+
+    def explain(self, mechanism: Mechanism) -> Refusal | None:
+        """Why the ledger refuses ``mechanism`` as its next charge: what its rule would record
+        with it, and the ledger budget that would admit it (None: admitted)."""
+        from raydp_hpo.accounting.mechanisms import Composition, Laplace
+
+        if self(mechanism):
+            return None
+        if self.test_epsilon is not None:
+            mechanism = Composition((mechanism, Laplace(self.test_epsilon)))
+        after = self._replica.epsilon_if_charged(mechanism)
+        k = len(self.prior) + 1
+        rule = _rule_name(Adaptivity.EXPERIMENTS, self.accountant, self.budget, self.split)
+        return (f"as charge {k} on the ledger (ε={self.budget.epsilon:g}, "
+                f"δ={self.budget.delta:g}), {rule} would record ε={after:.4g} with this plan",
+                f"A ledger budget of at least ε={_at_least(after)} would admit it; this "
+                "experiment must fit what the ledger has left: ask for less ε")
 
 
 @dataclass(frozen=True)
@@ -270,3 +333,53 @@ class _FirstChargeRule:
         return own and admits_as_first_charge(
             self.budget, mechanism, adaptivity=self.adaptivity, accountant=accountant
         )
+
+    def explain(self, mechanism: Mechanism) -> Refusal | None:
+        """The figure of the rule that refuses ``mechanism`` and the smallest budget that
+        passes it (None: admitted). Both checks price the plan at the budget's δ only, so any
+        budget ε at least the larger figure admits it."""
+        from raydp_hpo.ledger.filter import PrivacyLedger
+
+        if self(mechanism):
+            return None
+        accountant = _halting_accountant(self.adaptivity)
+        ledger = PrivacyLedger(self.budget, adaptivity=self.adaptivity, accountant=accountant)
+        needed = max(self.figure(mechanism), ledger.epsilon_if_charged(mechanism))
+        rule = _rule_name(self.adaptivity, accountant, self.budget)
+        return (f"the plan needs ε={needed:.4g} at that δ under {rule}",
+                f"Use a budget of at least ε={_at_least(needed)}")
+
+
+@dataclass
+class _SharedLedgerRule:
+    """Admissibility on a shared ledger that does not compose whole experiments (an
+    ``ADAPTIVE`` ledger created before issue #38, or one a user created with ``get_ledger``):
+    the plan within this experiment's budget by RDP, and admitted by the ledger's own rule as
+    its next charge (a plan already on it, on resume, is replayed, not added)."""
+
+    budget: PrivacyBudget
+    ledger: Any  # a LedgerHandle
+    resumed: bool
+
+    def _own(self, mechanism: Mechanism) -> float:
+        return epsilon(mechanism, self.budget.delta, Accountant.RDP)
+
+    def __call__(self, mechanism: Mechanism) -> bool:
+        own = self._own(mechanism) <= self.budget.epsilon
+        return own and (self.resumed or bool(self.ledger.would_admit(mechanism)))
+
+    def explain(self, mechanism: Mechanism) -> Refusal | None:
+        if self(mechanism):
+            return None
+        own = self._own(mechanism)
+        if own > self.budget.epsilon:
+            return (f"the plan needs ε={own:.4g} at that δ (RDP accountant, this experiment's "
+                    "own budget)", f"Use a budget of at least ε={_at_least(own)}")
+        report = self.ledger.report()
+        after = self.ledger.epsilon_if_charged(mechanism)
+        rule = _rule_name(report.adaptivity, report.halting_accountant, report.budget,
+                          None if report.delta_split is None else DeltaSplit(report.delta_split))
+        return (f"the shared ledger {self.ledger.name!r} (ε={report.budget.epsilon:g}, "
+                f"δ={report.budget.delta:g}, spent ε={report.spent_epsilon:.4f}) halts on {rule}, "
+                f"which gives ε={after:.4g} with this plan",
+                f"A ledger budget of at least ε={_at_least(after)} would admit it")

@@ -72,7 +72,7 @@ import ray
 
 from raydp_hpo._ray_runtime import ensure_ray
 from raydp_hpo._storage import default_storage_path, warn_if_ephemeral
-from raydp_hpo.accounting.accountants import Accountant, epsilon
+from raydp_hpo.accounting.accountants import Accountant
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import Mechanism
 from raydp_hpo.errors import (
@@ -97,6 +97,7 @@ from raydp_hpo.tune.ledger_rules import (
     _DatasetPointRule,
     _FirstChargeRule,
     _resumed_accountant,
+    _SharedLedgerRule,
     _Slot,
     _whose_budget,
     charge_prefix,
@@ -670,11 +671,7 @@ class DPTuner(_DatasetPoints, _Release):
             ledger_name, namespace = ledger.name, ledger.namespace
             # A shared ledger: its own rule, unless this experiment's plan is already on it
             # (resume: the charge is replayed by id, not added).
-            resumed = ledger.has_charge(plan_id)
-
-            def admissible(mechanism: Mechanism) -> bool:
-                own = epsilon(mechanism, budget.delta, Accountant.RDP) <= budget.epsilon
-                return own and (resumed or ledger.would_admit(mechanism))
+            admissible = _SharedLedgerRule(budget, ledger, ledger.has_charge(plan_id))
 
         space = {} if searcher.has_space else self._space
         accepted = searcher.set_search_properties(
@@ -911,7 +908,15 @@ class DPTuner(_DatasetPoints, _Release):
             if self._slot.reserved is None:  # its plan is its point: calibrated to fit there
                 self._slot_rule = _DatasetPointRule(
                     dataset_ledger.budget, self._slot.accountant, self._slot.prior,
-                    self._test_epsilon)
+                    self._test_epsilon, self._slot.split)
+        elif shared is not None and shared.settings()["adaptivity"] == (
+                Adaptivity.ADAPTIVE.value):
+            (self._progress or _log.info)(
+                f"[raydp-hpo] the shared ledger {shared.name!r} halts on the adaptive RDP "
+                "filter (the rule it was created with): this experiment's charges are priced "
+                "by it. A ledger that composes whole experiments prices a plan at its tightest "
+                "figure instead (raydp-hpo run creates one; in Python get_ledger(..., "
+                "adaptivity=Adaptivity.EXPERIMENTS, accountant=Accountant.TIGHTEST))")
         dedicated = None if shared is not None else self._dedicated_adaptivity()
         try:
             searcher = self._build_searcher(shared, dedicated)

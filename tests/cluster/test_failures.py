@@ -143,6 +143,15 @@ def test_ledger_actor_killed_mid_search_restarts_from_its_journal(cluster: Any,
                "noise_multiplier": 2.0, "optimizer": "sgd"},
         ledger={"name": "actor-kill-ledger", "budget": {"epsilon": 20.0, "delta": 1e-5}},
         budget={"epsilon": 20.0, "delta": 1e-5}))
+    # a named ledger created before issue #38 (the adaptive RDP filter): it keeps that rule,
+    # so the trials charge it one by one (a new named ledger would compose whole experiments
+    # and the trials would charge the experiment's own ledger inside its point)
+    from raydp_hpo.accounting.budget import PrivacyBudget
+    from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger
+
+    Path(spec.ledger_journal()).parent.mkdir(parents=True, exist_ok=True)
+    PrivacyLedger(PrivacyBudget(20.0, 1e-5), spec.ledger_journal(),
+                  adaptivity=Adaptivity.ADAPTIVE, accountant=Accountant.RDP).close()
     kills: list[tuple[int, int]] = []
 
     def killer() -> None:
@@ -188,7 +197,10 @@ def test_ledger_actor_killed_mid_search_restarts_from_its_journal(cluster: Any,
 
 
 def test_two_runs_share_one_ledger_without_exceeding_it(cluster: Any, tmp_path: Path) -> None:
-    """Two ``raydp-hpo run`` processes attached to the same Ray draw on one dataset ledger."""
+    """Two ``raydp-hpo run`` processes attached to the same Ray draw on one named ledger, which
+    composes whole experiments (issue #38): each experiment is one point there. Started at
+    once, both may plan as its first point; the ledger admits one, and the other is refused
+    before anything ran (exit 1, "run this experiment again") or runs as the second point."""
     ledger_budget = 7.0
     files = []
     for name in ("share-a", "share-b"):
@@ -207,13 +219,16 @@ def test_two_runs_share_one_ledger_without_exceeding_it(cluster: Any, tmp_path: 
                               stderr=subprocess.STDOUT, text=True) for f in files]
     outs = [p.communicate(timeout=400)[0] for p in procs]
     codes = [p.returncode for p in procs]
-    assert set(codes) <= {0, 3}, "\n".join(o[-3000:] for o in outs)
+    assert set(codes) <= {0, 1, 3}, "\n".join(o[-3000:] for o in outs)
+    assert all(c != 1 or "another experiment was admitted" in o for c, o in zip(codes, outs))
     assert 0 in codes, "\n".join(o[-3000:] for o in outs)
     journal = tmp_path / "res" / "ledgers" / "shared-mnist1d.journal"
     budget, points = replay_spend(journal)
     plans = [re.sub(r"@[0-9a-f]{16}/", "/", p.charge_id) for p in points[1:]]  # run ids
-    assert sorted(plans) == sorted(f"share-{x}/plan" for x, c in zip("ab", codes) if c == 0)
-    assert points[-1].epsilon["rdp_filter"] <= ledger_budget  # the ledger's halting rule
+    assert sorted(plans) == sorted(f"share-{x}/point" for x, c in zip("ab", codes) if c == 0)
+    from raydp_hpo.ledger.filter import PrivacyLedger
+
+    assert PrivacyLedger.read_only(journal).spent() <= ledger_budget  # its halting rule
     for name, code in zip(("share-a", "share-b"), codes):
         if code == 0:
             cert = json.loads((tmp_path / "res" / name / "public" / "certificate.json").read_text())

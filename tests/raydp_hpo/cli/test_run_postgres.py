@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from raydp_hpo.cli.main import EXIT_BAD_INPUT, EXIT_OK, main
-from raydp_hpo.ledger.filter import PrivacyLedger
+from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger
 from raydp_hpo.ledger.pg import grant_ledger_role, ledger_for_dataset
 from tests.raydp_hpo.ledger.pg_server import PgServer, running_server
 
@@ -102,12 +102,20 @@ def test_run_charges_a_postgres_ledger_without_credentials_and_keeps_one_budget(
     # the charges are in PostgreSQL: read back through libpq with the same environment
     monkeypatch.setenv("PGUSER", ROLE)
     monkeypatch.setenv("PGPASSWORD", PASSWORD)
-    stored = PrivacyLedger.read_only(uri).charges()
-    assert [c.charge_id for c in stored] == ["pg-first/plan"]
+    ledger = PrivacyLedger.read_only(uri)
+    stored = ledger.charges()
+    assert [c.charge_id for c in stored] == ["pg-first/point"]
+    # issue #38: a PostgreSQL ledger named in the file composes whole experiments, so it
+    # records what the experiment certifies (the union-bound RDP filter recorded ~1.6× a
+    # plan's PLD figure before); the refusal-free run spent its certificate's ε
+    assert ledger.adaptivity is Adaptivity.EXPERIMENTS
+    certified = json.loads((run_dir / "public" / "certificate.json").read_text())[
+        "epsilon"]["certified"]
+    assert 0.98 * ledger.spent() <= certified <= ledger.spent() * (1 + 1e-6)
     capsys.readouterr()
     assert main(["ledger", "verify", uri]) == EXIT_OK
     assert main(["ledger", "show", uri]) == EXIT_OK
-    assert "pg-first/plan" in capsys.readouterr().out
+    assert "pg-first/point" in capsys.readouterr().out
     fingerprint = "mnist1d:size=1000:generator_seed=42"
     assert ledger_for_dataset(server.uri(), fingerprint) == ["mnist1d-org"]
 
@@ -119,4 +127,4 @@ def test_run_charges_a_postgres_ledger_without_credentials_and_keeps_one_budget(
     assert not (tmp_path / "store" / "pg-second" / "tune").exists()
     assert PrivacyLedger.read_only(other_uri).charges() == ()
     assert ledger_for_dataset(server.uri(), fingerprint) == ["mnist1d-org"]
-    assert [c.charge_id for c in PrivacyLedger.read_only(uri).charges()] == ["pg-first/plan"]
+    assert [c.charge_id for c in PrivacyLedger.read_only(uri).charges()] == ["pg-first/point"]

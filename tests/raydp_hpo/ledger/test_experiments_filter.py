@@ -1,6 +1,6 @@
-"""A dataset ledger composes whole experiments: admitted when the RDP filter at δ/2 (A) or
-basic composition of (εₖ, δₖ) points at δ shares (δ/2)·6/(π²k²) (B) admits
-(:mod:`raydp_hpo.ledger.experiments`). The points are checked against dp-accounting's own PLD
+"""A ledger that composes whole experiments: admitted when the RDP filter at δ_A (A) or
+basic composition of (εₖ, δₖ) points at δ shares δₖ (B) admits, δ split by the ledger's
+:class:`DeltaSplit` (:mod:`raydp_hpo.ledger.experiments`). The points are checked against dp-accounting's own PLD
 accountant, computed here independently of this project's wrappers."""
 
 from __future__ import annotations
@@ -16,7 +16,13 @@ from dp_accounting.pld import pld_privacy_accountant
 from raydp_hpo.accounting.accountants import Accountant
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import ApproxDP, SubsampledGaussian
-from raydp_hpo.ledger.experiments import experiment_delta, experiment_point
+from raydp_hpo.errors import LedgerMismatchError
+from raydp_hpo.ledger.experiments import (
+    DeltaSplit,
+    experiment_delta,
+    experiment_point,
+    filter_delta,
+)
 from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger, filter_epsilon
 
 BUDGET = PrivacyBudget(8.0, 1e-5)
@@ -36,20 +42,102 @@ def _dp_accounting_epsilon(sigma: float, q: float, steps: int, delta: float) -> 
     return acc.get_epsilon(delta)
 
 
-def test_delta_shares_sum_to_half_delta_and_never_run_out() -> None:
-    shares = [experiment_delta(1e-5, k) for k in range(1, 100_001)]
-    assert shares[0] == pytest.approx(1e-5 / 2 * 6 / math.pi**2, rel=1e-12)
-    assert shares[1] == pytest.approx(shares[0] / 4, rel=1e-12)
-    assert math.fsum(shares) < 0.5e-5  # partial sums of 6/(π²k²) stay below 1
-    assert math.fsum(shares) > 0.5e-5 * (1 - 1e-4)  # ... and approach it (tail < 6/(π²n))
+@pytest.mark.parametrize("split", list(DeltaSplit))
+def test_delta_shares_and_rule_a_never_exceed_delta_and_never_run_out(split: DeltaSplit) -> None:
+    """The proof needs δ_A + Σₖ δₖ ≤ δ on every path, however many charges."""
+    shares = [experiment_delta(1e-5, k, split) for k in range(1, 100_001)]
+    total = filter_delta(1e-5, split) + math.fsum(shares)
+    assert total < 1e-5
+    assert total > 1e-5 * (1 - 1e-4) if split is DeltaSplit.FIRST_HEAVY else True
+    assert all(b < a for a, b in zip(shares, shares[1:]))  # never zero, always shrinking
     with pytest.raises(ValueError, match="k must be an int >= 1"):
-        experiment_delta(1e-5, 0)
+        experiment_delta(1e-5, 0, split)
+
+
+def test_the_splits_are_what_the_docstring_states() -> None:
+    halves, heavy = DeltaSplit.HALVES, DeltaSplit.FIRST_HEAVY
+    assert filter_delta(1e-5, halves) == 0.5e-5
+    assert experiment_delta(1e-5, 1, halves) == pytest.approx(1e-5 / 2 * 6 / math.pi**2,
+                                                              rel=1e-12)
+    assert experiment_delta(1e-5, 2, halves) == pytest.approx(
+        experiment_delta(1e-5, 1, halves) / 4, rel=1e-12)
+    assert filter_delta(1e-5, heavy) == pytest.approx(0.21e-5, rel=1e-12)
+    assert experiment_delta(1e-5, 1, heavy) == pytest.approx(0.78e-5, rel=1e-12)
+    assert experiment_delta(1e-5, 2, heavy) == pytest.approx(0.01e-5 * 6 / math.pi**2,
+                                                             rel=1e-12)
+    assert experiment_delta(1e-5, 3, heavy) == pytest.approx(
+        experiment_delta(1e-5, 2, heavy) / 4, rel=1e-12)
+    assert experiment_delta(1e-5, 1) == experiment_delta(1e-5, 1, heavy)  # the latest
+
+
+def test_the_first_experiment_loses_at_most_3_percent_against_the_whole_delta() -> None:
+    """Issue #38: a plan admitted as the first experiment is priced at δ₁; the halves split's
+    δ₁ = 0.30δ cost 9-10 %, the first-heavy split's δ₁ = 0.78δ must cost at most 3 % (one-shot
+    DP-SGD and random stopping as the built-in searchers calibrate them at ε = 3)."""
+    from raydp_hpo.accounting.accountants import calibrate_plan, epsilon
+    from raydp_hpo.accounting.mechanisms import RandomStopping, StoppingDistribution
+
+    plans = {
+        "one_shot": lambda s: SubsampledGaussian(s, 0.05, 20),
+        "random_stopping": lambda s: RandomStopping(SubsampledGaussian(s, 0.05, 20),
+                                                    StoppingDistribution.GEOMETRIC, 2.0),
+    }
+    for name, plan_of in plans.items():
+        for split, most in ((DeltaSplit.FIRST_HEAVY, 0.03), (DeltaSplit.HALVES, 0.12)):
+            delta_1 = experiment_delta(1e-5, 1, split)
+            sigma = calibrate_plan(plan_of, 3.0, delta_1, Accountant.TIGHTEST, tolerance=1e-4,
+                                   max_noise_multiplier=100.0, what=name)
+            at_whole = epsilon(plan_of(sigma), 1e-5, Accountant.TIGHTEST)
+            at_point = epsilon(plan_of(sigma), delta_1, Accountant.TIGHTEST)
+            loss = 1 - at_whole / at_point
+            assert loss <= most, (name, split, loss)
+            if split is DeltaSplit.HALVES:
+                assert loss > 0.05  # the halves split's first point did lose more than 3 %
+
+
+def test_a_journal_from_before_splits_keeps_the_halves_split(tmp_path: Path) -> None:
+    """tests/raydp_hpo/ledger/data/experiments_halves.journal was written by the code before
+    issue #38 (its header has no ``delta_split``): reopened, it replays and admits under the
+    halves split it was admitted under (its recorded ε_after are reproduced), while a new
+    journal states the first-heavy split in its header."""
+    import shutil
+
+    src = Path(__file__).parent / "data" / "experiments_halves.journal"
+    journal = tmp_path / src.name
+    for suffix in ("", ".seal"):
+        shutil.copy(str(src) + suffix, str(journal) + suffix)
+    from raydp_hpo.ledger.journal import read_header
+
+    assert "delta_split" not in read_header(journal)
+    old = PrivacyLedger.open(journal)
+    try:
+        assert old.delta_split is DeltaSplit.HALVES
+        by = old.report().epsilon_by_accountant
+        assert by["basic_composition_delta"] == pytest.approx(
+            experiment_delta(1e-5, 1, DeltaSplit.HALVES)
+            + experiment_delta(1e-5, 2, DeltaSplit.HALVES), rel=1e-12)
+        # the same figure it recorded when it admitted its last charge (1.8251 at the time)
+        assert old.spent() == pytest.approx(old.charges()[-1].epsilon_after, rel=1e-9)
+    finally:
+        old.close()
+    with _ledger(journal, PrivacyBudget(3.0, 1e-5)) as again:  # no split given: the journal's
+        assert again.delta_split is DeltaSplit.HALVES
+    with pytest.raises(LedgerMismatchError, match="delta_split"):
+        PrivacyLedger(PrivacyBudget(3.0, 1e-5), journal, adaptivity=Adaptivity.EXPERIMENTS,
+                      accountant=Accountant.TIGHTEST, delta_split=DeltaSplit.FIRST_HEAVY)
+    fresh = tmp_path / "new.journal"
+    with _ledger(fresh) as new:
+        assert new.delta_split is DeltaSplit.FIRST_HEAVY
+    assert read_header(fresh)["delta_split"] == "first-heavy"
+    assert PrivacyLedger.read_only(fresh).delta_split is DeltaSplit.FIRST_HEAVY
+    with pytest.raises(ValueError, match="only for adaptivity"):
+        PrivacyLedger(BUDGET, adaptivity=Adaptivity.ADAPTIVE, delta_split=DeltaSplit.HALVES)
 
 
 def test_points_match_dp_accounting_and_the_tighter_rule_halts() -> None:
     """Two DP-SGD experiments charged one after the other: each point (rule B) is its own PLD
     ε at its δ share (dp-accounting, to 1 %); the spend is the smaller of rule B (their sum)
-    and rule A (the RDP filter at δ/2 over both curves), each computed independently here.
+    and rule A (the RDP filter at δ_A over both curves), each computed independently here.
     One experiment: B is the tighter (its own tightest figure); two: A is."""
     from raydp_hpo.accounting.rdp import rdp_profile
 
@@ -67,8 +155,8 @@ def test_points_match_dp_accounting_and_the_tighter_rule_halts() -> None:
         assert reference * (1 - 1e-3) <= eps_k <= reference * 1.01
         basic = by["basic_composition"]
         rdp = rdp_profile(plan) if rdp is None else rdp + rdp_profile(plan)
-        rule_a = filter_epsilon(rdp, BUDGET.delta / 2)
-        assert by["rdp_filter_half_delta"] == pytest.approx(rule_a, rel=1e-9)
+        rule_a = filter_epsilon(rdp, BUDGET.delta * 0.21)
+        assert by["rdp_filter_split_delta"] == pytest.approx(rule_a, rel=1e-9)
         assert ledger.spent() == pytest.approx(min(basic, rule_a), rel=1e-12)
         if k == 1:
             assert basic < rule_a  # one experiment: its own tightest figure wins
@@ -86,7 +174,7 @@ def test_a_reservation_is_its_own_point_and_may_not_exceed_its_delta_share() -> 
     assert not too_big.admitted and math.isinf(too_big.epsilon_after)
     assert ledger.charges() == ()
     assert ledger.try_charge("a/point", ApproxDP(1.0, first)).admitted
-    # the second share is a quarter of the first: the first's δ no longer fits
+    # the second share is far below the first: the first's δ no longer fits
     assert not ledger.try_charge("b/point", ApproxDP(1.0, first)).admitted
     assert ledger.try_charge("b/point", ApproxDP(6.5, experiment_delta(BUDGET.delta, 2)))
     assert ledger.spent() == pytest.approx(7.5)
@@ -136,3 +224,30 @@ def test_racing_experiments_never_exceed_the_budget_or_share_a_delta() -> None:
     for c in charges:
         assert replay.try_charge(c.charge_id, c.mechanism).admitted
     assert replay.spent() == pytest.approx(ledger.spent(), rel=1e-12)
+
+
+def test_ledger_show_separates_the_figures_that_halt_and_prints_delta_as_delta() -> None:
+    """Issue #38: ``ledger show`` listed the fixed-sequence rdp / pld figures beside the spend
+    as if they halted, and the basic composition's δ as "ε=0.0000"."""
+    ledger = _ledger(budget=PrivacyBudget(3.0, 1e-5))
+    ledger.charge("e1/point", SubsampledGaussian(1.2, 0.05, 20))
+    ledger.charge("e2/point", SubsampledGaussian(3.0, 0.05, 20))
+    text = ledger.report().format()
+    halting, info = text.split("shown for information only")
+    basic = ledger.report().epsilon_by_accountant["basic_composition_delta"]
+    assert "(B) basic composition of points" in halting and f"at δ={basic:.3g}" in halting
+    assert "(A) RDP filter, adaptive" in halting and "at δ=2.1e-06" in halting
+    assert "ε=0.0000" not in text
+    assert "rdp (valid for fixed sequences only)" in info
+    assert "pld (valid for fixed sequences only)" in info
+    assert "rdp" not in halting.split("decides on")[1].replace("RDP", "")
+    assert "(δ split first-heavy)" in text
+
+
+def test_a_split_this_version_does_not_know_is_refused_by_name() -> None:
+    from raydp_hpo.ledger.experiments import split_of_header
+
+    assert split_of_header({"adaptivity": "experiments"}) is DeltaSplit.HALVES
+    assert split_of_header({"delta_split": "first-heavy"}) is DeltaSplit.FIRST_HEAVY
+    with pytest.raises(LedgerMismatchError, match="delta_split='thirds'.*does not know"):
+        split_of_header({"delta_split": "thirds"})
