@@ -162,8 +162,8 @@ def is_postgres_uri(target: object) -> bool:
 class PgLocation:
     """A parsed ledger URI: the libpq connection URI (no ``ledger`` parameter) and the
     ledger's name. ``uri`` is what messages show (it never holds a secret: those are refused).
-    Two locations are the same database when :meth:`database` — host, port, database and user
-    as libpq reads them — is equal, however the URIs are written."""
+    Two locations are the same database when host, port and database as libpq reads them
+    (:meth:`database`, :meth:`same_database`) are equal, however the URIs are written."""
 
     conninfo: str
     ledger: str
@@ -187,6 +187,13 @@ class PgLocation:
 
         user = get("user")
         return get("host").lower(), get("port") or "5432", get("dbname") or user, user
+
+    def same_database(self, other: PgLocation) -> bool:
+        """Whether libpq connects both to one database: the same host, port and database name
+        (:meth:`database`). The user is not compared: every role sees the same schema-qualified
+        ``raydp_hpo`` tables there, and a deployment reads with one role (``ledger_ro``) and
+        charges with another (``ledger_rw``)."""
+        return self.database()[:3] == other.database()[:3]
 
     def with_ledger(self, name: str) -> str:
         """This database's URI naming ledger ``name``."""
@@ -271,7 +278,7 @@ def same_location(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
         return False
     if a_pg:
         la, lb = parse_uri(str(a)), parse_uri(str(b))
-        return la.ledger == lb.ledger and la.database() == lb.database()
+        return la.ledger == lb.ledger and la.same_database(lb)
     return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
 
 
