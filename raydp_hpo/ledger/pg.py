@@ -937,9 +937,11 @@ class PgJournal:
                     "WHERE ledger = %s AND seq > %s ORDER BY seq",
                     (self.location.ledger, self._seq),
                 ).fetchall()
+                # the head, and the row it names (a deleted tail leaves a head without it)
                 head = self._conn.execute(
-                    "SELECT records, chain, mac FROM raydp_hpo.heads WHERE ledger = %s",
-                    (self.location.ledger,)).fetchone()
+                    "SELECT h.records, h.chain, h.mac, (SELECT c.chain FROM raydp_hpo.charges c "
+                    "WHERE c.ledger = h.ledger AND c.seq = h.records) FROM raydp_hpo.heads h "
+                    "WHERE h.ledger = %s", (self.location.ledger,)).fetchone()
         except LedgerUnavailableError:
             self._drop_connection()
             raise
@@ -948,6 +950,12 @@ class PgJournal:
                                     guard is not None and guard.fired) from None
         try:
             out = self._absorb_rows(rows)
+            if head is not None and head[0] > 0 and head[3] != head[1]:
+                raise LedgerCorruptedError(
+                    f"ledger {self.path}: its head vouches for {head[0]} charge records but "
+                    f"record {head[0]} is missing or changed (a deleted tail: the budget it "
+                    "spent would come back). Refusing to charge; run `raydp-hpo ledger verify` "
+                    "on it and restore the database from a backup.")
             _check_head(self.location, self._seq, self._chain or self._header_chain,
                         None if head is None else (int(head[0]), head[1], head[2]), self._key)
             return out
