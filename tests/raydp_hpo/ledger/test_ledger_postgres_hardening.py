@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -190,15 +191,15 @@ def test_the_registry_sees_through_overriding_query_parameters(
     other_db = _create_db(server, "regother")
     monkeypatch.setenv("RAYDP_HPO_REGISTRY", server.uri())
     lines: list[str] = []
-    check_data_registry([fp], bound, lines.append)  # the bound ledger itself: fine
-    # the same database written another way is the same ledger
-    same = f"postgresql://127.0.0.1:{server.port}/regother?ledger=reg-a&dbname={DB}"
-    check_data_registry([fp], same, lines.append)
     for elsewhere in (f"{bound}&dbname=regother", f"{bound}&port={server.port + 1}",
                       f"{other_db}?ledger=reg-a"):
         with pytest.raises(LedgerMismatchError, match="already has its budget") as info:
             check_data_registry([fp], elsewhere, lines.append)
         assert "regother" in str(info.value) or str(server.port + 1) in str(info.value)
+    check_data_registry([fp], bound, lines.append)  # the bound ledger itself: fine
+    # the same database written another way is the same ledger
+    same = f"postgresql://127.0.0.1:{server.port}/regother?ledger=reg-a&dbname={DB}"
+    check_data_registry([fp], same, lines.append)
 
 
 @postgres
@@ -215,9 +216,11 @@ def test_a_federated_run_on_registered_data_is_refused_before_it_charges(
     register_dataset(uri, "digits")
     monkeypatch.setenv("RAYDP_HPO_REGISTRY", server.uri())
     example = Path(__file__).resolve().parents[3] / "cluster/examples/federated_digits.yaml"
-    raw = {**yaml.safe_load(example.read_text()), "storage_path": str(tmp_path), "ray": False,
-           "privacy": {"clip_norm": 1.0, "noise_multiplier": 1.0,
-                       "budget": {"epsilon": 8.0, "delta": 1e-5}}}
+    raw = yaml.safe_load(example.read_text())
+    raw.update(storage_path=str(tmp_path), ray=False,
+               privacy={"clip_norm": 1.0, "noise_multiplier": 5.0,  # within ε=8: it would run
+                        "budget": {"epsilon": 8.0, "delta": 1e-5}})
+    raw["training"]["rounds"] = 1
     spec = parse_federated(raw)
     with pytest.raises(LedgerMismatchError, match="already has its budget in ledger"):
         run_federated_experiment(spec, out=lambda _: None)
@@ -450,6 +453,20 @@ def _signal_all(pids: list[int], sig: signal.Signals) -> None:
             os.kill(pid, sig)
 
 
+#: A freeze lasts at most this long (a code without deadlines blocks until then, then admits)
+FREEZE_S = FREEZE_BOUND_S + 15
+
+
+def _freeze(server: PgServer) -> list[int]:
+    """SIGSTOP the postmaster and its backends; they are thawed after :data:`FREEZE_S`."""
+    pids = _server_pids(server)
+    _signal_all(pids, signal.SIGSTOP)
+    timer = threading.Timer(FREEZE_S, _signal_all, (pids, signal.SIGCONT))
+    timer.daemon = True
+    timer.start()
+    return pids
+
+
 class _FreezeBefore:
     """A connection proxy that freezes the whole server (SIGSTOP of the postmaster and its
     backends) just before sending the first statement that starts with ``prefix``."""
@@ -460,8 +477,7 @@ class _FreezeBefore:
 
     def execute(self, query: Any, params: Any = None) -> Any:
         if not self.frozen and str(query).lstrip().upper().startswith(self._prefix):
-            self.frozen = _server_pids(self._server)
-            _signal_all(self.frozen, signal.SIGSTOP)
+            self.frozen = _freeze(self._server)
         return self._conn.execute(query, params)
 
     def __getattr__(self, name: str) -> Any:
@@ -538,9 +554,7 @@ def test_a_frozen_server_refuses_a_new_ledger_within_the_connect_timeout(
 ) -> None:
     from raydp_hpo.ledger.pg import CONNECT_TIMEOUT_S
 
-    pids = _server_pids(server)
-    thaw.extend(pids)
-    _signal_all(pids, signal.SIGSTOP)
+    thaw.extend(_freeze(server))
     start = time.monotonic()
     with pytest.raises(LedgerUnavailableError, match="no local fallback"):
         PrivacyLedger(BUDGET, server.uri("frozen-new"))
