@@ -1,42 +1,63 @@
 """A privacy ledger stored in PostgreSQL: the same records and hash chain as the journal file.
 
-A ledger is named by a URI ``postgresql://host:port/db?ledger=NAME`` (``postgres://`` too).
-Everything above the storage is unchanged: :class:`~raydp_hpo.ledger.filter.PrivacyLedger`
-decides with the same filter, and every record is the *same bytes* a version-2 journal line
-would hold (canonical JSON with its ``"chain"`` key, :mod:`raydp_hpo.ledger.journal`), so a
-ledger's rows concatenated are a journal that :func:`~raydp_hpo.ledger.journal.scan_bytes`
-checks exactly as it checks a file.
+A ledger is named by a URI ``postgresql://host:port/db?ledger=NAME`` (``postgres://`` too),
+read as libpq reads it (:func:`parse_uri`): query parameters override the path, only
+:data:`ALLOWED_PARAMETERS` are accepted, a secret in any case is refused without its value, one
+host only. :func:`is_postgres_uri` is the one place that tells a URI from a journal path; any
+other scheme is an error, never a path. Everything above the storage is unchanged:
+:class:`~raydp_hpo.ledger.filter.PrivacyLedger` decides with the same filter, and every record
+is the *same bytes* a version-2 journal line would hold (canonical JSON with its ``"chain"``
+key, :mod:`raydp_hpo.ledger.journal`), so a ledger's rows concatenated are a journal that
+:func:`~raydp_hpo.ledger.journal.scan_bytes` checks exactly as it checks a file.
 
 Schema (schema ``raydp_hpo``, versioned by :data:`MIGRATIONS` in table ``schema_version``: a
 short ordered list of SQL steps rather than Alembic, which would pull SQLAlchemy into a
 package that issues a handful of fixed statements; each step runs once, in order, in one
-transaction, under an advisory lock):
+transaction, under an advisory lock; ``raydp-hpo ledger init`` applies them as the owner and
+grants the roles, :func:`init_ledger_database`; a newer version than :data:`SCHEMA_VERSION` is
+refused, an older or missing one names ``ledger init``: :class:`SchemaVersionError`):
 
 * ``ledgers(name, header, header_chain, created_at, migrated_from)`` — the header line;
 * ``charges(ledger, seq, record, chain)`` — one row per admitted charge, the journal line
   (``json`` keeps its text byte for byte) and its chain hash;
+* ``heads(ledger, records, chain, mac)`` — the ledger's record count and last chain hash (the
+  journal's ``.seal``), advanced in each admission transaction; its trigger lets it only grow
+  and only to the last stored row; ``mac`` is HMAC-SHA256 under the ledger key
+  (:func:`ledger_key`, held apart from the database) when the ledger is keyed;
 * ``datasets(fingerprint, ledger, registered_at, registered_by, admin_reason)`` — which ledger
   holds a data source's budget (:func:`register_dataset`);
-* triggers refuse ``UPDATE``, ``DELETE`` and ``TRUNCATE`` on all three, and
-  :func:`grant_ledger_role` grants a role ``SELECT, INSERT`` only (readers: ``SELECT``).
-  A superuser can still change rows around the triggers; the chain then fails to verify at
-  the changed record, and the ledger refuses to charge.
+* triggers refuse ``UPDATE``, ``DELETE`` and ``TRUNCATE`` on all of them (``heads``: updates
+  that grow only), and the ledger role gets ``SELECT, INSERT`` plus ``UPDATE`` of ``heads``
+  (readers: ``SELECT``). A superuser can still change rows around the triggers: a changed or
+  removed record breaks the chain there, a deleted tail disagrees with the head, and a
+  rewrite of rows, chain and head together fails the head's MAC for whoever holds the key;
+  the ledger then refuses to charge. Without the key such a rewrite, and with it a rollback to
+  an earlier state whose head and MAC were kept, are not detected (docs: shared budgets).
 
 Admission (:meth:`PgJournal.begin_admission` … :meth:`PgJournal.append_charge`) is one
 transaction: ``pg_advisory_xact_lock`` on the ledger's name (row locks would need ``UPDATE``
-privilege), read the charges since the last one this process saw (chain-checked), decide,
-``INSERT``, ``COMMIT`` (``synchronous_commit`` on: durable before it returns). Any number of
-processes may admit on one ledger; the lock serialises them. Fail closed: any database error
-(unreachable, timeout, failed commit) raises
-:class:`~raydp_hpo.errors.LedgerUnavailableError` and nothing is acknowledged; the next
-admission reconnects and catches up.
+privilege), read the charges since the last one this process saw (chain-checked) and the head,
+decide, ``INSERT``, advance the head, ``COMMIT`` (``synchronous_commit`` on: durable before it
+returns). Any number of processes may admit on one ledger; the lock serialises them.
 
-Credentials come only from libpq (``PGUSER``, ``PGPASSWORD``, ``~/.pgpass``, a service file):
-a URI with a password is refused, and the URI shown in messages is the one given.
+Fail closed in time: every connection has a connect timeout, ``statement_timeout``,
+``lock_timeout``, ``idle_in_transaction_session_timeout``, TCP keepalives and
+``tcp_user_timeout``; and since a frozen server answers none of those (its kernel still
+acknowledges TCP), every statement also runs under a client-side deadline
+(:data:`FREEZE_BOUND_S`, :class:`_Watchdog`) that shuts the socket down. Any database error
+before the ``COMMIT`` is sent raises :class:`~raydp_hpo.errors.LedgerUnavailableError`: refused,
+nothing stored. A ``COMMIT`` sent and never answered raises
+:class:`~raydp_hpo.errors.LedgerOutcomeUnknownError`: the charge may be stored, so it is
+neither acknowledged nor called refused; the next admission reconnects and reads it if it was.
 
-Longer than ~600 lines because it is one storage backend: the schema, its migrations and the
-statements that append and read a ledger's rows must agree with each other and with the journal
-format; splitting would separate the SQL from the locking it relies on.
+Credentials come only from libpq (``PGUSER``, ``PGPASSWORD``, ``~/.pgpass``, a service file
+named by ``PGSERVICE``): a URI with a secret is refused, and the URI shown in messages is the
+one given.
+
+Longer than ~600 lines because it is one storage backend: the URI rules, the schema, its
+migrations, the deadlines and the statements that append and read a ledger's rows must agree
+with each other and with the journal format; splitting would separate the SQL from the locking
+and the timeouts it relies on.
 """
 
 from __future__ import annotations
@@ -714,6 +735,23 @@ def _check_head(loc: PgLocation, records: int, chain: str, head: Head | None,
 
 def _fetch_scan(conn: Any, loc: PgLocation, key: bytes | None
                 ) -> tuple[JournalScan, Head | None] | None:
+    """The ledger's header, rows and head, read in ONE snapshot (a ``REPEATABLE READ``
+    transaction unless ``conn`` is in one already: with writers admitting meanwhile, rows and
+    head read apart would disagree), then checked (:func:`_rows_to_scan`, :func:`_check_head`)."""
+    psycopg = _psycopg()
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return _fetch_scan_in(conn, loc, key)
+    _execute(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    try:
+        return _fetch_scan_in(conn, loc, key)
+    finally:
+        if not conn.closed:
+            with contextlib.suppress(psycopg.Error):
+                _execute(conn, "ROLLBACK")
+
+
+def _fetch_scan_in(conn: Any, loc: PgLocation, key: bytes | None
+                   ) -> tuple[JournalScan, Head | None] | None:
     row = _execute(conn,
         "SELECT header::text FROM raydp_hpo.ledgers WHERE name = %s", (loc.ledger,)
     ).fetchone()

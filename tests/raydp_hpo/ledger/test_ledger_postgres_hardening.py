@@ -559,3 +559,82 @@ def test_a_frozen_server_refuses_a_new_ledger_within_the_connect_timeout(
     with pytest.raises(LedgerUnavailableError, match="no local fallback"):
         PrivacyLedger(BUDGET, server.uri("frozen-new"))
     assert time.monotonic() - start <= CONNECT_TIMEOUT_S + 3
+
+
+# -- SIGKILL of the server under concurrent chargers ------------------------------------------------
+_CHARGER = r"""
+import json, sys, time
+from raydp_hpo.accounting.budget import PrivacyBudget
+from raydp_hpo.accounting.mechanisms import SubsampledGaussian
+from raydp_hpo.errors import LedgerOutcomeUnknownError, LedgerUnavailableError
+from raydp_hpo.ledger.filter import CurveCheck, PrivacyLedger
+uri, who, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+out = {"acked": [], "refused": [], "unknown": [], "over_budget": []}
+led = PrivacyLedger(PrivacyBudget(50.0, 1e-5), uri, curve_check=CurveCheck.ON_DEMAND)
+end, k = time.monotonic() + seconds, 0
+while time.monotonic() < end:
+    cid = f"{who}-{k}"
+    k += 1
+    try:
+        d = led.try_charge(cid, SubsampledGaussian(4.0, 0.001, 50))
+        out["acked" if d.admitted else "over_budget"].append(cid)
+    except LedgerOutcomeUnknownError:
+        out["unknown"].append(cid)
+    except LedgerUnavailableError:
+        out["refused"].append(cid)
+        time.sleep(0.05)
+led.close()
+print(json.dumps(out))
+"""
+
+
+@postgres
+def test_sigkill_of_the_server_under_four_chargers_loses_nothing_and_admits_nothing_refused(
+    server: PgServer, as_writer: None
+) -> None:
+    import subprocess
+    import sys
+
+    uri = server.uri("sigkill")
+    PrivacyLedger(PrivacyBudget(50.0, 1e-5), uri).close()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    procs = [subprocess.Popen([sys.executable, "-c", _CHARGER, uri, f"p{i}", "30"],
+                              stdout=subprocess.PIPE, text=True, env=env) for i in range(4)]
+    deadline = time.monotonic() + 60
+    while len({c.charge_id.split("-")[0] for c in PrivacyLedger.read_only(uri).charges()}) < 4:
+        assert time.monotonic() < deadline, "the four chargers did not start"
+        time.sleep(0.2)
+    time.sleep(0.5)  # all four are admitting
+    pids = _server_pids(server)
+    _signal_all(pids[:1], signal.SIGSTOP)  # the postmaster forks no backend from now on
+    pids = _server_pids(server)
+    _signal_all(pids, signal.SIGKILL)  # postmaster and every backend at once
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() for pid in pids):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    time.sleep(1.0)
+    try:
+        server.start()  # crash recovery
+    except Exception:
+        print((server.root / "log").read_text()[-3000:])
+        raise
+    results = []
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        results.append(json.loads(out))
+    stored = [c.charge_id for c in PrivacyLedger.read_only(uri).charges()]
+    acked = {c for r in results for c in r["acked"]}
+    refused = {c for r in results for c in r["refused"]}
+    unknown = {c for r in results for c in r["unknown"]}
+    print(f"SIGKILL under 4 chargers: {len(acked)} acknowledged, {len(stored)} stored, "
+          f"{len(refused)} refused, {len(unknown)} unknown "
+          f"({len(unknown & set(stored))} of them stored)")
+    assert len(stored) == len(set(stored))  # nothing doubled
+    assert acked <= set(stored)  # nothing acknowledged was lost
+    assert not refused & set(stored)  # nothing told "refused" was admitted
+    assert set(stored) <= acked | unknown  # every stored charge was acked or said unknown
+    assert refused, "the chargers saw the outage"
+    assert any(c.split("-")[1] != "0" for c in acked), "they charged after the restart"
+    assert main(["ledger", "verify", uri, "--quick"]) == EXIT_OK
