@@ -464,7 +464,12 @@ def _freeze(server: PgServer) -> list[int]:
     timer = threading.Timer(FREEZE_S, _signal_all, (pids, signal.SIGCONT))
     timer.daemon = True
     timer.start()
+    _THAW_TIMERS.append(timer)
     return pids
+
+
+_THAW_TIMERS: list[threading.Timer] = []  # cancelled after each test: a late one would thaw
+# the server in the middle of the next test's freeze
 
 
 class _FreezeBefore:
@@ -489,6 +494,8 @@ def thaw(server: PgServer) -> Iterator[list[int]]:
     frozen: list[int] = []
     yield frozen
     _signal_all(_server_pids(server) + frozen, signal.SIGCONT)
+    while _THAW_TIMERS:
+        _THAW_TIMERS.pop().cancel()
 
 
 @postgres
