@@ -141,7 +141,7 @@ def parse_uri(uri: str, *, need_ledger: bool = True) -> PgLocation:
     for key, _ in query:
         if key not in ALLOWED_PARAMETERS:
             raise InvalidParameterError(
-                f"ledger URI {shown!r}: parameter {key!r} is not allowed in a ledger URI; "
+                f"parameter {key!r} is not allowed in a ledger URI (its value is not shown); "
                 f"allowed: {', '.join(sorted(ALLOWED_PARAMETERS))}. Remove it (settings that "
                 "move the connection elsewhere, like hostaddr, service or options, are refused)"
             )
