@@ -5,7 +5,8 @@ unprivileged ``postgres`` system user (``runuser -u postgres --``), which owns t
 
 Roles: the cluster's superuser (``postgres`` or the current user) owns the schema; ``ledger_rw``
 gets ``SELECT, INSERT`` and ``UPDATE`` of the growing ``heads`` only (what a ledger uses) and
-``ledger_ro`` ``SELECT`` only. Auth is ``trust`` on 127.0.0.1 (a test server); the tests pass the role in ``PGUSER``, as libpq users do.
+``ledger_ro`` ``SELECT`` only. Auth is ``trust`` on 127.0.0.1 (a test server); the tests pass
+the role in ``PGUSER``, as libpq users do.
 """
 
 from __future__ import annotations
