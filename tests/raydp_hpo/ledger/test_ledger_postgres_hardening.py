@@ -514,6 +514,7 @@ def test_a_frozen_server_refuses_a_charge_on_an_open_connection_within_the_bound
                            ) as info:
             led.try_charge("during", SMALL)
         waited = time.monotonic() - start
+        print(f"frozen before {where}: refused after {waited:.2f} s")
         assert not isinstance(info.value, LedgerOutcomeUnknownError)
         assert "refused" in str(info.value)
         assert proxy.frozen, "the server was frozen"
