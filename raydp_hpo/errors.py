@@ -21,6 +21,8 @@ __all__ = [
     "LedgerClosedError",
     "LedgerMismatchError",
     "LedgerUnavailableError",
+    "LedgerOutcomeUnknownError",
+    "SchemaVersionError",
     "DataValidationError",
     "SearchSpaceError",
     "ConfigError",
@@ -124,6 +126,19 @@ class LedgerMismatchError(RayDPHPOError):
 class LedgerUnavailableError(RayDPHPOError):
     """The ledger's storage (a PostgreSQL server) could not be reached, timed out or failed
     to commit: the charge is refused (fail closed; there is never a local fallback)."""
+
+
+class LedgerOutcomeUnknownError(LedgerUnavailableError):
+    """The commit of a charge was sent but its answer never came (the server froze, crashed or
+    the network failed mid-commit): the charge MAY be stored. It is not acknowledged, so its
+    mechanism must not run; it is not reported as refused either. The next admission reads
+    the ledger and counts it if it was stored (asking again under the same charge id replays
+    it: admitted, or refused if it never landed and the budget is gone)."""
+
+
+class SchemaVersionError(RayDPHPOError):
+    """A PostgreSQL ledger database's schema is not the one this raydp-hpo uses (newer, older
+    or none) and the connecting role cannot bring it up to date: ``raydp-hpo ledger init``."""
 
 
 class DataValidationError(RayDPHPOError, ValueError):

@@ -18,7 +18,8 @@ With it, the run is client-level DP (:class:`raydp_hpo.trainables.federated.Clie
 one client's whole data, add/remove one client; the noisy sum of updates is divided by the
 declared ``clients.count``, never by the number of clients present):
 ``Gaussian(σ, rounds)`` is charged to a client-level ledger journaled in the run dir before
-any round runs (refused: nothing runs), the DP noise comes from OS entropy, and
+any round runs (refused: nothing runs; data bound to a ledger in the organisation's registry,
+``RAYDP_HPO_REGISTRY``, is refused before that, as for every run), the DP noise comes from OS entropy, and
 ``result.json`` holds only what the guarantee covers (the per-round test accuracy of the
 released global models, on the server's held-out split) plus the privacy figures — not the
 clients' learning rates, step counts or shard sizes. The final global model is written alone
@@ -77,6 +78,8 @@ def run_federated_experiment(
     from raydp_hpo.trainables.data import load_digits, load_mnist1d, split
     from raydp_hpo.trainables.federated import pathological_split
 
+    if spec.privacy is not None:
+        _check_registry(spec, out)  # before the data is loaded or anything is charged
     raw = (load_digits() if spec.data.source == "digits"
            else load_mnist1d(spec.data.size, seed=spec.data.generator_seed))
     data = split(raw, val_fraction=0.0, test_fraction=spec.data.test_fraction,
@@ -151,6 +154,21 @@ def _run(spec: FederatedFile, shards: list[Any], test: Any, settings: Any,
     finally:
         if started:
             ray.shutdown()
+
+
+def _check_registry(spec: FederatedFile, out: Callable[[str], None]) -> None:
+    """Consult the organisation's dataset registry (``RAYDP_HPO_REGISTRY``) like every other
+    run (:func:`raydp_hpo.tune.dataset_ledger.check_data_registry`): data bound to a ledger
+    there may not be charged to this run's client-level journal, a fresh budget on the same
+    people. Unset: nothing is checked."""
+    from raydp_hpo.trainables.data import dataset_fingerprint
+    from raydp_hpo.tune.dataset_ledger import check_data_registry
+
+    source = spec.data.source
+    fingerprint = (dataset_fingerprint(source, size=spec.data.size,
+                                       generator_seed=spec.data.generator_seed)
+                   if source == "mnist1d" else dataset_fingerprint(source))
+    check_data_registry([fingerprint], spec.journal, out)
 
 
 def _client_ledger(spec: FederatedFile) -> PrivacyLedger:

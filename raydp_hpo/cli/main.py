@@ -355,8 +355,16 @@ def _verify_postgres(args: argparse.Namespace, scan_ledger: Any) -> int:
     if isinstance(checked, int):
         return checked
     scan, ledger, issues = checked
+    from raydp_hpo.ledger.pg import ledger_head, ledger_key
+
     ok = not issues
+    head = ledger_head(uri)  # scan_ledger has checked it against the rows
+    keyed = head is not None and head[2] is not None
+    mac = ("checked under the ledger key" if ledger_key() is not None else
+           "present, NOT checked (no key: set RAYDP_HPO_LEDGER_KEY_FILE)" if keyed else
+           "none (unkeyed ledger)")
     result.update(ok=ok, version=scan.version, charges=len(scan.records),
+                  head=f"{len(scan.records)} records, matches the rows", head_mac=mac,
                   curve_issues=list(issues), spent_epsilon=ledger.spent(),
                   budget=ledger.budget.to_dict())
     if args.json:
@@ -366,6 +374,7 @@ def _verify_postgres(args: argparse.Namespace, scan_ledger: Any) -> int:
             f"ledger {uri}: {'ok' if ok else 'CORRUPTED'}",
             f"  format      version {scan.version} (hash-chained), {len(scan.records)} charge "
             "records in PostgreSQL",
+            f"  head        {result['head']}; MAC {mac}",
             f"  RDP curves  {'not checked (--quick)' if args.quick else 'MISMATCH' if issues else 'ok'}",
             *(f"    {issue}" for issue in issues),
             f"  spent       ε={ledger.spent():.4f} of ε={ledger.budget.epsilon:g} "
@@ -382,6 +391,23 @@ def _cmd_ledger_migrate(args: argparse.Namespace) -> int:
     n = migrate_journal(args.journal, uri)
     print(f"migrated {n} charge record(s) from {args.journal} into {uri}; the journal file is "
           "unchanged: stop using it, charge through the URI from now on")
+    return EXIT_OK
+
+
+def _cmd_ledger_init(args: argparse.Namespace) -> int:
+    """Create or upgrade the PostgreSQL ledger schema and grant the ledger roles."""
+    from raydp_hpo.ledger.pg import init_ledger_database, parse_uri
+
+    uri = parse_uri(args.uri, need_ledger=False).uri
+    before, after = init_ledger_database(uri, roles=args.role or [],
+                                         read_only_roles=args.read_only_role or [])
+    done = "up to date" if before == after else "created" if before == 0 else "upgraded"
+    print(f"ledger schema of {uri}: version {after} ({done}; was {before or 'none'})")
+    for role in args.role or []:
+        print(f"  {role}: SELECT, INSERT on the ledger tables, UPDATE of ledger heads (which only "
+              "grow)")
+    for role in args.read_only_role or []:
+        print(f"  {role}: SELECT (read only)")
     return EXIT_OK
 
 
@@ -407,9 +433,7 @@ def _cmd_ledger_list(args: argparse.Namespace) -> int:
 
     if args.dir and is_postgres_uri(args.dir):
         base = parse_uri(args.dir, need_ledger=False)
-        sep = "&" if "?" in base.conninfo else "?"
-        targets: list[Path | str] = [f"{base.conninfo}{sep}ledger={name}"
-                                     for name in list_ledgers(base.uri)]
+        targets: list[Path | str] = [base.with_ledger(name) for name in list_ledgers(base.uri)]
         if not targets:
             print(f"no ledgers in the database of {base.uri}")
             return EXIT_OK
@@ -756,6 +780,14 @@ def _build_parser() -> argparse.ArgumentParser:
     mig.add_argument("uri", help="postgresql://host:port/db?ledger=NAME (a new ledger; "
                                  "credentials from PGUSER/PGPASSWORD, ~/.pgpass or PGSERVICE)")
     mig.set_defaults(func=_cmd_ledger_migrate)
+    ini = led_sub.add_parser(
+        "init", help="create or upgrade the PostgreSQL ledger schema and grant roles (as owner)")
+    ini.add_argument("uri", help="postgresql://host:port/db (run as the database owner)")
+    ini.add_argument("--role", action="append", metavar="NAME",
+                     help="a role that charges ledgers (repeatable)")
+    ini.add_argument("--read-only-role", action="append", metavar="NAME",
+                     help="a role that only reads them: ledger show, dashboards (repeatable)")
+    ini.set_defaults(func=_cmd_ledger_init)
 
     demo = sub.add_parser("demo", help="run the main job on the built-in default")
     demo.add_argument("--quick", action="store_true", help="smaller run (for smoke tests)")

@@ -1,62 +1,89 @@
 """A privacy ledger stored in PostgreSQL: the same records and hash chain as the journal file.
 
-A ledger is named by a URI ``postgresql://host:port/db?ledger=NAME`` (``postgres://`` too).
-Everything above the storage is unchanged: :class:`~raydp_hpo.ledger.filter.PrivacyLedger`
-decides with the same filter, and every record is the *same bytes* a version-2 journal line
-would hold (canonical JSON with its ``"chain"`` key, :mod:`raydp_hpo.ledger.journal`), so a
-ledger's rows concatenated are a journal that :func:`~raydp_hpo.ledger.journal.scan_bytes`
-checks exactly as it checks a file.
+A ledger is named by a URI ``postgresql://host:port/db?ledger=NAME`` (``postgres://`` too),
+read as libpq reads it (:func:`parse_uri`): query parameters override the path, only
+:data:`ALLOWED_PARAMETERS` are accepted, a secret in any case is refused without its value, one
+host only. :func:`is_postgres_uri` is the one place that tells a URI from a journal path; any
+other scheme is an error, never a path. Everything above the storage is unchanged:
+:class:`~raydp_hpo.ledger.filter.PrivacyLedger` decides with the same filter, and every record
+is the *same bytes* a version-2 journal line would hold (canonical JSON with its ``"chain"``
+key, :mod:`raydp_hpo.ledger.journal`), so a ledger's rows concatenated are a journal that
+:func:`~raydp_hpo.ledger.journal.scan_bytes` checks exactly as it checks a file.
 
 Schema (schema ``raydp_hpo``, versioned by :data:`MIGRATIONS` in table ``schema_version``: a
 short ordered list of SQL steps rather than Alembic, which would pull SQLAlchemy into a
 package that issues a handful of fixed statements; each step runs once, in order, in one
-transaction, under an advisory lock):
+transaction, under an advisory lock; ``raydp-hpo ledger init`` applies them as the owner and
+grants the roles, :func:`init_ledger_database`; a newer version than :data:`SCHEMA_VERSION` is
+refused, an older or missing one names ``ledger init``: :class:`SchemaVersionError`):
 
 * ``ledgers(name, header, header_chain, created_at, migrated_from)`` — the header line;
 * ``charges(ledger, seq, record, chain)`` — one row per admitted charge, the journal line
   (``json`` keeps its text byte for byte) and its chain hash;
+* ``heads(ledger, records, chain, mac)`` — the ledger's record count and last chain hash (the
+  journal's ``.seal``), advanced in each admission transaction; its trigger lets it only grow
+  and only to the last stored row; ``mac`` is HMAC-SHA256 under the ledger key
+  (:func:`ledger_key`, held apart from the database) when the ledger is keyed;
 * ``datasets(fingerprint, ledger, registered_at, registered_by, admin_reason)`` — which ledger
   holds a data source's budget (:func:`register_dataset`);
-* triggers refuse ``UPDATE``, ``DELETE`` and ``TRUNCATE`` on all three, and
-  :func:`grant_ledger_role` grants a role ``SELECT, INSERT`` only (readers: ``SELECT``).
-  A superuser can still change rows around the triggers; the chain then fails to verify at
-  the changed record, and the ledger refuses to charge.
+* triggers refuse ``UPDATE``, ``DELETE`` and ``TRUNCATE`` on all of them (``heads``: updates
+  that grow only), and the ledger role gets ``SELECT, INSERT`` plus ``UPDATE`` of ``heads``
+  (readers: ``SELECT``). A superuser can still change rows around the triggers: a changed or
+  removed record breaks the chain there, a deleted tail disagrees with the head, and a
+  rewrite of rows, chain and head together fails the head's MAC for whoever holds the key;
+  the ledger then refuses to charge. Without the key such a rewrite, and with it a rollback to
+  an earlier state whose head and MAC were kept, are not detected (docs: shared budgets).
 
 Admission (:meth:`PgJournal.begin_admission` … :meth:`PgJournal.append_charge`) is one
 transaction: ``pg_advisory_xact_lock`` on the ledger's name (row locks would need ``UPDATE``
-privilege), read the charges since the last one this process saw (chain-checked), decide,
-``INSERT``, ``COMMIT`` (``synchronous_commit`` on: durable before it returns). Any number of
-processes may admit on one ledger; the lock serialises them. Fail closed: any database error
-(unreachable, timeout, failed commit) raises
-:class:`~raydp_hpo.errors.LedgerUnavailableError` and nothing is acknowledged; the next
-admission reconnects and catches up.
+privilege), read the charges since the last one this process saw (chain-checked) and the head,
+decide, ``INSERT``, advance the head, ``COMMIT`` (``synchronous_commit`` on: durable before it
+returns). Any number of processes may admit on one ledger; the lock serialises them.
 
-Credentials come only from libpq (``PGUSER``, ``PGPASSWORD``, ``~/.pgpass``, a service file):
-a URI with a password is refused, and the URI shown in messages is the one given.
+Fail closed in time: every connection has a connect timeout, ``statement_timeout``,
+``lock_timeout``, ``idle_in_transaction_session_timeout``, TCP keepalives and
+``tcp_user_timeout``; and since a frozen server answers none of those (its kernel still
+acknowledges TCP), every statement also runs under a client-side deadline
+(:data:`FREEZE_BOUND_S`, :class:`_Watchdog`) that shuts the socket down. Any database error
+before the ``COMMIT`` is sent raises :class:`~raydp_hpo.errors.LedgerUnavailableError`: refused,
+nothing stored. A ``COMMIT`` sent and never answered raises
+:class:`~raydp_hpo.errors.LedgerOutcomeUnknownError`: the charge may be stored, so it is
+neither acknowledged nor called refused; the next admission reconnects and reads it if it was.
 
-Longer than ~600 lines because it is one storage backend: the schema, its migrations and the
-statements that append and read a ledger's rows must agree with each other and with the journal
-format; splitting would separate the SQL from the locking it relies on.
+Credentials come only from libpq (``PGUSER``, ``PGPASSWORD``, ``~/.pgpass``, a service file
+named by ``PGSERVICE``): a URI with a secret is refused, and the URI shown in messages is the
+one given.
+
+Longer than ~600 lines because it is one storage backend: the schema, its migrations, the
+head and its key, the deadlines and the statements that append and read a ledger's rows must
+agree with each other and with the journal format; splitting would separate the SQL from the
+locking and the timeouts it relies on. The URI rules are their own module,
+:mod:`raydp_hpo.ledger.pg_location`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import json
 import os
-from dataclasses import dataclass
+import socket
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from raydp_hpo.errors import (
     InvalidParameterError,
     LedgerClosedError,
     LedgerCorruptedError,
     LedgerMismatchError,
+    LedgerOutcomeUnknownError,
     LedgerUnavailableError,
     RayDPHPOError,
+    SchemaVersionError,
 )
 from raydp_hpo.ledger.journal import (
     JOURNAL_VERSION,
@@ -67,91 +94,82 @@ from raydp_hpo.ledger.journal import (
     scan_bytes,
     scan_journal,
 )
+from raydp_hpo.ledger.pg_location import (
+    ALLOWED_PARAMETERS,
+    PgLocation,
+    _psycopg,
+    is_postgres_uri,
+    parse_uri,
+    same_location,
+)
 
 __all__ = [
     "MIGRATIONS",
     "PgJournal",
     "PgLocation",
+    "ALLOWED_PARAMETERS",
+    "SCHEMA_VERSION",
+    "SchemaVersionError",
     "grant_ledger_role",
+    "head_mac",
+    "init_ledger_database",
     "is_postgres_uri",
     "dataset_bindings",
+    "ledger_head",
+    "ledger_key",
     "ledger_for_dataset",
     "list_ledgers",
     "migrate_journal",
     "parse_uri",
+    "same_location",
     "register_dataset",
     "scan_ledger",
     "schema_version",
 ]
 
-_SCHEMES = ("postgresql", "postgres")
 #: Seconds before a connection attempt, a statement or a lock wait fails (the charge is refused).
 CONNECT_TIMEOUT_S = 5
 STATEMENT_TIMEOUT_MS = 10_000
+#: TCP keepalives and ``tcp_user_timeout`` on every connection: a peer that stops answering
+#: (a frozen or partitioned server) is declared dead within :data:`FREEZE_BOUND_S` even while a
+#: statement waits for its answer — the server-side ``statement_timeout`` cannot fire on a
+#: frozen server, so the client must not wait on it.
+KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_COUNT = 2, 1, 3
+TCP_USER_TIMEOUT_MS = 5_000
+#: The most a charge waits on an established connection to an unresponsive server before it is
+#: refused (or reported indeterminate, when the commit itself went unanswered): the client-side
+#: read deadline of :func:`_execute`.
+FREEZE_BOUND_S = 12.0
 
 
-def is_postgres_uri(target: object) -> bool:
-    """Whether ``target`` names a PostgreSQL ledger (``postgresql://…``) rather than a path."""
-    return isinstance(target, str) and target.split("://", 1)[0].lower() in _SCHEMES and (
-        "://" in target)
-
-
-@dataclass(frozen=True)
-class PgLocation:
-    """A parsed ledger URI: the libpq connection string (no ``ledger`` parameter) and the
-    ledger's name. ``uri`` is what messages show (it never holds a password)."""
-
-    conninfo: str
-    ledger: str
-    uri: str
-
-    def __str__(self) -> str:
-        return self.uri
-
-
-def parse_uri(uri: str, *, need_ledger: bool = True) -> PgLocation:
-    """Split ``postgresql://host:port/db?ledger=NAME``; refuse an embedded password."""
-    if not is_postgres_uri(uri):
-        raise InvalidParameterError(
-            f"not a PostgreSQL ledger URI: {uri!r}; use postgresql://host:port/db?ledger=NAME"
-        )
-    parts = urlsplit(uri)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    if parts.password is not None or any(k == "password" for k, _ in query):
-        raise InvalidParameterError(
-            "a ledger URI may not hold a password (it would end up in logs, run.json and "
-            "certificates); remove it and give it to libpq instead: PGPASSWORD, ~/.pgpass or a "
-            "service file (PGSERVICE)"
-        )
-    names = [v for k, v in query if k == "ledger"]
-    if len(names) > 1 or (need_ledger and (not names or not names[0])):
-        raise InvalidParameterError(
-            f"ledger URI {uri!r} must name exactly one ledger: add ?ledger=NAME"
-        )
-    rest = [(k, v) for k, v in query if k != "ledger"]
-    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), ""))
-    return PgLocation(conninfo, names[0] if names else "", uri)
-
-
-def _psycopg() -> Any:
-    try:
-        import psycopg
-    except ImportError:
-        raise RayDPHPOError(
-            "PostgreSQL ledgers need psycopg 3: pip install 'raydp-hpo[postgres]'"
-        ) from None
-    return psycopg
+#: How long a database may idle inside an admission transaction before the server ends it
+#: (a frozen or lost *client* then releases the ledger's lock; its charge was never committed).
+IDLE_IN_TRANSACTION_MS = 30_000
 
 
 def _connect(loc: PgLocation) -> Any:
+    """A connection with every bound of the module docstring's "Fail closed in time": a
+    connect timeout, server-side statement/lock/idle-in-transaction timeouts, TCP keepalives
+    and ``tcp_user_timeout`` (a dead peer or network), plus :func:`_guarded`'s client-side
+    deadline around every statement (a frozen server: its kernel still answers TCP, so only
+    the client can stop waiting)."""
     psycopg = _psycopg()
+    given = psycopg.conninfo.conninfo_to_dict(loc.conninfo)
+    timeout = int(given.get("connect_timeout") or CONNECT_TIMEOUT_S)
     try:
-        return psycopg.connect(
+        return psycopg.connect(  # psycopg enforces connect_timeout on the client side
             loc.conninfo,
             autocommit=True,
-            connect_timeout=CONNECT_TIMEOUT_S,
+            connect_timeout=timeout,
+            keepalives=1,
+            keepalives_idle=KEEPALIVE_IDLE_S,
+            keepalives_interval=KEEPALIVE_INTERVAL_S,
+            keepalives_count=KEEPALIVE_COUNT,
+            tcp_user_timeout=TCP_USER_TIMEOUT_MS,
             options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS} "
-            f"-c lock_timeout={STATEMENT_TIMEOUT_MS} -c synchronous_commit=on",
+            f"-c lock_timeout={STATEMENT_TIMEOUT_MS} "
+            f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS} "
+            "-c synchronous_commit=on",
         )
     except psycopg.Error as exc:
         raise LedgerUnavailableError(
@@ -162,6 +180,126 @@ def _connect(loc: PgLocation) -> Any:
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+class _Guard:
+    """One armed deadline (see :class:`_Watchdog`); ``fired`` once it cut the connection."""
+
+    __slots__ = ("conn", "fired", "until")
+
+    def __init__(self, conn: Any, until: float) -> None:
+        self.conn, self.until, self.fired = conn, until, False
+
+
+class _Watchdog:
+    """Client-side deadlines for statements on a connection: one daemon thread per process.
+
+    The server-side ``statement_timeout`` cannot fire on a *frozen* server (SIGSTOP, a hung
+    host), and TCP keepalives do not either while the server's kernel still acknowledges
+    packets; the client's read would block for the whole freeze and then admit. So every
+    statement runs under :meth:`guard`: when its deadline passes, the watchdog shuts the
+    connection's socket down (``shutdown(2)``), the blocked read fails at once, and the
+    connection is dropped (the server rolls back an uncommitted transaction when it sees the
+    socket closed)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._armed: list[_Guard] = []
+        self._thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def guard(self, conn: Any, seconds: float = FREEZE_BOUND_S) -> Iterator[_Guard]:
+        g = _Guard(conn, time.monotonic() + seconds)
+        with self._cond:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="raydp-hpo-pg-watchdog",
+                                                daemon=True)
+                self._thread.start()
+            self._armed.append(g)
+            self._cond.notify()
+        try:
+            yield g
+        finally:
+            with self._cond, contextlib.suppress(ValueError):
+                self._armed.remove(g)
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                for g in [g for g in self._armed if g.until <= now]:
+                    self._armed.remove(g)
+                    g.fired = True
+                    _sever(g.conn)
+                wait = min((g.until for g in self._armed), default=now + 3600.0) - now
+                self._cond.wait(max(wait, 0.0))
+
+    def _reset_in_child(self) -> None:
+        """After ``fork``: the parent's thread does not exist here and its lock may be held."""
+        self._cond = threading.Condition()
+        self._armed = []
+        self._thread = None
+
+
+def _sever(conn: Any) -> None:
+    """Shut down ``conn``'s socket so that a read blocked on it returns now."""
+    if conn is None:
+        return
+    try:
+        fd = conn.pgconn.socket
+    except Exception:  # noqa: BLE001 - already closed: nothing blocks on it
+        return
+    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(fd)) as sock:
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+_WATCHDOG = _Watchdog()
+os.register_at_fork(after_in_child=_WATCHDOG._reset_in_child)
+
+
+def _execute(conn: Any, query: Any, params: Any = None, *,
+             seconds: float = FREEZE_BOUND_S) -> Any:
+    """``conn.execute`` within the client-side deadline (:class:`_Watchdog`)."""
+    with _WATCHDOG.guard(conn, seconds):
+        return conn.execute(query, params)
+
+
+# -- the keyed head -----------------------------------------------------------------------------
+#: Environment variables that hold the ledger key (the key itself, or a file holding it).
+KEY_ENV, KEY_FILE_ENV = "RAYDP_HPO_LEDGER_KEY", "RAYDP_HPO_LEDGER_KEY_FILE"
+
+
+def ledger_key() -> bytes | None:
+    """The HMAC key for ledger heads, held apart from the database: the bytes of the file
+    named by ``RAYDP_HPO_LEDGER_KEY_FILE`` (surrounding whitespace stripped), else
+    ``RAYDP_HPO_LEDGER_KEY`` (UTF-8); ``None`` when neither is set. At least 16 bytes."""
+    path = os.environ.get(KEY_FILE_ENV, "").strip()
+    if path:
+        try:
+            key = Path(path).expanduser().read_bytes().strip()
+        except OSError as exc:
+            raise InvalidParameterError(
+                f"{KEY_FILE_ENV}={path!r}: cannot read the ledger key ({exc.strerror}); point "
+                "it at the key file or unset it") from None
+        where = f"{KEY_FILE_ENV}={path!r}"
+    else:
+        raw = os.environ.get(KEY_ENV, "")
+        if not raw:
+            return None
+        key, where = raw.encode(), KEY_ENV
+    if len(key) < 16:
+        raise InvalidParameterError(
+            f"the ledger key from {where} is {len(key)} bytes; use at least 16 random bytes "
+            "(e.g. head -c 32 /dev/urandom | base64 > ledger.key)")
+    return key
+
+
+def head_mac(key: bytes, ledger: str, records: int, chain: str) -> str:
+    """HMAC-SHA256 over a ledger's head. The chain hash commits to the header and every
+    record, so a valid MAC on (name, count, last chain) vouches for the whole ledger to
+    whoever holds the key (a keyed chain: recomputing the chain without the key is caught)."""
+    msg = f"raydp-hpo ledger head v1\n{ledger}\n{records}\n{chain}".encode()
+    return hmac.new(key, msg, hashlib.sha256).hexdigest()
 
 
 # -- schema ---------------------------------------------------------------------------------
@@ -182,6 +320,50 @@ def _guard(table: str) -> str:
         "FOR EACH STATEMENT EXECUTE FUNCTION raydp_hpo.refuse_change();\n"
     )
 
+
+_HEAD_GROWS = """
+CREATE FUNCTION raydp_hpo.head_only_grows() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE last_seq bigint; last_chain char(64);
+BEGIN
+  IF NEW.ledger <> OLD.ledger OR NEW.records <= OLD.records
+     OR (OLD.mac IS NOT NULL AND NEW.mac IS NULL) THEN
+    RAISE EXCEPTION 'raydp-hpo ledger heads only grow: % of the head of % refused',
+      TG_OP, OLD.ledger;
+  END IF;
+  SELECT seq, chain INTO last_seq, last_chain FROM raydp_hpo.charges
+    WHERE ledger = NEW.ledger ORDER BY seq DESC LIMIT 1;
+  IF last_seq IS DISTINCT FROM NEW.records OR last_chain IS DISTINCT FROM NEW.chain THEN
+    RAISE EXCEPTION 'raydp-hpo ledger head of % must name its last record', NEW.ledger;
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER heads_only_grow BEFORE UPDATE ON raydp_hpo.heads
+  FOR EACH ROW EXECUTE FUNCTION raydp_hpo.head_only_grows();
+CREATE TRIGGER heads_no_delete BEFORE DELETE ON raydp_hpo.heads
+  FOR EACH ROW EXECUTE FUNCTION raydp_hpo.refuse_change();
+CREATE TRIGGER heads_no_truncate BEFORE TRUNCATE ON raydp_hpo.heads
+  FOR EACH STATEMENT EXECUTE FUNCTION raydp_hpo.refuse_change();
+"""
+# existing ledgers get their head from their rows; roles that could charge (INSERT on charges)
+# may advance heads, roles that could read may read them (``ledger init`` grants the same)
+_HEAD_BACKFILL = """
+INSERT INTO raydp_hpo.heads (ledger, records, chain)
+SELECT l.name, coalesce(c.seq, 0), coalesce(c.chain, l.header_chain)
+FROM raydp_hpo.ledgers l LEFT JOIN LATERAL (
+  SELECT seq, chain FROM raydp_hpo.charges WHERE ledger = l.name ORDER BY seq DESC LIMIT 1
+) c ON true;
+DO $$ DECLARE r record; BEGIN
+  FOR r IN SELECT DISTINCT grantee, privilege_type FROM information_schema.role_table_grants
+           WHERE table_schema = 'raydp_hpo' AND table_name = 'charges'
+             AND privilege_type IN ('SELECT', 'INSERT') AND grantee <> current_user LOOP
+    IF r.privilege_type = 'INSERT' THEN
+      EXECUTE format('GRANT SELECT, INSERT, UPDATE ON raydp_hpo.heads TO %I', r.grantee);
+    ELSE
+      EXECUTE format('GRANT SELECT ON raydp_hpo.heads TO %I', r.grantee);
+    END IF;
+  END LOOP;
+END $$;
+"""
 
 #: Ordered schema steps: (version, description, SQL). Append only; never edit a released step.
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
@@ -210,65 +392,122 @@ CREATE TABLE raydp_hpo.datasets (
   PRIMARY KEY (fingerprint, ledger)
 );
 """ + _REFUSE + _guard("ledgers") + _guard("charges") + _guard("datasets")),
+    (2, "ledger heads (record count, last chain, optional HMAC) that only grow",
+     """
+CREATE TABLE raydp_hpo.heads (
+  ledger text PRIMARY KEY REFERENCES raydp_hpo.ledgers(name),
+  records bigint NOT NULL CHECK (records >= 0),
+  chain char(64) NOT NULL,
+  mac char(64)
+);
+""" + _HEAD_GROWS + _HEAD_BACKFILL),
 )
+#: The schema version this raydp-hpo writes and reads.
+SCHEMA_VERSION = MIGRATIONS[-1][0]
 _SCHEMA_LOCK = 0x72617964  # advisory lock key for schema changes ("rayd")
+
+
+def _init_hint(uri: str) -> str:
+    return (f"as the database owner, run: raydp-hpo ledger init '{uri}' --role <ledger role> "
+            "[--read-only-role <reader role>]")
 
 
 def schema_version(conn: Any) -> int:
     """The highest schema step applied in the database of ``conn`` (0: none)."""
-    row = conn.execute(
-        "SELECT to_regclass('raydp_hpo.schema_version') IS NOT NULL"
-    ).fetchone()
+    row = _execute(conn, "SELECT to_regclass('raydp_hpo.schema_version') IS NOT NULL").fetchone()
     if not row[0]:
         return 0
-    return int(conn.execute("SELECT coalesce(max(version), 0) FROM raydp_hpo.schema_version")
+    return int(_execute(conn, "SELECT coalesce(max(version), 0) FROM raydp_hpo.schema_version")
                .fetchone()[0])
 
 
-def ensure_schema(conn: Any) -> int:
-    """Apply the missing :data:`MIGRATIONS` in order (each once); return the version."""
-    latest = MIGRATIONS[-1][0]
-    if schema_version(conn) >= latest:
-        return latest
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-        conn.execute("CREATE SCHEMA IF NOT EXISTS raydp_hpo")
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS raydp_hpo.schema_version (version int PRIMARY KEY, "
-            "description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+def _refuse_newer(found: int, uri: str) -> None:
+    if found > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"the database of {uri} holds raydp-hpo ledger schema version {found}, newer than "
+            f"the version {SCHEMA_VERSION} this raydp-hpo knows; refusing to read or charge it "
+            "(an older program could miss what the newer schema enforces). Upgrade raydp-hpo "
+            "on this machine to the version that wrote it."
         )
-        current = schema_version(conn)
-        for version, description, sql in MIGRATIONS:
-            if version > current:
-                conn.execute(sql)
-                conn.execute(
-                    "INSERT INTO raydp_hpo.schema_version (version, description) VALUES (%s, %s)",
-                    (version, description),
-                )
-    return latest
+
+
+def ensure_schema(conn: Any, uri: str = "this database") -> int:
+    """Apply the missing :data:`MIGRATIONS` in order (each once); return the version.
+
+    A newer, unknown version is refused (:class:`SchemaVersionError` naming both versions).
+    A role that may not create or change the schema (the least-privilege ledger role on an
+    unset or older database) gets an error naming ``raydp-hpo ledger init``."""
+    psycopg = _psycopg()
+    found = schema_version(conn)
+    _refuse_newer(found, uri)
+    if found == SCHEMA_VERSION:
+        return found
+    try:
+        with _WATCHDOG.guard(conn, 6 * FREEZE_BOUND_S), conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            conn.execute("CREATE SCHEMA IF NOT EXISTS raydp_hpo")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS raydp_hpo.schema_version (version int PRIMARY KEY, "
+                "description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            current = schema_version(conn)
+            _refuse_newer(current, uri)
+            for version, description, sql in MIGRATIONS:
+                if version > current:
+                    conn.execute(sql)
+                    conn.execute(
+                        "INSERT INTO raydp_hpo.schema_version (version, description) "
+                        "VALUES (%s, %s)", (version, description),
+                    )
+    except (psycopg.errors.InsufficientPrivilege, psycopg.errors.DuplicateTable,
+            psycopg.errors.DuplicateObject, psycopg.errors.DuplicateFunction) as exc:
+        what = ("has no raydp-hpo ledger schema" if found == 0 else
+                f"holds ledger schema version {found}, older than {SCHEMA_VERSION}")
+        raise SchemaVersionError(
+            f"the database of {uri} {what}, and this role cannot set it up "
+            f"({_first_line(exc)}); {_init_hint(uri)}"
+        ) from None
+    return SCHEMA_VERSION
 
 
 def grant_ledger_role(uri: str, role: str, *, read_only: bool = False) -> None:
     """Grant ``role`` what a ledger needs and nothing more: ``SELECT, INSERT`` on the ledger
-    tables (``SELECT`` only with ``read_only``, for ``ledger show`` and dashboards). Run as
-    the schema's owner."""
+    tables and ``UPDATE`` of ledger heads, whose triggers let them only grow (``SELECT`` only
+    with ``read_only``, for ``ledger show`` and dashboards). Run as the schema's owner."""
+    init_ledger_database(uri, **({"read_only_roles": [role]} if read_only else {"roles": [role]}))
+
+
+def init_ledger_database(uri: str, *, roles: list[str] | tuple[str, ...] = (),
+                         read_only_roles: list[str] | tuple[str, ...] = ()) -> tuple[int, int]:
+    """Create or upgrade the ledger schema in the database of ``uri`` and grant ``roles``
+    (ledger writers: ``SELECT, INSERT`` on every table, ``UPDATE`` on ``heads`` only) and
+    ``read_only_roles`` (``SELECT``); ``raydp-hpo ledger init``. Run as the database owner.
+    Returns (version before, version after)."""
     psycopg = _psycopg()
     from psycopg import sql
 
     loc = parse_uri(uri, need_ledger=False)
     conn = _connect(loc)
     try:
-        ensure_schema(conn)
-        ident = sql.Identifier(role)
-        privs = sql.SQL("SELECT") if read_only else sql.SQL("SELECT, INSERT")
-        with conn.transaction():
-            conn.execute(sql.SQL("GRANT USAGE ON SCHEMA raydp_hpo TO {}").format(ident))
-            conn.execute(sql.SQL("GRANT {} ON ALL TABLES IN SCHEMA raydp_hpo TO {}")
-                         .format(privs, ident))
+        before = schema_version(conn)
+        after = ensure_schema(conn, loc.uri)
+        with _WATCHDOG.guard(conn, 6 * FREEZE_BOUND_S), conn.transaction():
+            for role, read_only in [*((r, False) for r in roles),
+                                    *((r, True) for r in read_only_roles)]:
+                ident = sql.Identifier(role)
+                privs = sql.SQL("SELECT") if read_only else sql.SQL("SELECT, INSERT")
+                conn.execute(sql.SQL("GRANT USAGE ON SCHEMA raydp_hpo TO {}").format(ident))
+                conn.execute(sql.SQL("GRANT {} ON ALL TABLES IN SCHEMA raydp_hpo TO {}")
+                             .format(privs, ident))
+                if not read_only:
+                    conn.execute(sql.SQL("GRANT UPDATE ON raydp_hpo.heads TO {}").format(ident))
     except psycopg.Error as exc:
-        raise RayDPHPOError(f"granting {role!r} on {uri}: {_first_line(exc)}") from None
+        raise RayDPHPOError(f"setting up the ledger schema on {loc.uri}: {_first_line(exc)} "
+                            "(run it as the database owner; roles must exist: CREATE ROLE)"
+                            ) from None
     finally:
         conn.close()
+    return before, after
 
 
 # -- reading and checking ---------------------------------------------------------------------
@@ -289,36 +528,135 @@ def _rows_to_scan(loc: PgLocation, header: str, rows: list[tuple[int, str, str]]
     return scan
 
 
-def _fetch_scan(conn: Any, loc: PgLocation) -> JournalScan | None:
-    row = conn.execute(
+#: A ledger's head as stored: (records, chain, mac or None).
+Head = tuple[int, str, "str | None"]
+
+
+def _check_head(loc: PgLocation, records: int, chain: str, head: Head | None,
+                key: bytes | None) -> None:
+    """Compare the ledger's rows (``records`` of them, ending in ``chain``) with its head row:
+    a deleted tail, rows added around the admission transaction, or (with the key) a head
+    whose MAC does not vouch for it is :class:`LedgerCorruptedError` naming what is missing."""
+    where = f"ledger {loc.uri}"
+    fix = ("the rows were changed around the append-only triggers; restore the database from "
+           "a backup (run `raydp-hpo ledger verify` on it)")
+    if head is None:
+        raise LedgerCorruptedError(
+            f"{where} has no head row (its record count and last hash): it was removed, or the "
+            f"ledger was created by an older raydp-hpo after the schema upgrade; {fix}")
+    h_records, h_chain, mac = head
+    if records < h_records:
+        missing = (f"record {h_records}" if h_records == records + 1
+                   else f"records {records + 1}..{h_records}")
+        raise LedgerCorruptedError(
+            f"{where}: its head vouches for {h_records} charge records (last hash "
+            f"{h_chain[:12]}…) but only {records} are stored: {missing} missing (a deleted "
+            f"tail; the budget they spent would come back); {fix}")
+    if records > h_records or chain != h_chain:
+        raise LedgerCorruptedError(
+            f"{where}: its head vouches for {h_records} charge records ending in hash "
+            f"{h_chain[:12]}…, the rows hold {records} ending in {chain[:12]}…; {fix}")
+    if key is not None:
+        if mac is None:
+            raise LedgerCorruptedError(
+                f"{where}: a ledger key is set ({KEY_FILE_ENV}/{KEY_ENV}) but the head carries "
+                "no MAC: the ledger was created without the key, or its MAC was stripped. "
+                "Refusing it under the key; unset the key to use an unkeyed ledger")
+        if not hmac.compare_digest(mac, head_mac(key, loc.ledger, h_records, h_chain)):
+            raise LedgerCorruptedError(
+                f"{where}: the head's MAC does not match under the ledger key: the ledger was "
+                "rewritten without the key (a recomputed chain), or the key is not this "
+                f"ledger's; {fix}")
+
+
+def _fetch_scan(conn: Any, loc: PgLocation, key: bytes | None
+                ) -> tuple[JournalScan, Head | None] | None:
+    """The ledger's header, rows and head, read in ONE snapshot (a ``REPEATABLE READ``
+    transaction unless ``conn`` is in one already: with writers admitting meanwhile, rows and
+    head read apart would disagree), then checked (:func:`_rows_to_scan`, :func:`_check_head`)."""
+    psycopg = _psycopg()
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return _fetch_scan_in(conn, loc, key)
+    _execute(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    try:
+        return _fetch_scan_in(conn, loc, key)
+    finally:
+        if not conn.closed:
+            with contextlib.suppress(psycopg.Error):
+                _execute(conn, "ROLLBACK")
+
+
+def _fetch_scan_in(conn: Any, loc: PgLocation, key: bytes | None
+                   ) -> tuple[JournalScan, Head | None] | None:
+    row = _execute(conn,
         "SELECT header::text FROM raydp_hpo.ledgers WHERE name = %s", (loc.ledger,)
     ).fetchone()
     if row is None:
         return None
-    rows = conn.execute(
+    rows = _execute(conn,
         "SELECT seq, record::text, chain FROM raydp_hpo.charges WHERE ledger = %s ORDER BY seq",
-        (loc.ledger,),
+        (loc.ledger,), seconds=6 * FREEZE_BOUND_S,
     ).fetchall()
-    return _rows_to_scan(loc, row[0], rows)
+    head = _fetch_head(conn, loc)
+    scan = _rows_to_scan(loc, row[0], rows)
+    _check_head(loc, len(scan.records), scan.chains[-1], head, key)
+    return scan, head
 
 
-def scan_ledger(uri: str) -> JournalScan:
-    """Read and check every record of the ledger at ``uri`` (read-only, like
-    :func:`~raydp_hpo.ledger.journal.scan_journal`). ``scan.path`` holds the URI."""
-    loc = parse_uri(uri)
+def _fetch_head(conn: Any, loc: PgLocation) -> Head | None:
+    row = _execute(conn, "SELECT records, chain, mac FROM raydp_hpo.heads WHERE ledger = %s",
+                   (loc.ledger,)).fetchone()
+    return None if row is None else (int(row[0]), row[1], row[2])
+
+
+def _open_checked(loc: PgLocation) -> Any:
+    """A connection to a database whose schema is this raydp-hpo's (read side: no upgrade)."""
     psycopg = _psycopg()
     conn = _connect(loc)
     try:
-        if schema_version(conn) == 0:
-            raise RayDPHPOError(f"no raydp-hpo ledger schema in the database of {uri}")
-        scan = _fetch_scan(conn, loc)
+        found = schema_version(conn)
+    except psycopg.Error as exc:
+        conn.close()
+        raise SchemaVersionError(f"reading the ledger schema of {loc.uri}: {_first_line(exc)}; "
+                                 f"{_init_hint(loc.uri)}") from None
+    _refuse_newer(found, loc.uri)
+    if found < SCHEMA_VERSION:
+        conn.close()
+        what = "has no raydp-hpo ledger schema" if found == 0 else (
+            f"holds ledger schema version {found}, older than {SCHEMA_VERSION}")
+        raise SchemaVersionError(f"the database of {loc.uri} {what}; {_init_hint(loc.uri)}")
+    return conn
+
+
+def scan_ledger(uri: str, *, key: bytes | None = None, use_key: bool = True) -> JournalScan:
+    """Read and check every record of the ledger at ``uri`` (read-only, like
+    :func:`~raydp_hpo.ledger.journal.scan_journal`), its head included, and its MAC under the
+    ledger key (``key``, else :func:`ledger_key`, unless ``use_key=False``). ``scan.path``
+    holds the URI."""
+    loc = parse_uri(uri)
+    psycopg = _psycopg()
+    if key is None and use_key:
+        key = ledger_key()
+    conn = _open_checked(loc)
+    try:
+        got = _fetch_scan(conn, loc, key)
     except psycopg.Error as exc:
         raise LedgerUnavailableError(f"reading ledger {uri}: {_first_line(exc)}") from None
     finally:
         conn.close()
-    if scan is None:
+    if got is None:
         raise RayDPHPOError(f"no ledger {loc.ledger!r} in the database of {uri}")
-    return scan
+    return got[0]
+
+
+def ledger_head(uri: str) -> Head | None:
+    """The stored head of the ledger at ``uri``: (records, last chain, MAC or None)."""
+    loc = parse_uri(uri)
+    conn = _open_checked(loc)
+    try:
+        return _fetch_head(conn, loc)
+    finally:
+        conn.close()
 
 
 def list_ledgers(uri: str) -> list[str]:
@@ -326,9 +664,11 @@ def list_ledgers(uri: str) -> list[str]:
     loc = parse_uri(uri, need_ledger=False)
     conn = _connect(loc)
     try:
-        if schema_version(conn) == 0:
+        found = schema_version(conn)
+        _refuse_newer(found, loc.uri)
+        if found == 0:
             return []
-        rows = conn.execute("SELECT name FROM raydp_hpo.ledgers ORDER BY name").fetchall()
+        rows = _execute(conn, "SELECT name FROM raydp_hpo.ledgers ORDER BY name").fetchall()
         return [r[0] for r in rows]
     finally:
         conn.close()
@@ -339,7 +679,8 @@ class PgJournal:
     :class:`~raydp_hpo.ledger.journal.Journal` plus the admission transaction
     (:meth:`begin_admission`, :meth:`end_admission`)."""
 
-    def __init__(self, loc: PgLocation, conn: Any, scan: JournalScan, *, created: bool) -> None:
+    def __init__(self, loc: PgLocation, conn: Any, scan: JournalScan, *, created: bool,
+                 key: bytes | None = None) -> None:
         self.location = loc
         self.created = created
         self.scan = scan
@@ -349,6 +690,7 @@ class PgJournal:
         self._header_chain = scan.chains[0]
         self._closed = False
         self._in_tx = False
+        self._key = key
 
     @property
     def path(self) -> str:
@@ -378,27 +720,43 @@ class PgJournal:
     @classmethod
     def open(cls, uri: str, create_header: dict[str, Any] | None = None) -> PgJournal:
         """Connect, bring the schema up to date, create the ledger with ``create_header`` if
-        there is none of that name, and read and check every record."""
+        there is none of that name (with its head, keyed when a ledger key is set), and read
+        and check every record and the head."""
         loc = parse_uri(uri)  # first: a password is refused with or without psycopg
         psycopg = _psycopg()
+        key = ledger_key()
         conn = _connect(loc)
         try:
-            ensure_schema(conn)
+            ensure_schema(conn, loc.uri)
             created = False
             if create_header is not None:
                 line, chain = _v2_line(
                     {"kind": "header", "version": JOURNAL_VERSION, **create_header}, None
                 )
-                cur = conn.execute(
-                    "INSERT INTO raydp_hpo.ledgers (name, header, header_chain) VALUES "
-                    "(%s, %s::json, %s) ON CONFLICT DO NOTHING",
-                    (loc.ledger, line.decode().rstrip("\n"), chain),
-                )
-                created = cur.rowcount == 1
-            scan = _fetch_scan(conn, loc)
-            if scan is None:
+                with _WATCHDOG.guard(conn), conn.transaction():
+                    cur = conn.execute(
+                        "INSERT INTO raydp_hpo.ledgers (name, header, header_chain) VALUES "
+                        "(%s, %s::json, %s) ON CONFLICT DO NOTHING",
+                        (loc.ledger, line.decode().rstrip("\n"), chain),
+                    )
+                    created = cur.rowcount == 1
+                    if created:
+                        conn.execute(
+                            "INSERT INTO raydp_hpo.heads (ledger, records, chain, mac) "
+                            "VALUES (%s, 0, %s, %s)",
+                            (loc.ledger, chain,
+                             None if key is None else head_mac(key, loc.ledger, 0, chain)),
+                        )
+            got = _fetch_scan(conn, loc, key)
+            if got is None:
                 raise RayDPHPOError(f"no ledger {loc.ledger!r} in the database of {uri}")
-            return cls(loc, conn, scan, created=created)
+            scan, head = got
+            if key is None and head is not None and head[2] is not None:
+                raise LedgerMismatchError(
+                    f"ledger {loc.uri} is keyed (its head carries an HMAC) and no ledger key is "
+                    f"set: set {KEY_FILE_ENV} (or {KEY_ENV}) to its key to charge it (reading "
+                    "it needs no key)")
+            return cls(loc, conn, scan, created=created, key=key)
         except psycopg.Error as exc:
             conn.close()
             raise LedgerUnavailableError(f"opening ledger {uri}: {_first_line(exc)}") from None
@@ -413,12 +771,14 @@ class PgJournal:
                 f"the ledger {self.path} is closed; open it again (PrivacyLedger.open) to charge it"
             )
 
-    def _unavailable(self, what: str, exc: BaseException) -> LedgerUnavailableError:
+    def _unavailable(self, what: str, exc: BaseException, fired: bool = False
+                     ) -> LedgerUnavailableError:
         self._drop_connection()
+        why = (f"no answer within {FREEZE_BOUND_S:g} s" if fired else _first_line(exc))
         return LedgerUnavailableError(
-            f"ledger {self.path}: {what} failed ({_first_line(exc)}); the charge is refused "
-            "(fail closed, nothing was acknowledged). It is retried on a new connection at the "
-            "next charge."
+            f"ledger {self.path}: {what} failed ({why}); the charge is refused "
+            "(fail closed, nothing was acknowledged or stored). It is retried on a new "
+            "connection at the next charge."
         )
 
     def _drop_connection(self) -> None:
@@ -430,32 +790,49 @@ class PgJournal:
 
     def begin_admission(self) -> list[dict[str, Any]]:
         """Start the admission transaction: lock the ledger and return the charge records
-        written since this process last saw it (chain-checked), which the caller must absorb
-        before deciding. Ends with :meth:`append_charge` (commits) or :meth:`end_admission`."""
+        written since this process last saw it (chain-checked, and checked against the
+        ledger's head), which the caller must absorb before deciding. Ends with
+        :meth:`append_charge` (commits) or :meth:`end_admission`."""
         psycopg = _psycopg()
         self.check_writable()
         if self._in_tx:
             raise RayDPHPOError(f"ledger {self.path}: admission already in progress")
+        guard: _Guard | None = None
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = _connect(self.location)
-            self._conn.execute("BEGIN")
-            self._in_tx = True
-            self._conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (self.location.ledger,)
-            )
-            rows = self._conn.execute(
-                "SELECT seq, record::text, chain FROM raydp_hpo.charges "
-                "WHERE ledger = %s AND seq > %s ORDER BY seq",
-                (self.location.ledger, self._seq),
-            ).fetchall()
+            with _WATCHDOG.guard(self._conn) as guard:
+                self._conn.execute("BEGIN")
+                self._in_tx = True
+                self._conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                                   (self.location.ledger,))
+                rows = self._conn.execute(
+                    "SELECT seq, record::text, chain FROM raydp_hpo.charges "
+                    "WHERE ledger = %s AND seq > %s ORDER BY seq",
+                    (self.location.ledger, self._seq),
+                ).fetchall()
+                # the head, and the row it names (a deleted tail leaves a head without it)
+                head = self._conn.execute(
+                    "SELECT h.records, h.chain, h.mac, (SELECT c.chain FROM raydp_hpo.charges c "
+                    "WHERE c.ledger = h.ledger AND c.seq = h.records) FROM raydp_hpo.heads h "
+                    "WHERE h.ledger = %s", (self.location.ledger,)).fetchone()
         except LedgerUnavailableError:
             self._drop_connection()
             raise
         except psycopg.Error as exc:
-            raise self._unavailable("locking and reading the ledger", exc) from None
+            raise self._unavailable("locking and reading the ledger", exc,
+                                    guard is not None and guard.fired) from None
         try:
-            return self._absorb_rows(rows)
+            out = self._absorb_rows(rows)
+            if head is not None and head[0] > 0 and head[3] != head[1]:
+                raise LedgerCorruptedError(
+                    f"ledger {self.path}: its head vouches for {head[0]} charge records but "
+                    f"record {head[0]} is missing or changed (a deleted tail: the budget it "
+                    "spent would come back). Refusing to charge; run `raydp-hpo ledger verify` "
+                    "on it and restore the database from a backup.")
+            _check_head(self.location, self._seq, self._chain or self._header_chain,
+                        None if head is None else (int(head[0]), head[1], head[2]), self._key)
+            return out
         except BaseException:
             self.end_admission()
             raise
@@ -488,25 +865,55 @@ class PgJournal:
         return out
 
     def append_charge(self, record: dict[str, Any]) -> None:
-        """Insert charge ``record`` (gets ``kind`` and the next ``seq``) and commit: on return
-        it is durable. Must follow :meth:`begin_admission`; on any error nothing is
-        acknowledged (the transaction is rolled back, or its outcome is read at the next
-        admission)."""
+        """Insert charge ``record`` (gets ``kind`` and the next ``seq``), advance the ledger's
+        head (and its MAC under the key) and commit: on return it is durable.
+
+        Must follow :meth:`begin_admission`. An error before the ``COMMIT`` is sent, or an
+        error the server answers to it, is a refusal: :class:`LedgerUnavailableError`, and
+        nothing is stored (the transaction is rolled back, by us or by the server when the
+        connection goes). A ``COMMIT`` sent but never answered (the server froze past
+        :data:`FREEZE_BOUND_S` or died, the network broke) is
+        :class:`~raydp_hpo.errors.LedgerOutcomeUnknownError`: the charge may be stored, so it
+        is neither acknowledged nor reported refused; the next admission reads it if it was."""
         psycopg = _psycopg()
         if not self._in_tx:
             raise RayDPHPOError(f"ledger {self.path}: append outside an admission transaction")
         seq = self._seq + 1
         data, chain = _v2_line({**record, "kind": "charge", "seq": seq}, self._chain)
+        mac = None if self._key is None else head_mac(self._key, self.location.ledger, seq, chain)
+        guard: _Guard | None = None
         try:
-            self._conn.execute(
-                "INSERT INTO raydp_hpo.charges (ledger, seq, record, chain) "
-                "VALUES (%s, %s, %s::json, %s)",
-                (self.location.ledger, seq, data.decode().rstrip("\n"), chain),
-            )
-            self._conn.execute("COMMIT")
+            with _WATCHDOG.guard(self._conn) as guard:
+                self._conn.execute(
+                    "INSERT INTO raydp_hpo.charges (ledger, seq, record, chain) "
+                    "VALUES (%s, %s, %s::json, %s)",
+                    (self.location.ledger, seq, data.decode().rstrip("\n"), chain),
+                )
+                self._conn.execute(
+                    "UPDATE raydp_hpo.heads SET records = %s, chain = %s, mac = %s "
+                    "WHERE ledger = %s", (seq, chain, mac, self.location.ledger),
+                )
+        except psycopg.Error as exc:
+            raise self._unavailable("writing the charge", exc,
+                                    guard is not None and guard.fired) from None
+        try:
+            with _WATCHDOG.guard(self._conn) as commit:
+                self._conn.execute("COMMIT")
             self._in_tx = False
         except psycopg.Error as exc:
-            raise self._unavailable("writing the charge", exc) from None
+            if getattr(exc, "sqlstate", None) is not None and not commit.fired:
+                # the server answered the COMMIT with an error: it did not commit
+                raise self._unavailable("committing the charge", exc) from None
+            self._drop_connection()
+            why = (f"no answer within {FREEZE_BOUND_S:g} s" if commit.fired
+                   else _first_line(exc))
+            raise LedgerOutcomeUnknownError(
+                f"ledger {self.path}: the commit of charge {record.get('charge_id')!r} was sent "
+                f"but not answered ({why}): it MAY be stored. It is not acknowledged, so its "
+                "mechanism must not run; it is not refused either. Ask again under the same "
+                "charge id once the server answers: a stored charge is replayed (admitted), an "
+                "unstored one decided afresh."
+            ) from None
         self._seq, self._chain = seq, chain
 
     def end_admission(self) -> None:
@@ -515,7 +922,7 @@ class PgJournal:
             return
         self._in_tx = False
         try:
-            self._conn.execute("ROLLBACK")
+            _execute(self._conn, "ROLLBACK")
         except Exception:  # noqa: BLE001 - the connection is dropped and reopened next time
             self._drop_connection()
 
@@ -530,10 +937,9 @@ def ledger_for_dataset(uri: str, fingerprint: str) -> list[str]:
     A database that fails the query raises :class:`LedgerUnavailableError` (fail closed)."""
     psycopg = _psycopg()
     loc = parse_uri(uri, need_ledger=False)
-    conn = _connect(loc)
+    conn = _open_checked(loc)
     try:
-        ensure_schema(conn)
-        rows = conn.execute(
+        rows = _execute(conn,
             "SELECT ledger FROM raydp_hpo.datasets WHERE fingerprint = %s "
             "ORDER BY registered_at, ledger", (fingerprint,)
         ).fetchall()
@@ -582,8 +988,8 @@ def register_dataset(uri: str, fingerprint: str, *, admin_reason: str | None = N
         raise InvalidParameterError(f"fingerprint must be a non-empty string, got {fingerprint!r}")
     conn = _connect(loc)
     try:
-        ensure_schema(conn)
-        with conn.transaction():
+        ensure_schema(conn, loc.uri)
+        with _WATCHDOG.guard(conn, 2 * FREEZE_BOUND_S), conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 1))", (fingerprint,))
             if conn.execute("SELECT 1 FROM raydp_hpo.ledgers WHERE name = %s",
                             (loc.ledger,)).fetchone() is None:
@@ -636,10 +1042,11 @@ def migrate_journal(journal: str | os.PathLike[str], uri: str) -> int:
     if len(lines) != len(scan.records) + 1:
         raise LedgerCorruptedError(f"journal {path} changed while it was being migrated")
     digest = hashlib.sha256(raw).hexdigest()
+    key = ledger_key()
     conn = _connect(loc)
     try:
-        ensure_schema(conn)
-        with conn.transaction():
+        ensure_schema(conn, loc.uri)
+        with _WATCHDOG.guard(conn, 6 * FREEZE_BOUND_S), conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (loc.ledger,))
             same = conn.execute(
                 "SELECT name FROM raydp_hpo.ledgers WHERE name = %s OR header_chain = %s",
@@ -663,7 +1070,13 @@ def migrate_journal(journal: str | os.PathLike[str], uri: str) -> int:
                     [(loc.ledger, k, lines[k].decode(), scan.chains[k])
                      for k in range(1, len(lines))],
                 )
-            check = _fetch_scan(conn, loc)
+            n, last = len(lines) - 1, scan.chains[-1]
+            conn.execute(
+                "INSERT INTO raydp_hpo.heads (ledger, records, chain, mac) VALUES (%s, %s, %s, %s)",
+                (loc.ledger, n, last, None if key is None else head_mac(key, loc.ledger, n, last)),
+            )
+            got = _fetch_scan(conn, loc, key)
+            check = None if got is None else got[0]
             if check is None or check.chain != scan.chain:
                 raise LedgerCorruptedError(f"ledger {uri}: the migrated chain does not match "
                                            f"{path}; nothing was committed")

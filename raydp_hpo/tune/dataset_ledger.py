@@ -170,14 +170,6 @@ def bind_data_to_ledger(ledger: LedgerHandle, dataset: str | None,
     return ledger
 
 
-def _database(uri: str) -> tuple[str, int, str]:
-    """The database a PostgreSQL URI names, as written: (host, port, database name)."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(uri)
-    return (parts.hostname or "").lower(), parts.port or 5432, parts.path.lstrip("/")
-
-
 def check_data_registry(names: Iterable[str | None], charged: str | Path | None,
                         out: Callable[[str], None] = print) -> None:
     """Before a run's first charge: refuse data that the organisation's registry binds to a
@@ -191,7 +183,9 @@ def check_data_registry(names: Iterable[str | None], charged: str | Path | None,
     (:func:`raydp_hpo.ledger.pg.ledger_for_dataset`). ``charged`` is the ledger the run
     charges: a PostgreSQL URI, a journal file, or ``None`` for a fresh budget
     (``fresh_budget=True``). Bound data passes only when ``charged`` is one of its bound
-    ledgers in the registry's database (same host, port and database as written); a journal
+    ledgers in the registry's database (the same host, port and database as libpq reads the
+    two URIs, query parameters and ``PG*`` variables included:
+    :meth:`raydp_hpo.ledger.pg.PgLocation.same_database`); a journal
     file and a fresh budget never are. Otherwise :class:`~raydp_hpo.errors.LedgerMismatchError`
     names the bound ledger: a second budget on the same people is an administrator's recorded
     act (:func:`raydp_hpo.ledger.pg.register_dataset` with ``admin_reason``), not a run's
@@ -210,9 +204,10 @@ def check_data_registry(names: Iterable[str | None], charged: str | Path | None,
             "database, postgresql://host:port/db (credentials from libpq), or unset it"
         )
     try:
-        base = parse_uri(registry, need_ledger=False).conninfo
+        reg = parse_uri(registry, need_ledger=False)
     except InvalidParameterError as exc:
         raise InvalidParameterError(f"{REGISTRY_ENV}: {exc}") from None
+    base = reg.conninfo
     named = list(dict.fromkeys(n for n in names if n))
     if not named:
         out(f"[raydp-hpo] the data has no name, so the registry {base} ({REGISTRY_ENV}) cannot "
@@ -220,8 +215,10 @@ def check_data_registry(names: Iterable[str | None], charged: str | Path | None,
         return
     if isinstance(charged, str) and is_postgres_uri(charged):
         loc = parse_uri(charged)
-        on_registry = _database(charged) == _database(base)
-        what = f"ledger {loc.uri}"
+        # where libpq will really connect (?dbname=/&port=/PG* variables), not how it is written
+        on_registry = loc.same_database(reg)
+        what = f"ledger {loc.uri}" + ("" if on_registry else
+                                      " (database {}:{}/{} as user {})".format(*loc.database()))
     else:
         loc, on_registry = None, False
         what = ("a fresh budget of its own (fresh_budget=True)" if charged is None
@@ -230,8 +227,7 @@ def check_data_registry(names: Iterable[str | None], charged: str | Path | None,
         bound = ledger_for_dataset(base, name)
         if not bound or (on_registry and loc is not None and loc.ledger in bound):
             continue
-        sep = "&" if "?" in base else "?"
-        uris = [f"{base}{sep}ledger={b}" for b in bound]
+        uris = [reg.with_ledger(b) for b in bound]
         raise LedgerMismatchError(
             f"data source {name!r} already has its budget in ledger(s) {uris} (registry "
             f"{REGISTRY_ENV}={base}); this run charges {what}, a fresh budget on the same "

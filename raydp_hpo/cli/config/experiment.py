@@ -139,10 +139,14 @@ class LedgerModel(Strict):
             fail("{path}: give ledger.journal (a file) or ledger.uri (PostgreSQL), not both")
         for key in ("journal", "uri"):
             value = getattr(self, key)
-            if key == "uri" and value is not None and not is_postgres_uri(value):
+            try:  # a near-miss scheme (postgresql+psycopg://) is an error, never a file path
+                pg = value is not None and is_postgres_uri(value)
+            except ValueError as exc:
+                fail(f"{{path}}.{key}: {exc}")
+            if key == "uri" and value is not None and not pg:
                 fail(f"{{path}}.uri {value!r} is not a PostgreSQL ledger URI; use "
                      "postgresql://host:port/db?ledger=NAME (or ledger.journal for a file)")
-            if value is not None and is_postgres_uri(value):
+            if pg:
                 try:
                     parse_uri(value)
                 except ValueError as exc:

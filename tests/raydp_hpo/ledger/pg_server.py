@@ -4,8 +4,9 @@ free local port. PostgreSQL refuses to run as root, so as root the server runs a
 unprivileged ``postgres`` system user (``runuser -u postgres --``), which owns the temp dir.
 
 Roles: the cluster's superuser (``postgres`` or the current user) owns the schema; ``ledger_rw``
-gets ``SELECT, INSERT`` only (what a ledger uses) and ``ledger_ro`` ``SELECT`` only. Auth is
-``trust`` on 127.0.0.1 (a test server); the tests pass the role in ``PGUSER``, as libpq users do.
+gets ``SELECT, INSERT`` and ``UPDATE`` of the growing ``heads`` only (what a ledger uses) and
+``ledger_ro`` ``SELECT`` only. Auth is ``trust`` on 127.0.0.1 (a test server); the tests pass
+the role in ``PGUSER``, as libpq users do.
 """
 
 from __future__ import annotations
