@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -104,7 +105,8 @@ def test_run_charges_a_postgres_ledger_without_credentials_and_keeps_one_budget(
     monkeypatch.setenv("PGPASSWORD", PASSWORD)
     ledger = PrivacyLedger.read_only(uri)
     stored = ledger.charges()
-    assert [c.charge_id for c in stored] == ["pg-first/point"]
+    # one point, under this run's fresh run id (issue #41): <experiment>@<run id>/point
+    assert [re.sub(r"@[0-9a-f]{16}/", "/", c.charge_id) for c in stored] == ["pg-first/point"]
     # issue #38: a PostgreSQL ledger named in the file composes whole experiments, so it
     # records what the experiment certifies (the union-bound RDP filter recorded ~1.6× a
     # plan's PLD figure before); the refusal-free run spent its certificate's ε
@@ -127,4 +129,5 @@ def test_run_charges_a_postgres_ledger_without_credentials_and_keeps_one_budget(
     assert not (tmp_path / "store" / "pg-second" / "tune").exists()
     assert PrivacyLedger.read_only(other_uri).charges() == ()
     assert ledger_for_dataset(server.uri(), fingerprint) == ["mnist1d-org"]
-    assert [c.charge_id for c in PrivacyLedger.read_only(uri).charges()] == ["pg-first/point"]
+    assert [re.sub(r"@[0-9a-f]{16}/", "/", c.charge_id)
+            for c in PrivacyLedger.read_only(uri).charges()] == ["pg-first/point"]
