@@ -5,80 +5,24 @@ if the guarantee of everything admitted so far *plus* the new mechanism stays wi
 budget; otherwise it refuses and nothing changes (check, then commit). Charges are never
 refunded, reordered or lost: a crashed trial still spent its privacy.
 
-Halting rules (:class:`Adaptivity`):
+Halting rules (:class:`Adaptivity`): ``ADAPTIVE`` (default, an RDP privacy filter valid under
+fully adaptive composition), ``EXPERIMENTS`` (a ledger that composes whole experiments) and
+``FIXED_PLAN`` (any accountant, for a sequence of mechanisms fixed before any data is touched).
+Each rule's ε figure, its theorem and its proof are in :mod:`raydp_hpo.ledger.halting`.
 
-``ADAPTIVE`` (default) — an RDP privacy filter valid when each charge's mechanism is chosen
-adaptively from earlier outputs. Feldman & Zrnic (2021, "Individual Privacy Accounting via a
-Rényi Filter", Thm. 3.1) prove that for a *fixed* order α, halting before Σₜ εₜ(α) exceeds B
-yields (α, B)-RDP under fully adaptive composition. Choosing the best α afterwards is not
-covered by that theorem, so this filter uses a union bound over the finite halting grid
-Λ = :data:`HALTING_ORDERS`: each α ∈ Λ gets δ/|Λ|, and a charge is admitted iff
-
-    ε_filter = min_{α∈Λ} [ Σₜ εₜ(α) + log(1 − 1/α) − log(α·δ/|Λ|)/(α − 1) ] ≤ ε_budget
-
-(conversion of Canonne, Kamath & Steinke 2020, Prop. 12). Proof sketch: partition outcomes by
-the first α ∈ Λ whose budget was never exceeded on that run; on that part the ledger behaves
-exactly like the fixed-α Feldman–Zrnic filter, which is (ε, δ/|Λ|)-DP; summing over the
-partition gives (ε, δ)-DP. A charge is also admitted when basic composition of pure-DP charges
-stays within ε (a valid filter for pure DP, Rogers et al. 2016); the same partition argument
-covers "either rule admits" (the pure part adds δ = 0), since both running totals only grow. This costs ≈ log|Λ|/(α − 1) in ε against a fixed-sequence
-analysis — the conservative choice; the report states both figures.
-(ε, δ)-only mechanisms (:class:`~raydp_hpo.accounting.mechanisms.ApproxDP`) are refused in this mode.
-
-``EXPERIMENTS`` — a ledger that composes whole experiments (a dataset's own, a named or
-PostgreSQL ledger that ``raydp-hpo run`` creates): each charge is a whole experiment, chosen
-adaptively; a charge is admitted when either the RDP filter at δ_A or basic composition of
-(εₖ, δₖ) points (each experiment's tightest figure at its δ share) admits it, a valid filter
-under fully adaptive (and concurrent) composition. The δ split is the ledger's
-:class:`~raydp_hpo.ledger.experiments.DeltaSplit`, stored in its header (``delta_split``;
-absent: the split of ledgers created before it, ``HALVES``). The rule, its theorem, its
-proof and which charge it prices how are in :mod:`raydp_hpo.ledger.experiments`.
-
-``FIXED_PLAN`` — the caller asserts that the sequence of mechanisms is fixed before any data
-is touched (e.g. a whole search plan admitted in one charge). Then standard composition
-theorems apply and any :class:`~raydp_hpo.accounting.Accountant` may halt, PLD included.
-``PROFILE`` halts on the minimum of three figures for all charges plus the candidate: the RDP
-composition, the PLD composition and the composition in which every random stopping is
-accounted by privacy profiles (:func:`raydp_hpo.accounting.profiles.profile_epsilon`: each selection
-enters as one (εᵢ, δᵢ) point at an explicit δ split, composed as the PLD of its dominating
-pair). Validity: the admission decision depends on the mechanisms only, never on data or on
-outputs, so the admitted charges are a fixed, data-independent sequence M₁, …, M_k; each of
-the three figures is an upper bound on ε at the budget's δ for that fixed composition (RDP:
-Mironov 2017, Prop. 1 with Canonne, Kamath & Steinke 2020, Prop. 12; PLD: dp-accounting's
-pessimistic composition; profiles: :mod:`raydp_hpo.accounting.profiles`' theorem with the dominating
-pairs of Kairouz, Oh & Viswanath 2015, Thm. 2.1), so their minimum is one, and the ledger
-admits only while it is within budget. ``PROFILE`` is refused with ``ADAPTIVE``: the δ split
-gives δᵢ = s·δ/n to each of the n selections of the *whole* sequence, which is not known
-while charges are still being chosen from earlier outputs, and no filter theorem (as
-Feldman & Zrnic's for RDP) covers halting on a PLD or profile figure under adaptivity.
-
-Restart: each journal record stores the charge's RDP curve on :data:`DEFAULT_ORDERS`
-(float64, covered by the record's chain hash), so opening a journal sums stored curves instead
-of recomputing every mechanism's (62 s for 10,000 distinct DP-SGD charges before; see
-``benchmarks/ledger.py``). A stored curve is what was charged when the record was admitted;
-that it is also what the current code gives for the mechanism is checked lazily
-(:class:`CurveCheck`): a few records at open, the rest in a background thread or on
-:meth:`PrivacyLedger.verify_stored_curves`. A curve the current code finds larger is folded in
-on top (the spend only ever goes up) with a warning. A journal written on another order grid,
-or a version-1 journal, is replayed by recomputing every curve.
-
-Longer than ~600 lines because it is one privacy filter: the halting rules and the admission
-decision (check, then commit) are one argument; splitting would separate the argument above
-from its code.
+Restart: each journal record stores the charge's RDP curve on :data:`DEFAULT_ORDERS`, so opening
+a journal sums stored curves instead of recomputing every mechanism's; they are checked lazily
+against the current code (:mod:`raydp_hpo.ledger.curve_checks`). A ledger with a PLD keeps a
+snapshot of it beside the journal (:mod:`raydp_hpo.ledger.pld_snapshot`).
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
-import json
 import math
-import random
 import threading
 import time
 import warnings
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -98,9 +42,29 @@ from raydp_hpo.errors import (
     RayDPHPOError,
     UnsupportedMechanismError,
 )
+from raydp_hpo.ledger.curve_checks import (
+    ORDERS_FINGERPRINT,
+    CurveCheck,
+    _Curve,
+    _decode_curve,
+    _encode_profile,
+    start_curve_check,
+    verify_pending_sync,
+)
 from raydp_hpo.ledger.experiments import LATEST_SPLIT, DeltaSplit, split_of_header
+from raydp_hpo.ledger.halting import (
+    HALTING_ORDERS,
+    filter_epsilon,
+    tightest_halting_accountant,
+)
 from raydp_hpo.ledger.journal import Journal, JournalScan, read_header, scan_journal
 from raydp_hpo.ledger.pg import PgJournal, is_postgres_uri, scan_ledger
+from raydp_hpo.ledger.pld_snapshot import (
+    PLD_SNAPSHOT_EVERY,
+    pld_snapshot_path,
+    read_pld_snapshot,
+    write_pld_snapshot,
+)
 from raydp_hpo.ledger.records import Adaptivity, Charge, ChargeDecision, LedgerReport
 
 if TYPE_CHECKING:
@@ -125,130 +89,6 @@ __all__ = [
 
 #: Most fresh starts :meth:`PrivacyLedger.try_charge_new_attempt` allows under one charge id.
 MAX_ATTEMPTS = 10_000
-
-#: Orders of the adaptive RDP filter's union bound (each gets δ/|Λ|).
-HALTING_ORDERS: tuple[float, ...] = (
-    1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 32, 48, 64, 96, 128, 256,
-    512, 1024,
-)
-_HALT_INDEX = np.array([int(np.argmin(np.abs(DEFAULT_ORDERS - a))) for a in HALTING_ORDERS])
-assert np.allclose(DEFAULT_ORDERS[_HALT_INDEX], HALTING_ORDERS)
-
-
-#: Identifies :data:`DEFAULT_ORDERS` in a journal header: stored curves are used only on it.
-ORDERS_FINGERPRINT = hashlib.sha256(np.asarray(DEFAULT_ORDERS, dtype="<f8").tobytes()).hexdigest()[
-    :16
-]
-#: A ledger with a PLD stores it beside the journal every this many charges, and at close.
-PLD_SNAPSHOT_EVERY = 256
-_SPOT_CHECKS = 4  # stored curves recomputed at open, before the ledger answers
-_CURVE_RTOL = 1e-9  # a recomputed curve above stored·(1 + rtol) + rtol is a mismatch
-
-
-class CurveCheck(Enum):
-    """How a reopened ledger checks the RDP curves stored in its journal.
-
-    ``BACKGROUND`` (default): a few records are recomputed at open (the last of each
-    mechanism type and a random sample), the rest by a background thread; admission starts at
-    once. ``EAGER``: every record is recomputed before the constructor returns, and a PLD
-    snapshot is not used (the PLD is rebuilt from the charges; slow, strict).
-    ``ON_DEMAND``: the spot checks only; the rest when
-    :meth:`PrivacyLedger.verify_stored_curves` is called (short-lived readers, benchmarks).
-    """
-
-    BACKGROUND = "background"
-    EAGER = "eager"
-    ON_DEMAND = "on_demand"
-
-
-def _encode_profile(profile: RdpProfile) -> dict[str, Any]:
-    return {
-        "orders": ORDERS_FINGERPRINT,
-        "f64le": base64.b64encode(np.asarray(profile.values, dtype="<f8").tobytes()).decode(),
-        "side_epsilon": profile.side_epsilon,
-        "side_delta": profile.side_delta,
-    }
-
-
-_Curve = tuple[np.ndarray, float, float]  # RDP values on DEFAULT_ORDERS, side ε, side δ
-
-
-def _decode_curve(data: dict[str, Any]) -> _Curve:
-    """A stored curve (checked: right length, no NaN, nothing negative), without copying."""
-    values = np.frombuffer(base64.b64decode(data["f64le"], validate=True), dtype="<f8")
-    side_eps, side_delta = float(data["side_epsilon"]), float(data["side_delta"])
-    if values.shape != DEFAULT_ORDERS.shape or not values.min() >= 0:  # min is NaN if any is
-        raise ValueError(
-            f"stored RDP curve has {values.size} values (want {DEFAULT_ORDERS.size}), some NaN "
-            "or negative"
-        )
-    if not (side_eps >= 0 and 0 <= side_delta <= 1):
-        raise ValueError(f"stored side (ε, δ) = ({side_eps}, {side_delta}) is invalid")
-    return values, side_eps, side_delta
-
-
-def _excess(recomputed: RdpProfile, stored: RdpProfile) -> RdpProfile | None:
-    """What ``recomputed`` has above ``stored`` (beyond rounding), or None if nothing."""
-    with np.errstate(invalid="ignore"):
-        over = recomputed.values - stored.values
-        over = np.where(np.isnan(over), 0.0, over)  # inf - inf: equal
-    tol = _CURVE_RTOL * (1.0 + np.abs(np.where(np.isinf(stored.values), 0.0, stored.values)))
-    d_eps = recomputed.side_epsilon - stored.side_epsilon
-    d_delta = recomputed.side_delta - stored.side_delta
-    if not (over > tol).any() and d_eps <= _CURVE_RTOL and d_delta <= 1e-300:
-        return None
-    return RdpProfile(np.maximum(over, 0.0), max(d_eps, 0.0), max(d_delta, 0.0))
-
-
-def pld_snapshot_path(journal: str | Path) -> Path:
-    """Where a ledger stores the PLD snapshot of ``journal``: ``<journal>.pld``.
-
-    The snapshot is a cache for restarts (PLD and BEST halting): the composed PLD of the first
-    n charges, bound to the journal's header hash, n, and the chain hash after n records, with
-    a SHA-256 of its contents. It is used only when all of these match the journal being
-    opened; otherwise it is ignored and the PLD rebuilt. Deleting it is always safe.
-    """
-    p = Path(journal)
-    return p.with_name(p.name + ".pld")
-
-
-def _snapshot_seq_candidates(data: bytes, charges: int) -> list[int]:
-    """The record count a snapshot claims (read from its metadata, checked later)."""
-    try:
-        head = data.split(b"\n", 2)[1]
-        seq = int(json.loads(head)["binding"]["seq"])
-    except (IndexError, ValueError, KeyError, TypeError):
-        return []
-    return [seq] if 0 < seq <= charges else []
-
-
-def filter_epsilon(profile: RdpProfile, delta: float) -> float:
-    """ε guaranteed by the adaptive RDP filter (union bound over :data:`HALTING_ORDERS`)."""
-    if profile.side_delta > 0 or profile.side_epsilon > 0:
-        return math.inf
-    alphas = DEFAULT_ORDERS[_HALT_INDEX]
-    rdp = profile.values[_HALT_INDEX]
-    delta_each = delta / len(HALTING_ORDERS)
-    with np.errstate(invalid="ignore"):
-        eps = rdp + np.log1p(-1.0 / alphas) - np.log(delta_each * alphas) / (alphas - 1.0)
-    eps = np.where(np.isnan(eps), np.inf, eps)
-    return float(max(0.0, np.min(eps)))
-
-
-def tightest_halting_accountant(adaptivity: Adaptivity) -> Accountant:
-    """The tightest accountant a ledger with this halting rule may halt on.
-
-    ``FIXED_PLAN``: :attr:`Accountant.PROFILE`, the minimum of the RDP, PLD and privacy-profile
-    figures (each valid for the fixed sequence the plan is; see the module docstring).
-    ``ADAPTIVE``: :attr:`Accountant.RDP`, the only one with a filter theorem (Feldman & Zrnic
-    2021). ``EXPERIMENTS``: :attr:`Accountant.TIGHTEST` prices each charge's own (εₖ, δₖ)
-    point (one fixed mechanism); the halting rule is the RDP filter at its δ share or basic
-    composition of the points. Searchers calibrate on the same accountant the ledger then
-    halts on, so the σ they calibrate is exactly what the ledger admits.
-    """
-    if not isinstance(adaptivity, Adaptivity):
-        raise InvalidParameterError(f"adaptivity must be an Adaptivity, got {adaptivity!r}")
-    return Accountant.RDP if adaptivity is Adaptivity.ADAPTIVE else Accountant.TIGHTEST
 
 
 def admits_as_first_charge(
@@ -374,7 +214,7 @@ class PrivacyLedger:
             except BaseException:
                 self._journal.close()
                 raise
-            self._start_curve_check()
+            start_curve_check(self)
 
     # -- persistence -------------------------------------------------------------------
     def _settings(self) -> dict[str, Any]:
@@ -473,84 +313,15 @@ class PrivacyLedger:
         self._replayed_chains = scan.chains if scan.version == 2 else ()
 
     # -- checking stored curves ------------------------------------------------------------
-    def _start_curve_check(self) -> None:
-        if not self._unverified:
-            return
-        if self._curve_check is CurveCheck.EAGER:
-            self.verify_stored_curves()
-            return
-        by_type: dict[type, int] = {}
-        for i in self._unverified:
-            by_type[type(self._charges[i].mechanism)] = i  # the last of each type
-        picks = set(by_type.values())
-        rest = [i for i in self._unverified if i not in picks]
-        picks.update(random.sample(rest, min(len(rest), max(0, _SPOT_CHECKS - len(picks)))))
-        for i in sorted(picks):
-            self._verify_one(i)
-        if self._unverified and self._curve_check is CurveCheck.BACKGROUND:
-            self._verifier = threading.Thread(
-                target=self._verify_pending, name="ledger-curve-check", daemon=True
-            )
-            self._verifier.start()
-
-    def _verify_one(self, index: int) -> None:
-        with self._verify_lock:
-            curve = self._unverified.pop(index, None)
-        if curve is None:
-            return
-        charge = self._charges[index]
-        try:
-            recomputed = rdp_profile(charge.mechanism)
-        except RayDPHPOError as exc:  # the stored curve stays: it is what was charged
-            issue = (
-                f"charge #{charge.seq} {charge.charge_id!r}: its stored RDP curve cannot be "
-                f"checked, the current code gives none ({exc})"
-            )
-            with self._lock:
-                self._curve_issues.append(issue)
-            warnings.warn(f"journal {self._source}: {issue}", RuntimeWarning, stacklevel=2)
-            return
-        excess = _excess(recomputed, RdpProfile(*curve))
-        if excess is None:
-            return
-        issue = (
-            f"charge #{charge.seq} {charge.charge_id!r}: the RDP curve stored in the journal is "
-            f"below what {type(charge.mechanism).__name__} gives now (at up to "
-            f"{float(np.max(excess.values)):.3g} per order); the difference is added to the "
-            "spend"
-        )
-        with self._lock:
-            self._rdp = self._rdp + excess
-            self._curve_issues.append(issue)
-        warnings.warn(f"journal {self._source}: {issue}", RuntimeWarning, stacklevel=2)
-
-    def _verify_pending(self) -> None:
-        while not self._verify_stop.is_set():
-            with self._verify_lock:
-                if not self._unverified:
-                    return
-                index = next(iter(self._unverified))
-            self._verify_one(index)
-
     def verify_stored_curves(self) -> tuple[str, ...]:
         """Recompute every stored RDP curve not checked yet (in this thread; blocks).
 
         Returns one line per record whose stored curve was below the recomputed one (its
         excess is then part of the spend); empty when every stored curve checks out.
         """
-        self._verify_pending_sync()
+        verify_pending_sync(self)
         with self._lock:
             return tuple(self._curve_issues)
-
-    def _verify_pending_sync(self) -> None:
-        while True:
-            with self._verify_lock:
-                if not self._unverified:
-                    break
-                index = next(iter(self._unverified))
-            self._verify_one(index)
-        if self._verifier is not None and self._verifier is not threading.current_thread():
-            self._verifier.join()
 
     @property
     def curves_verified(self) -> bool:
@@ -619,7 +390,7 @@ class PrivacyLedger:
         )
         ledger._source = scan.path
         ledger._replay(scan)
-        ledger._start_curve_check()
+        start_curve_check(ledger)
         return ledger
 
     def close(self) -> None:
@@ -629,7 +400,7 @@ class PrivacyLedger:
         with self._lock:
             if (not self._closed and self._pld_composer is not None
                     and self._pld_snapshot_seq != len(self._charges)):
-                self._write_pld_snapshot()
+                write_pld_snapshot(self)
         self._closed = True
         self._verify_stop.set()
         if self._verifier is not None and self._verifier is not threading.current_thread():
@@ -713,13 +484,13 @@ class PrivacyLedger:
 
         Only PLD halting, BEST halting and :meth:`report` need it; importing dp-accounting's
         PLD stack costs ~1.2 s, which an RDP-halting ledger (actor) never pays. A reopened
-        journal starts from its PLD snapshot (:meth:`_read_pld_snapshot`) when one matches,
+        journal starts from its PLD snapshot (:func:`~raydp_hpo.ledger.pld_snapshot.read_pld_snapshot`) when one matches,
         and folds in only the charges after it.
         """
         if self._pld_composer is None:
             from raydp_hpo.accounting.pld import PldComposer, has_pld
 
-            composer, start = self._read_pld_snapshot()
+            composer, start = read_pld_snapshot(self)
             if composer is None:
                 composer, start = PldComposer(), 0
             # A snapshot holds the folded PLD-capable part of its charges only: the charges
@@ -769,70 +540,9 @@ class PrivacyLedger:
                 self._pld_composer.add(charge.mechanism)
             self._pld_trial = None
             if len(self._charges) - self._pld_snapshot_seq >= PLD_SNAPSHOT_EVERY:
-                self._write_pld_snapshot()
+                write_pld_snapshot(self)
 
     # -- PLD snapshots ------------------------------------------------------------------------
-    def _pld_binding(self, seq: int) -> dict[str, Any] | None:
-        """What a PLD snapshot of the first ``seq`` charges is bound to: the journal's header
-        hash and its chain hash after ``seq`` records (None without a version-2 journal)."""
-        if isinstance(self._journal, Journal):
-            if self._journal.version != 2:
-                return None
-            chains = self._journal.scan.chains
-            head_seq, head = self._journal.head
-            if seq == head_seq:
-                return {"header": chains[0], "seq": seq, "chain": head}
-        else:
-            chains = self._replayed_chains
-        if not chains or seq >= len(chains):
-            return None
-        return {"header": chains[0], "seq": seq, "chain": chains[seq]}
-
-    def _read_pld_snapshot(self) -> tuple[PldComposer | None, int]:
-        """The composer stored beside the journal and the number of charges it covers, or
-        (None, 0). Used only if it is bound to this journal's chain at its record count and
-        its PLD-capable count matches those records: a stale, foreign or damaged snapshot is
-        ignored (the PLD is then rebuilt from every charge)."""
-        from raydp_hpo.accounting.pld import PldComposer, has_pld
-
-        if not isinstance(self._source, Path) or self._curve_check is CurveCheck.EAGER:
-            return None, 0  # EAGER trusts nothing derived: the PLD is rebuilt from the charges
-        try:
-            data = pld_snapshot_path(self._source).read_bytes()
-        except OSError:
-            return None, 0
-        for seq in _snapshot_seq_candidates(data, len(self._charges)):
-            binding = self._pld_binding(seq)
-            if binding is None:
-                continue
-            composer = PldComposer.from_snapshot(data, binding)
-            if composer is None:
-                continue
-            if composer.folded_count != sum(has_pld(c.mechanism) for c in self._charges[:seq]):
-                continue
-            self._pld_snapshot_seq = seq
-            return composer, seq
-        return None, 0
-
-    def _write_pld_snapshot(self) -> None:
-        """Store the folded PLD beside the journal (atomically; a cache: failures only warn)."""
-        if (not isinstance(self._journal, Journal) or self._pld_composer is None
-                or self._journal.closed):
-            return  # a PostgreSQL ledger keeps no snapshot file
-        seq = len(self._charges)
-        binding = self._pld_binding(seq)
-        if binding is None:
-            return
-        path = pld_snapshot_path(self._journal.path)
-        tmp = path.with_name(f".{path.name}.tmp-{threading.get_ident()}")
-        try:
-            tmp.write_bytes(self._pld_composer.snapshot(binding))
-            tmp.replace(path)
-            self._pld_snapshot_seq = seq
-        except (OSError, RayDPHPOError) as exc:
-            warnings.warn(f"journal {self._journal.path}: PLD snapshot not written ({exc}); the "
-                          "next restart rebuilds the PLD", RuntimeWarning, stacklevel=3)
-
     # -- public API ----------------------------------------------------------------------
     @property
     def budget(self) -> PrivacyBudget:

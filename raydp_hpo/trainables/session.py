@@ -32,19 +32,8 @@ the engine actually ran with the charge: the optimiser's noise multiplier and cl
 the loader's sample rate, Opacus's accountant history (attached to either engine's
 optimiser; each entry's σ and q, the steps it counts) and the steps taken. It also checks
 that the DP steps are what trained the model and that they clipped the returned loader's
-batches (issue #37: the slips of an honest loop, not only deliberate changes):
-
-* *only DP steps change the weights*: a fingerprint of the trainable weights (each
-  parameter's ℓ1 and ℓ2 norm, :func:`_fingerprint`) is taken at ``make_private`` and after
-  every DP step, and compared before the next step, at every report, at ``save_model`` and at
-  the end of the block; weights moved in between (the optimiser passed in stepped instead of
-  the returned one, a hand-written update, weights loaded after ``make_private``) fail the
-  trial. ``save_model`` accepts only weights some DP step (or ``make_private``) left, and a
-  trial with no DP step releases no score;
-* *each step clips the batch the returned loader drew last*: the loader must have drawn a
-  batch since the previous step (a loop over another loader, the full dataset or the
-  original loader never draws from it), and the rows clipped must be that batch's (Opacus:
-  the per-sample gradients' first dimension; native: the rows its layers saw).
+batches (issue #37: the slips of an honest loop, not only deliberate changes; the checks
+are listed in :mod:`raydp_hpo.trainables.session_checks`).
 
 Any difference raises :class:`~raydp_hpo.errors.TrialContractError`:
 the trial fails, the searcher counts it as failed (nothing from it is selected), DPTuner
@@ -65,16 +54,11 @@ Outside Ray Tune (a unit test, a notebook) the same session works with ``ledger=
 :class:`~raydp_hpo.ledger.filter.PrivacyLedger` and a hand-written ``config["raydp"]``;
 reports are then kept in :attr:`TrialSession.results` and the model in
 :attr:`TrialSession.checkpoint_dir`.
-
-About 900 lines because it is one class, :class:`TrialSession`, whose methods share a
-trial's admission, secret generators, weight fingerprints and release count; splitting would separate the contract
-with your own loop from its enforcement.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import secrets
 import shutil
@@ -108,6 +92,13 @@ from raydp_hpo.trainables.release import (
     save_user_model,
 )
 from raydp_hpo.trainables.secret_rng import derive_seed, secret_generator
+from raydp_hpo.trainables.session_checks import (
+    _FAILS,
+    _fingerprint,
+    _same_tensors,
+    _tracked_dp_loader_type,
+    check_batch,
+)
 from raydp_hpo.trial.privacy import (
     NOISY_SCORE_KEY,
     TRIAL_EPSILON_KEY,
@@ -391,7 +382,7 @@ class TrialSession:
                     "stop when trial.steps_taken == trial.steps (its Poisson batches are the "
                     "only ones the charge covers; do not switch to another loader)"
                 )
-            self._check_batch(private_module)
+            check_batch(self, private_module)
             before = self._history_steps()
             out = inner_step(*args, **kwargs)
             self._steps_taken += self._history_steps() - before
@@ -400,37 +391,6 @@ class TrialSession:
             return out
 
         optimizer.step = types.MethodType(step, optimizer)
-
-    def _check_batch(self, private_module: nn.Module) -> None:
-        """Raise unless the step clips the batch the returned loader drew last: the loader has
-        drawn a batch since the previous step, and (Opacus) the per-sample gradients have its
-        row count (the native engine compares the rows its layers saw in its own step)."""
-        step = self._steps_taken + 1
-        if self._loader.batches_yielded <= self._batches_at_step:
-            raise TrialContractError(
-                f"step {step} refused: the loader make_private returned has drawn no batch "
-                "since the previous step, so this step trains on a batch from somewhere else "
-                "(your own DataLoader, the full dataset, a batch kept from before). The charge "
-                "covers Poisson batches at q only: iterate the returned loader, "
-                "`for x, y in loader:` with one optimizer.step() per batch. "
-                + _FAILS
-            )
-        if self.engine is DPEngine.NATIVE:
-            return
-        drawn = self._loader.last_batch_size
-        rows = _grad_sample_rows(private_module)
-        if rows is None:
-            raise TrialContractError(
-                f"step {step} refused: optimizer.step() without a forward and backward pass of "
-                "the module make_private returned (no per-sample gradients). " + _FAILS
-            )
-        if rows != drawn:
-            raise TrialContractError(
-                f"step {step} refused: the per-sample gradients are of {rows} examples but the "
-                f"loader's last Poisson batch has {drawn}: train each step on the batch the "
-                "loader make_private returned yielded last, whole (not a batch of another "
-                "loader, not the full dataset, no records reshaped into rows). " + _FAILS
-            )
 
     # ---- what trained the model ----------------------------------------------------------
 
@@ -713,71 +673,6 @@ class TrialSession:
                 "no noisy score counts as failed. Call trial.save_model(...) then "
                 "trial.report_score(correct_validation_predictions) before leaving the block"
             )
-
-
-_FAILS = "The trial fails and nothing from it is released; its charge stays spent."
-
-
-def _fingerprint(params: list[torch.Tensor]) -> torch.Tensor:
-    """A cheap fingerprint of the weights: each parameter's ℓ1 and ℓ2 norms (two fused
-    ``_foreach_norm`` passes, left on the device: no synchronisation), compared bit for bit. It tells
-    a model moved by any optimiser step (every entry with a gradient moves) from one left
-    alone; it is not a hash an adversary could not collide (module docstring: accident-proofing,
-    not a sandbox). The same tensors on the same device reduce to the same bits."""
-    if not params:
-        return torch.zeros(0)
-    with torch.no_grad():
-        detached = [p.detach() for p in params]
-        norms = [*torch._foreach_norm(detached, 1), *torch._foreach_norm(detached, 2)]
-        return torch.stack([n.float() for n in norms])
-
-
-def _same_tensors(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
-
-
-def _grad_sample_rows(private_module: nn.Module) -> int | None:
-    """Rows of the per-sample gradients Opacus's GradSampleModule computed (None: none)."""
-    for p in private_module.parameters():
-        grad_sample = getattr(p, "grad_sample", None)
-        if isinstance(grad_sample, list):  # accumulation (forbidden): the last one
-            grad_sample = grad_sample[-1] if grad_sample else None
-        if isinstance(grad_sample, torch.Tensor):
-            return int(grad_sample.shape[0])
-    return None
-
-
-def _batch_rows(batch: Any) -> int | None:
-    """Records in a collated batch: the first dimension of its first tensor."""
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() else None
-    if isinstance(batch, Mapping):
-        batch = list(batch.values())
-    if isinstance(batch, (list, tuple)):
-        for item in batch:
-            rows = _batch_rows(item)
-            if rows is not None:
-                return rows
-    return None
-
-
-@functools.cache
-def _tracked_dp_loader_type() -> type:
-    """Opacus's ``DPDataLoader``, counting the batches it yields and the last one's rows (what
-    the session's step check compares with the per-sample gradients)."""
-    from opacus.data_loader import DPDataLoader
-
-    class TrackedDPDataLoader(DPDataLoader):  # type: ignore[misc]
-        batches_yielded = 0
-        last_batch_size: int | None = None
-
-        def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-            for batch in super().__iter__():
-                self.batches_yielded += 1
-                self.last_batch_size = _batch_rows(batch)
-                yield batch
-
-    return TrackedDPDataLoader
 
 
 def _declared_size(name: str, from_config: int | None, given: int | None) -> int | None:

@@ -36,6 +36,7 @@ registry binds to another ledger, including a journal file and ``fresh_budget=Tr
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -50,7 +51,7 @@ from raydp_hpo.trainables.data import dataset_ledger_name
 
 __all__ = ["dataset_ledger_journal", "dataset_ledger_budget", "dataset_ledger_rule",
            "create_dataset_ledger", "open_dataset_ledger", "bind_data_to_ledger",
-           "check_data_registry", "REGISTRY_ENV"]
+           "check_data_registry", "shared_ledger", "REGISTRY_ENV"]
 
 #: The environment variable naming the organisation's dataset registry (a PostgreSQL URI).
 REGISTRY_ENV = "RAYDP_HPO_REGISTRY"
@@ -238,3 +239,32 @@ def check_data_registry(names: Iterable[str | None], charged: str | Path | None,
         )
     out(f"[raydp-hpo] registry ({REGISTRY_ENV}) {base}: data {', '.join(named)} may be "
         f"charged on {what}")
+
+
+def shared_ledger(ledger: LedgerHandle | None, dataset: str | None, storage: Path, data_name: str,
+                  budget: PrivacyBudget, *, experiment: str, namespace: str,
+                  progress: Callable[[str], None] | None, log: logging.Logger) -> LedgerHandle | None:
+    """The ledger this experiment shares with others (verified): the one given, else the
+    dataset's; ``None`` for a fresh per-experiment budget (logged here). Every choice is
+    first checked against the organisation's registry when ``RAYDP_HPO_REGISTRY`` is set
+    (:func:`check_data_registry`). ``log``: the logger the lines also go to (DPTuner's)."""
+    out = progress or log.info
+    given = None if ledger is None else ledger.verify()
+    charged: str | Path | None = (
+        given.settings()["journal"] if given is not None
+        else None if dataset is None  # fresh_budget=True
+        else dataset_ledger_journal(storage, dataset)
+    )
+    check_data_registry((dataset, data_name), charged, out)  # before any charge
+    if given is not None:  # on PostgreSQL: the registry binds the data to it
+        return bind_data_to_ledger(given, data_name, out)
+    if dataset is None:
+        line = (f"[raydp-hpo] experiment {experiment!r} spends from a fresh budget of "
+                f"its own (fresh_budget=True): ε={budget.epsilon:g}, "
+                f"δ={budget.delta:g}, seen by no other experiment on this data")
+        log.warning(line)
+        if progress is not None:
+            progress(line)
+        return None
+    return open_dataset_ledger(dataset, budget, storage,
+                               namespace=namespace, out=out)

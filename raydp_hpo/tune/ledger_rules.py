@@ -8,8 +8,9 @@ experiment's point on a dataset ledger, :class:`_Slot` its place there).
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -383,3 +384,72 @@ class _SharedLedgerRule:
                 f"δ={report.budget.delta:g}, spent ε={report.spent_epsilon:.4f}) halts on {rule}, "
                 f"which gives ε={after:.4g} with this plan",
                 f"A ledger budget of at least ε={_at_least(after)} would admit it")
+
+
+def plan_charged_up_front(search: Any) -> bool | None:
+    """Whether the search charges a plan before its trials (its trials are covered by it,
+    not charged one by one); ``None`` when only :meth:`DPTuner.fit` can tell."""
+    from raydp_hpo.searchers import DPSearcher, SearchAlgorithm
+
+    if isinstance(search, DPSearcher):
+        if not search.has_space:
+            return None
+        return search.privacy_plan().mechanism is not None
+    return search is not SearchAlgorithm.GRID_COMPOSED  # an enum since __init__
+
+
+def refuse_retries_under_a_plan(max_failures: int, plan_charged: bool | None) -> None:
+    """Refuse ``max_failures > 0`` for a search whose trials one plan charge covers."""
+    if plan_charged:
+        raise InvalidParameterError(
+            f"max_failures={max_failures} is refused for a search whose trials are "
+            "covered by one plan charge: the plan paid for each covered trial once, and a "
+            "trial retried from scratch would run its mechanism again unpaid. Use "
+            "max_failures=0, or search='grid_composed', whose trials charge themselves "
+            "(every retry from scratch pays again under a new attempt id)"
+        )
+
+
+def dedicated_adaptivity(search: Any, max_failures: int) -> Adaptivity:
+    """FIXED_PLAN only for the built-in searchers: their charges are fixed from the
+    configuration alone (one plan charge, or grid trials drawn without data), so standard
+    composition justifies halting. Any other searcher may adapt charges to results: the
+    adaptive RDP filter then. So does ``max_failures > 0``: a retry's charge (and a resumed
+    trial's charge for the steps it reruns) exists only because a trial failed, which may
+    depend on its outputs, and only the RDP filter is valid for charges chosen that way
+    (Feldman & Zrnic 2021); the searcher then calibrates on RDP too."""
+    import raydp_hpo.searchers
+
+    if max_failures > 0:
+        return Adaptivity.ADAPTIVE
+
+    builtin = (
+        raydp_hpo.searchers.RandomStoppingSearch,
+        raydp_hpo.searchers.SubsampledTransferSearch,
+        raydp_hpo.searchers.SVTThresholdSearch,
+        raydp_hpo.searchers.LinearScalingSearch,
+        raydp_hpo.searchers.OneShotRandomSearch,
+        raydp_hpo.searchers.GridSearchComposed,
+    )
+    if isinstance(search, raydp_hpo.searchers.DPSearcher) and type(search) not in builtin:
+        return Adaptivity.ADAPTIVE
+    return Adaptivity.FIXED_PLAN
+
+
+def say_if_name_used(shared: LedgerHandle | None, experiment: str, run_id: str | None,
+                     progress: Callable[[str], None] | None, log: logging.Logger) -> None:
+    """A new run under an experiment name that another run already charged on ``shared``
+    pays again (its charges carry its own run id): said on the progress line and the log,
+    with the other choice (resuming that run, from its own experiment directory)."""
+    if shared is None:
+        return
+    others = other_runs(shared.charges(), experiment, run_id)
+    if not others:
+        return
+    line = (f"[raydp-hpo] experiment {experiment!r} was already run on the ledger "
+            f"{shared.name!r} ({', '.join(others)}); this is a new run (id {run_id})"
+            " and pays again. To continue an interrupted run instead, resume it from its "
+            "own experiment directory (DPTuner.restore, raydp-hpo run --resume)")
+    log.warning(line)
+    if progress is not None:
+        progress(line)

@@ -44,14 +44,14 @@ The experiment directory ``<storage_path>/<experiment>`` (default storage ``~/ra
 is private except its ``public/`` folder, which holds exactly the release
 (:mod:`raydp_hpo.tune.publish`; :meth:`DPResult.save_public` copies it).
 
-This module is :class:`DPTuner` itself — construction, the ledgers it charges, :meth:`DPTuner.fit`,
-:meth:`DPTuner.restore` and the run — and is longer than ~600 lines for that reason: one class
-whose methods share one run's state. Its other concerns live beside it: the certificate
+This module is :class:`DPTuner` itself: construction, the ledgers it charges, :meth:`DPTuner.fit`,
+:meth:`DPTuner.restore` and the run. Its other concerns live beside it: the certificate
 (:mod:`.certificate`), :class:`DPResult` (:mod:`.result`), the release (:mod:`.release`) and the
 experiment's point on a dataset ledger (:mod:`.dataset_points`), both mixins of DPTuner, the
 public sizes (:mod:`.sizes`), whose ledger is charged and the rules that admit its charges
-(:mod:`.ledger_rules`, with :func:`require_earlier_charges`), and what a run prints
-(:mod:`.run_output`).
+(:mod:`.ledger_rules`, with :func:`require_earlier_charges`), the searcher's setup
+(:mod:`.searcher_setup`), the Tune run it starts (:mod:`.tune_run`), the restore file
+(:mod:`.restore_file`) and what a run prints (:mod:`.run_output`).
 """
 
 from __future__ import annotations
@@ -91,6 +91,7 @@ from raydp_hpo.ledger.actor import (
 from raydp_hpo.ledger.filter import Adaptivity
 from raydp_hpo.ledger.plan_receipt import PlanReceipt
 from raydp_hpo.tune.certificate import PrivacyCertificate
+from raydp_hpo.tune.dataset_ledger import shared_ledger
 from raydp_hpo.tune.dataset_points import _DatasetPoints
 from raydp_hpo.tune.ledger_rules import (
     _BothRules,
@@ -101,59 +102,41 @@ from raydp_hpo.tune.ledger_rules import (
     _Slot,
     _whose_budget,
     charge_prefix,
-    other_runs,
+    dedicated_adaptivity,
+    plan_charged_up_front,
+    refuse_retries_under_a_plan,
     require_earlier_charges,
+    say_if_name_used,
 )
 from raydp_hpo.tune.release import _Release
+from raydp_hpo.tune.restore_file import (
+    _RESTORE_FILE,
+    can_restore,
+    check_tune_state,
+    recorded_run_id,
+    restore_args,
+    write_restore_file,
+)
 from raydp_hpo.tune.result import DPResult
 from raydp_hpo.tune.run_output import _ledger_refusals_without_traceback, _quiet_tune_output
+from raydp_hpo.tune.searcher_setup import (
+    check_search_and_space,
+    check_selection_inputs,
+    make_dp_searcher,
+    searcher_metric_mode,
+)
 from raydp_hpo.tune.sizes import _resolve_sizes
+from raydp_hpo.tune.tune_run import (
+    restore_tune,
+    run_callbacks,
+    trainable_with_data,
+    tune_configs,
+)
 
 __all__ = ["DPTuner", "DPResult", "PrivacyCertificate", "require_earlier_charges",
            "recorded_run_id"]
 
 _log = logging.getLogger(__name__)
-#: The file in an experiment directory that :meth:`DPTuner.restore` reads its settings from.
-_RESTORE_FILE = "dptuner.pkl"
-
-
-def _same_space(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """Equal search spaces: the same keys, each value equal or (a Tune Domain, which compares
-    by identity) pickled alike."""
-    import pickle
-
-    if set(a) != set(b):
-        return False
-    for key in a:
-        x, y = a[key], b[key]
-        if x is y:
-            continue
-        try:
-            if x == y:
-                continue
-            if type(x) is type(y) and pickle.dumps(x) == pickle.dumps(y):
-                continue
-        except Exception:  # unpicklable or uncomparable: not shown to be the same
-            return False
-        return False
-    return True
-
-
-def recorded_run_id(exp_dir: str | os.PathLike[str]) -> str | None:
-    """The run id that the run in the experiment directory ``exp_dir`` recorded in its restore
-    file when it started. A resume proves with it that it continues that run
-    (:func:`require_earlier_charges`). ``None`` for a run from before run ids (its restore
-    file has none, or there is no restore file): its charges are ``<experiment>/...``, so it
-    can attach only to charges made before run ids existed, never to a run that has one."""
-    import pickle
-
-    path = Path(exp_dir) / _RESTORE_FILE
-    if not path.is_file():
-        return None
-    with open(path, "rb") as fh:
-        saved = pickle.load(fh)  # noqa: S301 - our own file in the private experiment dir
-    run_id = saved.get("run_id") if isinstance(saved, dict) else None
-    return None if run_id is None else str(run_id)
 
 
 def _safe_name(text: str) -> str:
@@ -309,7 +292,7 @@ class DPTuner(_DatasetPoints, _Release):
         tensorboard: bool = False,
     ) -> None:
         from raydp_hpo._validation import positive_float, positive_int
-        from raydp_hpo.searchers import DPSearcher, SearchAlgorithm, check_search_settings
+        from raydp_hpo.searchers import DPSearcher, check_search_settings
         from raydp_hpo.trainables.data import DataSplits
         from raydp_hpo.tune.config import resolve_tune_settings
 
@@ -317,32 +300,7 @@ class DPTuner(_DatasetPoints, _Release):
             raise InvalidParameterError(f"budget must be a PrivacyBudget, got {budget!r}")
         if not isinstance(data, DataSplits):
             raise InvalidParameterError(f"data must be raydp_hpo.trainables.DataSplits, got {type(data)!r}")
-        if not isinstance(search, DPSearcher):
-            try:
-                search = SearchAlgorithm(search)
-            except ValueError:
-                names = ", ".join(a.value for a in SearchAlgorithm)
-                raise InvalidParameterError(
-                    f"search={search!r} is neither a DPSearcher nor a search algorithm; use "
-                    f"one of {names}"
-                ) from None
-        searcher_space = isinstance(search, DPSearcher) and search.has_space
-        if param_space is None and not searcher_space:
-            raise InvalidParameterError(
-                "param_space is missing: pass DPTuner(param_space={...}), or a searcher "
-                "constructed with its own param_space as search="
-            )
-        if param_space is not None:
-            if not isinstance(param_space, Mapping) or not param_space:
-                raise InvalidParameterError(
-                    f"param_space must be a non-empty dict, got {param_space!r}"
-                )
-            if searcher_space and not _same_space(param_space, search._space):
-                raise InvalidParameterError(
-                    f"the searcher {type(search).__name__} was constructed with its own "
-                    "param_space and DPTuner got another one; give the space once (construct "
-                    "the searcher with param_space=None to take DPTuner's)"
-                )
+        search = check_search_and_space(search, param_space)
         if ledger is not None and not isinstance(ledger, LedgerHandle):
             raise InvalidParameterError(f"ledger must be a LedgerHandle, got {ledger!r}")
         self._dataset = _whose_budget(ledger, dataset, fresh_budget, data)
@@ -365,18 +323,7 @@ class DPTuner(_DatasetPoints, _Release):
             callbacks=callbacks,
         )
         metric, mode = settings.metric, settings.mode
-        if isinstance(search, DPSearcher):
-            # the searcher's own metric / mode, unless DPTuner was given others (refused)
-            for name, ours, theirs in (("metric", metric, search.metric),
-                                       ("mode", mode, search.mode)):
-                if ours is not None and theirs is not None and ours != theirs:
-                    raise InvalidParameterError(
-                        f"{name}={ours!r} conflicts with the searcher's {name}={theirs!r} "
-                        f"({type(search).__name__}); the searcher selects on its own {name}: "
-                        "give one"
-                    )
-            metric = metric if metric is not None else search.metric
-            mode = mode if mode is not None else search.mode
+        metric, mode = searcher_metric_mode(search, metric, mode)
         self._settings = settings
         self._trainable = trainable
         self._space = dict(param_space) if param_space is not None else dict(search._space)
@@ -406,7 +353,7 @@ class DPTuner(_DatasetPoints, _Release):
         self._max_concurrent = settings.max_concurrent_trials
         self._max_failures = settings.max_failures
         if self._max_failures > 0:
-            self._refuse_retries_under_a_plan(self._plan_charged_up_front())
+            refuse_retries_under_a_plan(self._max_failures, self._plan_charged_up_front())
         if secret_seed is not None and (
             isinstance(secret_seed, bool) or not isinstance(secret_seed, int)
         ):
@@ -477,25 +424,8 @@ class DPTuner(_DatasetPoints, _Release):
         return self._storage / self._experiment
 
     def _plan_charged_up_front(self) -> bool | None:
-        """Whether the search charges a plan before its trials (its trials are covered by it,
-        not charged one by one); ``None`` when only :meth:`fit` can tell."""
-        from raydp_hpo.searchers import DPSearcher, SearchAlgorithm
-
-        if isinstance(self._search, DPSearcher):
-            if not self._search.has_space:
-                return None
-            return self._search.privacy_plan().mechanism is not None
-        return self._search is not SearchAlgorithm.GRID_COMPOSED  # an enum since __init__
-
-    def _refuse_retries_under_a_plan(self, plan_charged: bool | None) -> None:
-        if plan_charged:
-            raise InvalidParameterError(
-                f"max_failures={self._max_failures} is refused for a search whose trials are "
-                "covered by one plan charge: the plan paid for each covered trial once, and a "
-                "trial retried from scratch would run its mechanism again unpaid. Use "
-                "max_failures=0, or search='grid_composed', whose trials charge themselves "
-                "(every retry from scratch pays again under a new attempt id)"
-            )
+        """:func:`~raydp_hpo.tune.ledger_rules.plan_charged_up_front` of this search."""
+        return plan_charged_up_front(self._search)
 
     # ------------------------------------------------------------------ pieces
     @property
@@ -512,64 +442,9 @@ class DPTuner(_DatasetPoints, _Release):
             return dataset_ledger_name(self._dataset)
         return f"ledger-{self._experiment}"
 
-    def _shared_ledger(self) -> LedgerHandle | None:
-        """The ledger this experiment shares with others (verified): the one given, else the
-        dataset's; ``None`` for a fresh per-experiment budget (logged here). Every choice is
-        first checked against the organisation's registry when ``RAYDP_HPO_REGISTRY`` is set
-        (:func:`raydp_hpo.tune.dataset_ledger.check_data_registry`)."""
-        from raydp_hpo.tune.dataset_ledger import (
-            bind_data_to_ledger,
-            check_data_registry,
-            dataset_ledger_journal,
-        )
-
-        out = self._progress or _log.info
-        given = None if self._ledger is None else self._ledger.verify()
-        charged: str | Path | None = (
-            given.settings()["journal"] if given is not None
-            else None if self._dataset is None  # fresh_budget=True
-            else dataset_ledger_journal(self._storage, self._dataset)
-        )
-        check_data_registry((self._dataset, self._data.name), charged, out)  # before any charge
-        if given is not None:  # on PostgreSQL: the registry binds the data to it
-            return bind_data_to_ledger(given, self._data.name, out)
-        if self._dataset is None:
-            line = (f"[raydp-hpo] experiment {self._experiment!r} spends from a fresh budget of "
-                    f"its own (fresh_budget=True): ε={self._budget.epsilon:g}, "
-                    f"δ={self._budget.delta:g}, seen by no other experiment on this data")
-            _log.warning(line)
-            if self._progress is not None:
-                self._progress(line)
-            return None
-        from raydp_hpo.tune.dataset_ledger import open_dataset_ledger
-
-        return open_dataset_ledger(self._dataset, self._budget, self._storage,
-                                   namespace=self._namespace, out=out)
-
     def _dedicated_adaptivity(self) -> Adaptivity:
-        """FIXED_PLAN only for the built-in searchers: their charges are fixed from the
-        configuration alone (one plan charge, or grid trials drawn without data), so standard
-        composition justifies halting. Any other searcher may adapt charges to results: the
-        adaptive RDP filter then. So does ``max_failures > 0``: a retry's charge (and a resumed
-        trial's charge for the steps it reruns) exists only because a trial failed, which may
-        depend on its outputs, and only the RDP filter is valid for charges chosen that way
-        (Feldman & Zrnic 2021); the searcher then calibrates on RDP too."""
-        import raydp_hpo.searchers
-
-        if self._max_failures > 0:
-            return Adaptivity.ADAPTIVE
-
-        builtin = (
-            raydp_hpo.searchers.RandomStoppingSearch,
-            raydp_hpo.searchers.SubsampledTransferSearch,
-            raydp_hpo.searchers.SVTThresholdSearch,
-            raydp_hpo.searchers.LinearScalingSearch,
-            raydp_hpo.searchers.OneShotRandomSearch,
-            raydp_hpo.searchers.GridSearchComposed,
-        )
-        if isinstance(self._search, raydp_hpo.searchers.DPSearcher) and type(self._search) not in builtin:
-            return Adaptivity.ADAPTIVE
-        return Adaptivity.FIXED_PLAN
+        """:func:`~raydp_hpo.tune.ledger_rules.dedicated_adaptivity` of this search."""
+        return dedicated_adaptivity(self._search, self._max_failures)
 
     def _dedicated_journal(self) -> Path:
         return self._storage / self._experiment / "ledger.journal"
@@ -601,59 +476,14 @@ class DPTuner(_DatasetPoints, _Release):
             expect_charge=expect_charge,
         )
 
-    def _check_selection_inputs(self, searcher: Any) -> None:
-        """Selections may only read privatised scores (see raydp_hpo.trial.privacy)."""
-        from raydp_hpo.searchers import SVTThresholdSearch
-
-        score_eps = getattr(searcher, "score_epsilon", None)
-        if self._trainable is None and self._metric != "val_accuracy":
-            raise InvalidParameterError(
-                f"metric={self._metric!r} is not a selection score of the built-in trainable: it "
-                "reports 'val_accuracy' (validation split, Laplace-noised when private) as the "
-                "only score a selection may read; 'loss' is computed on private training data "
-                "and 'test_accuracy' on the test split. Use metric='val_accuracy'."
-            )
-        if score_eps is not None and self._metric != "val_accuracy":
-            raise InvalidParameterError(
-                f"metric={self._metric!r}: trials privatise only their final 'val_accuracy' "
-                "(Laplace noise, charged with the trial); a selection on any other reported "
-                "value would read raw private data. Use metric='val_accuracy', or declare the "
-                "validation split public with search_kwargs={'score_epsilon': None}."
-            )
-        if isinstance(searcher, SVTThresholdSearch):
-            k = int(getattr(searcher, "num_partitions", 0) or 0)
-            n_val = self._validation_size
-            if k and n_val < k:
-                raise InvalidParameterError(
-                    f"SVT with num_partitions={k} needs a declared validation size of at least "
-                    f"{k}: each partition model's accuracy is its correct count over the public "
-                    f"validation size n_val, so one validation record moves the utility by at "
-                    f"most 1/n_val, which must not exceed the sensitivity 1/k; got n_val={n_val}. "
-                    "Use fewer partitions or a larger validation split."
-                )
-
     def _build_searcher(self, shared: LedgerHandle | None, dedicated: Adaptivity | None) -> Any:
         """The DP searcher, given its space, metric and mode through Tune's
         ``set_search_properties`` together with the ledger name, namespace and experiment this
         tuner assigns (:data:`raydp_hpo.searchers.base.TUNER_ASSIGNED`), and — for a searcher built
         without a space — the declared sizes, budget, secret seed and the ledger's admission
         rule where its constructor did not get them."""
-        from raydp_hpo.searchers import DPSearcher, make_searcher
-
-        if isinstance(self._search, DPSearcher):
-            if self._search_kwargs:
-                raise InvalidParameterError(
-                    "search_kwargs are only for a SearchAlgorithm, not a constructed searcher"
-                )
-            searcher = self._search
-            if searcher.has_space and getattr(searcher, "_validation_size", None) is None:
-                # its trials normalise their scores by this run's public validation size
-                # (else each trial would fall back to the realised, private one)
-                searcher._validation_size = self._validation_size
-        else:
-            # every keyword but the space and what set_search_properties fills in below
-            searcher = make_searcher(self._search, param_space=None, metric=self._metric,
-                                     mode=self._mode, **self._search_kwargs)
+        searcher = make_dp_searcher(self._search, self._search_kwargs, metric=self._metric,
+                                    mode=self._mode, validation_size=self._validation_size)
         budget = self._search_budget
         plan_id = f"{self._charge_prefix}/plan"
         admissible: Any
@@ -694,18 +524,6 @@ class DPTuner(_DatasetPoints, _Release):
             )
         return searcher
 
-    def _trainable_with_data(self) -> Any:
-        if self._trainable is not None:
-            # A user trainable's intermediate reports (trial.report) carry no score, and a
-            # score under another key is diagnosed with its fix after the run
-            # (raydp_hpo.tune.custom): Tune's strict metric check would abort the run instead,
-            # before the certificate of what was spent is written.
-            os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
-            return self._trainable
-        from raydp_hpo.trainables import make_trainable
-
-        return make_trainable(self._data, self._resources, secret_seed=self._secret_seed)
-
     # ------------------------------------------------------------------ fit
     def fit(self, *, resume: bool | None = None) -> DPResult:
         """Charge the plan, run the search, release hyperparameters + model + certificate.
@@ -734,7 +552,11 @@ class DPTuner(_DatasetPoints, _Release):
         ensure_ray()
         started: list[LedgerHandle] = []  # the dedicated ledger's actor, once started
         try:
-            return self._fit(self._shared_ledger(), started, resume=resume)
+            shared = shared_ledger(
+                self._ledger, self._dataset, self._storage, self._data.name, self._budget,
+                experiment=self._experiment, namespace=self._namespace, progress=self._progress,
+                log=_log)
+            return self._fit(shared, started, resume=resume)
         finally:
             for ledger in started:
                 # The dedicated ledger serves this run only: its journal is the record
@@ -749,12 +571,7 @@ class DPTuner(_DatasetPoints, _Release):
         """Whether ``path`` (an experiment directory, ``DPResult.experiment_path`` or
         :attr:`experiment_path`) holds a DPTuner experiment that :meth:`restore` can continue:
         its restore file and Tune's experiment state. Starts nothing."""
-        from ray import tune
-
-        exp_dir = Path(path).expanduser()
-        return (exp_dir / _RESTORE_FILE).is_file() and tune.Tuner.can_restore(
-            str(exp_dir / "tune")
-        )
+        return can_restore(path)
 
     @classmethod
     def restore(
@@ -785,44 +602,7 @@ class DPTuner(_DatasetPoints, _Release):
         charges.
         """
         exp_dir = Path(path).expanduser().resolve()
-        if not cls.can_restore(exp_dir):
-            raise InvalidParameterError(
-                f"nothing to restore at {exp_dir}: it needs {_RESTORE_FILE} and Tune's state in "
-                "tune/ (an experiment directory, DPResult.experiment_path, of a DPTuner run "
-                "that started)"
-            )
-        import pickle
-
-        with open(exp_dir / _RESTORE_FILE, "rb") as fh:
-            saved = pickle.load(fh)  # noqa: S301 - our own file in the private experiment dir
-        args = dict(saved["args"])
-        # a restore file from before dataset ledgers: no ledger given meant a dedicated one
-        args.setdefault("fresh_budget", saved["ledger_name"] is None)
-        # a restore file from before sizes_public existed: that run's plan was charged with the
-        # realised sizes treated as public, so its resume keeps them (the same normalisers)
-        args.setdefault("sizes_public", True)
-        saved_search = saved["search"]
-        if search is None:
-            if saved_search is None:
-                raise InvalidParameterError(
-                    f"the experiment at {exp_dir} ran a constructed searcher "
-                    f"({saved['searcher_type']}); pass search=<the same searcher, constructed "
-                    "with the same arguments> to restore it"
-                )
-            search = saved_search
-        if (saved["ledger_name"] is not None) != (ledger is not None) or (
-            ledger is not None and ledger.name != saved["ledger_name"]
-        ):
-            raise InvalidParameterError(
-                f"the experiment at {exp_dir} ran on "
-                + (f"the shared ledger {saved['ledger_name']!r}: pass it as ledger="
-                   if saved["ledger_name"] is not None else "its dedicated ledger: pass no ledger")
-                + f" (got {None if ledger is None else ledger.name!r})"
-            )
-        from raydp_hpo.searchers import DPSearcher
-
-        if isinstance(search, DPSearcher) and search.has_space:
-            args.pop("param_space")  # the searcher's own (its restored state checks the plan)
+        args, search = restore_args(exp_dir, search, ledger)
         tuner = cls(
             trainable,
             search=search,
@@ -840,54 +620,16 @@ class DPTuner(_DatasetPoints, _Release):
         return tuner
 
     def _write_restore_file(self, exp_dir: Path) -> None:
-        """What :meth:`restore` needs: the constructor's settings, without data, trainable,
-        callbacks or secrets (the secret seed is never written; a constructed searcher is
-        passed again, its secret state is in Tune's searcher checkpoint)."""
-        import pickle
-
-        from raydp_hpo._atomic_io import atomic_write_bytes
-        from raydp_hpo.searchers import DPSearcher
-
-        constructed = isinstance(self._search, DPSearcher)
-        payload = {
-            "version": 1,
-            "args": self._init_args,
-            "search": None if constructed else self._search,
-            "searcher_type": type(self._search).__name__,
-            "ledger_name": None if self._ledger is None else self._ledger.name,
-            "run_id": self._run_id,  # what a resume proves on the ledger (_attach_run)
-        }
-        exp_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(exp_dir / _RESTORE_FILE, pickle.dumps(payload))
-
-    def _say_if_name_used(self, shared: LedgerHandle | None) -> None:
-        """A new run under an experiment name that another run already charged on ``shared``
-        pays again (its charges carry its own run id): said on the progress line and the log,
-        with the other choice (resuming that run, from its own experiment directory)."""
-        if shared is None:
-            return
-        others = other_runs(shared.charges(), self._experiment, self._run_id)
-        if not others:
-            return
-        line = (f"[raydp-hpo] experiment {self._experiment!r} was already run on the ledger "
-                f"{shared.name!r} ({', '.join(others)}); this is a new run (id {self._run_id})"
-                " and pays again. To continue an interrupted run instead, resume it from its "
-                "own experiment directory (DPTuner.restore, raydp-hpo run --resume)")
-        _log.warning(line)
-        if self._progress is not None:
-            self._progress(line)
+        """:func:`~raydp_hpo.tune.restore_file.write_restore_file` of this tuner's settings."""
+        write_restore_file(exp_dir, init_args=self._init_args, search=self._search,
+                           ledger_name=None if self._ledger is None else self._ledger.name,
+                           run_id=self._run_id)
 
     def _fit(self, shared: LedgerHandle | None, started: list[LedgerHandle], *, resume: bool
              ) -> DPResult:
         from ray import tune
-        from ray.tune.logger import TBXLoggerCallback
 
-        from raydp_hpo.tune.hooks import (
-            LedgerAuditCallback,
-            LedgerStopper,
-            NoTensorBoardLogger,
-            ProgressCallback,
-        )
+        from raydp_hpo.tune.hooks import LedgerStopper
 
         if self._trainable is None:
             from raydp_hpo.trainables.training import validate_trial_space
@@ -896,7 +638,7 @@ class DPTuner(_DatasetPoints, _Release):
         if resume:  # the run continued is the one its own experiment directory names
             self._set_run_id(recorded_run_id(self._storage / self._experiment))
         else:
-            self._say_if_name_used(shared)
+            say_if_name_used(shared, self._experiment, self._run_id, self._progress, _log)
         dataset_ledger = None
         if shared is not None and shared.settings()["adaptivity"] == (
                 Adaptivity.EXPERIMENTS.value):
@@ -930,28 +672,21 @@ class DPTuner(_DatasetPoints, _Release):
                 f"δ={report.budget.delta:g}) this experiment would be charge {self._slot.k}, "
                 f"at δ={self._slot.delta:.3g}: its plan must also fit what the dataset has left"
             ) from None
-        self._check_selection_inputs(searcher)
+        check_selection_inputs(searcher, builtin_trainable=self._trainable is None,
+                               metric=self._metric, validation_size=self._validation_size)
         plan = searcher.privacy_plan()
         if self._max_failures > 0:  # before anything is charged
-            self._refuse_retries_under_a_plan(plan.mechanism is not None)
+            refuse_retries_under_a_plan(self._max_failures, plan.mechanism is not None)
         if self._slot is not None:
             assert dataset_ledger is not None
             self._point = self._point_mechanism(plan, searcher, dataset_ledger)
             self._budget = PrivacyBudget(self._point_epsilon(), self._slot.delta)
-        trainable = self._trainable_with_data()
+        trainable = trainable_with_data(self._trainable, self._data, self._resources,
+                                        self._secret_seed)
         exp_dir = self._storage / self._experiment
         tune_dir = exp_dir / "tune"
-        if not resume and tune.Tuner.can_restore(str(tune_dir)):
-            raise InvalidParameterError(
-                f"experiment {self._experiment!r} already exists at {exp_dir}; use "
-                "DPTuner.restore(path) or fit(resume=True) to continue it, or another "
-                "experiment name"
-            )
+        check_tune_state(exp_dir, self._experiment, resume=resume)
         if resume:
-            if not tune.Tuner.can_restore(str(tune_dir)):
-                raise RayDPHPOError(
-                    f"nothing to resume at {tune_dir}; run fit() without resume=True"
-                )
             # before the dedicated ledger's actor starts: it would create a fresh journal
             if shared is None:
                 require_earlier_charges(self._dedicated_journal(), self._experiment,
@@ -983,56 +718,20 @@ class DPTuner(_DatasetPoints, _Release):
             if plan.per_trial_charges or overlap_start
             else None
         )
-        callbacks = [LedgerAuditCallback(ledger, exp_dir / "audit.jsonl"), *self._callbacks]
-        if self._progress is not None:
-            callbacks.append(ProgressCallback(
-                ledger, self._budget.epsilon, self._metric, self._mode,
-                out=self._progress, interval_s=self._progress_interval,
-            ))
-        if not self._tensorboard and not any(
-            isinstance(c, TBXLoggerCallback) for c in self._callbacks
-        ):
-            callbacks.append(NoTensorBoardLogger())
-        opt = self._settings
-        run_config = tune.RunConfig(
-            name="tune",
-            storage_path=str(exp_dir),
-            stop=stopper,
-            callbacks=callbacks,
-            verbose=self._verbose,
-            failure_config=tune.FailureConfig(max_failures=self._max_failures),
-            checkpoint_config=opt.checkpoint_config,
-            sync_config=opt.sync_config,
-            progress_reporter=opt.progress_reporter,
-            log_to_file=opt.log_to_file,
-        )
-        tune_config = tune.TuneConfig(
-            search_alg=searcher,
-            num_samples=-1,
-            max_concurrent_trials=self._max_concurrent,
-            reuse_actors=self._reuse_actors,
-            trial_name_creator=opt.trial_name_creator,
-            trial_dirname_creator=opt.trial_dirname_creator,
-        )
+        callbacks = run_callbacks(
+            ledger, exp_dir, self._callbacks, progress=self._progress,
+            epsilon=self._budget.epsilon, metric=self._metric, mode=self._mode,
+            progress_interval_s=self._progress_interval, tensorboard=self._tensorboard)
+        run_config, tune_config = tune_configs(
+            self._settings, exp_dir, searcher=searcher, stopper=stopper, callbacks=callbacks,
+            verbose=self._verbose, max_failures=self._max_failures,
+            max_concurrent_trials=self._max_concurrent, reuse_actors=self._reuse_actors)
         if resume:
             if not tune.Tuner.can_restore(str(tune_dir)):
                 raise RayDPHPOError(
                     f"nothing to resume at {tune_dir}; run fit() without resume=True"
                 )
-            tuner = tune.Tuner.restore(
-                str(tune_dir),
-                trainable,
-                resume_unfinished=True,
-                resume_errored=False,
-                restart_errored=False,
-            )
-            # Tune restores the run config it pickled when the run started; this run's ledger
-            # handle, stopper and callbacks (progress, the caller's) take the place of those.
-            internal = getattr(tuner, "_local_tuner", None)
-            if internal is not None:
-                restored = internal.get_run_config()
-                restored.callbacks = callbacks
-                restored.stop = stopper
+            tuner = restore_tune(tune_dir, trainable, callbacks=callbacks, stopper=stopper)
         else:
             self._write_restore_file(exp_dir)
             from raydp_hpo.tune.publish import write_private_note
