@@ -79,6 +79,7 @@ _EXPORTS: dict[str, str] = {
     "trial_session": "raydp_hpo.trainables.session",
     "TrialSession": "raydp_hpo.trainables.session",
     "DPEngine": "raydp_hpo.trainables.native_private",
+    "NoiseSource": "raydp_hpo.trainables.dp_step.noise",
     "DPResult": "raydp_hpo.tune.tuner",
     "PrivacyCertificate": "raydp_hpo.tune.tuner",
     "create_dataset_ledger": "raydp_hpo.tune.dataset_ledger",
@@ -133,6 +134,7 @@ if TYPE_CHECKING:
     from raydp_hpo.ledger.coverage import is_covered
     from raydp_hpo.ledger.filter import Adaptivity, ChargeDecision, LedgerReport, PrivacyLedger
     from raydp_hpo.ledger.ledger_like import LedgerLike
+    from raydp_hpo.trainables.dp_step.noise import NoiseSource
     from raydp_hpo.trainables.native_private import DPEngine
     from raydp_hpo.trainables.session import TrialSession, trial_session
     from raydp_hpo.trial.privacy import (
