@@ -362,7 +362,7 @@ def _noise_ab_table(models: list[str], batches: list[int], n: int, rounds: int, 
                 sampler = PoissonBatches(n, batch / n, torch.Generator().manual_seed(2))
 
                 def dp_step(clipper=clipper, params=params, noise=noise, opt=opt,
-                            sampler=sampler) -> None:
+                            sampler=sampler, x_all=x_all, y_all=y_all) -> None:
                     idx = sampler.next()
                     clipper.privatised_gradient(x_all[idx], y_all[idx], 1.0, noise, params)
                     opt.step()

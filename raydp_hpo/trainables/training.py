@@ -51,6 +51,7 @@ from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 from raydp_hpo.ledger.ledger_like import LedgerLike
 from raydp_hpo.trainables.data import Dataset, DataSplits, select_view, view_kind
 from raydp_hpo.trainables.dp_step import GaussianNoise, PoissonBatches, make_clipper
+from raydp_hpo.trainables.dp_step.noise import NoiseSource, noise_source
 from raydp_hpo.trainables.models import build_model
 from raydp_hpo.trainables.privacy_gate import RaydpSettings, admit, ledger_delta, resolve_ledger
 from raydp_hpo.trainables.secret_rng import derive_seed, secret_generator
@@ -160,6 +161,8 @@ TRAINABLE_CONFIG_KEYS: dict[str, str] = {
     "model_kwargs": "a mapping",
     "max_grad_norm": "a positive number",
     "grad_sample_mode": "one of auto, bk, opacus",
+    "noise_source": "seeded or secure (the DP noise from the trial's secret generator or "
+                    "os.urandom; raydp_hpo.NoiseSource)",
     "momentum": "a non-negative number",
     "ema_decay": "a number in [0, 1)",
     "adadp_tol": "a positive number",
@@ -347,6 +350,7 @@ class _Runner:
             self.max_grad_norm,
             normaliser,
             secret_generator(device, seed, index, 2),
+            noise_source(config.get("noise_source", NoiseSource.SEEDED)),
         )
         lr = float(config.get("lr", 0.1))
         if not lr > 0:

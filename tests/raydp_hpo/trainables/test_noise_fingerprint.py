@@ -227,3 +227,47 @@ def test_release_is_on_the_public_grid():
     GaussianNoise(1.3, 0.7, 4.0, secret_generator("cpu", 44)).privatise([p])
     scaled = p.grad.double() / 2.0**-11
     assert torch.equal(scaled, scaled.round())
+
+
+def test_built_in_trainable_takes_noise_source_from_its_config():
+    """``noise_source: secure`` in a trial's config (a constant of the search space or an
+    experiment file's space) makes the built-in step draw from os.urandom; a bad value is
+    refused with the enum's names."""
+    from raydp_hpo.trainables.data import load_mnist1d, split
+    from raydp_hpo.trainables.training import TRAINABLE_CONFIG_KEYS, _Runner, declared_privacy
+
+    assert "noise_source" in TRAINABLE_CONFIG_KEYS
+    data = split(load_mnist1d(num_samples=300, seed=0), 0.2, 0.2, seed=0)
+    config = {"lr": 0.3, "epochs": 1, "sample_rate": 0.2, "noise_multiplier": 1.0,
+              "max_grad_norm": 1.0, "model": "mlp", "model_kwargs": {"hidden": [16]},
+              "noise_source": "secure"}
+    privacy, n_view = declared_privacy(config, data)
+    runner = _Runner(config, data.train, privacy, False, 0, torch.device("cpu"), seed=5,
+                     normaliser=privacy.sample_rate * n_view)
+    assert runner.noise.source is raydp_hpo.NoiseSource.SECURE
+    with mock.patch.object(noise_module.os, "urandom", wraps=noise_module.os.urandom) as ur:
+        runner.step()
+    assert ur.called
+    with pytest.raises(raydp_hpo.InvalidParameterError, match="noise_source must be"):
+        _Runner({**config, "noise_source": "fast"}, data.train, privacy, False, 0,
+                torch.device("cpu"), seed=5, normaliser=privacy.sample_rate * n_view)
+
+
+def test_make_private_takes_noise_source():
+    """``make_private(..., noise_source=NoiseSource.SECURE)`` on both engines."""
+    from tests.raydp_hpo.trainables.test_session import TRAIN, _config
+    from tests.raydp_hpo.tune._user_trainables import TinyMLP
+
+    for engine in (DPEngine.NATIVE, DPEngine.OPACUS):
+        with mock.patch.object(raydp_hpo.trainables.session.TrialSession, "_finish"), \
+                raydp_hpo.trial_session(_config(), ledger=_ledger()) as trial:
+            model = TinyMLP(8)
+            model, opt, loader = trial.make_private(
+                model, torch.optim.SGD(model.parameters(), lr=0.1), TRAIN, engine=engine,
+                noise_source=raydp_hpo.NoiseSource.SECURE)
+            x, y = next(iter(loader))
+            nn.functional.cross_entropy(model(x), y).backward()
+            with mock.patch.object(noise_module.os, "urandom",
+                                   wraps=noise_module.os.urandom) as ur:
+                opt.step()
+            assert ur.called, engine
