@@ -72,7 +72,7 @@ from torch import nn
 from raydp_hpo.accounting.accountants import Accountant, epsilon
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError, TrialContractError
 from raydp_hpo.ledger.ledger_like import LedgerLike
-from raydp_hpo.trainables.dp_step.noise import NoiseSource
+from raydp_hpo.trainables.dp_step.noise import NoiseSource, warn_noise_floor
 from raydp_hpo.trainables.dp_step.noise import noise_source as _noise_source
 from raydp_hpo.trainables.native_private import (
     DPEngine,
@@ -283,6 +283,8 @@ class TrialSession:
         self._optimizer, self._loader, self._accountant = dp_optimizer, loader, accountant
         self.engine = chosen
         log_choice(chosen, why, module)
+        warn_noise_floor(self.noise_multiplier, sum(p.numel() for p in module.parameters()
+                                                    if p.requires_grad), self.steps, self.delta)
         return private_module, dp_optimizer, loader
 
     def _opacus(self, module: nn.Module, optimizer: torch.optim.Optimizer, dataset: Any,

@@ -51,7 +51,7 @@ from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 from raydp_hpo.ledger.ledger_like import LedgerLike
 from raydp_hpo.trainables.data import Dataset, DataSplits, select_view, view_kind
 from raydp_hpo.trainables.dp_step import GaussianNoise, PoissonBatches, make_clipper
-from raydp_hpo.trainables.dp_step.noise import NoiseSource, noise_source
+from raydp_hpo.trainables.dp_step.noise import NoiseSource, noise_source, warn_noise_floor
 from raydp_hpo.trainables.models import build_model
 from raydp_hpo.trainables.privacy_gate import RaydpSettings, admit, ledger_delta, resolve_ledger
 from raydp_hpo.trainables.secret_rng import derive_seed, secret_generator
@@ -685,6 +685,10 @@ def train_dp(
         _Runner(config, t, privacy, settings.nonprivate, i, dev, seed=seed, normaliser=normaliser)
         for i, t in enumerate(training_sets(data.train, settings))
     ]
+    if not settings.nonprivate:  # the noise's support floor, not in the certificate (issue 40)
+        warn_noise_floor(privacy.noise_multiplier, sum(p.numel() for r in runners
+                                                       for p in r.params),
+                         privacy.steps * len(runners), delta)
     history: list[dict[str, Any]] = []
     start_epoch = 0
     if checkpoint is not None:

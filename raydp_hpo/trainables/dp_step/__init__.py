@@ -89,6 +89,7 @@ from raydp_hpo.trainables.dp_step.noise import (
     SNAP_BITS,
     SUPPORT_BOUND,
     GaussianNoise,
+    NoiseFloorWarning,
     NoiseSource,
     StandardNormal64,
     _same_device,
@@ -96,6 +97,7 @@ from raydp_hpo.trainables.dp_step.noise import (
     noise_floor_delta,
     noise_source,
     snap_grid,
+    warn_noise_floor,
 )
 from raydp_hpo.trainables.dp_step.opacus_clipper import OpacusClipper
 from raydp_hpo.trainables.dp_step.sampling import (

@@ -52,9 +52,11 @@ tail stands for the draw's, and every coordinate is counted). At σ = 1 that is
 9.8e-29·d; at σ = 0.5, 4.4e-24·d; at σ = 0.3, 1.5e-18·d. Over T releases (every step
 counted, not only the q·T that sample a record) the floor is at most T times that: for a
 10⁶-parameter model, 10⁴ steps and σ ≥ 0.5 it is ≤ 4.4e-14, nine orders below the
-δ = 1e-5 the examples certify. It is not added to the printed δ; below σ ≈ 0.2 it stops
-being negligible (2·Φ̄(B − 5) = 1.1e-12 a coordinate at σ = 0.2; at σ = 0.1, 0.034) — see
-:func:`noise_floor_delta` and the privacy-model page of the docs.
+δ = 1e-5 the examples certify. It is not added to the printed δ: the built-in trainable and
+``make_private`` warn (:class:`NoiseFloorWarning`, :func:`warn_noise_floor`) when it exceeds
+δ/1000 for the trial's d and T. Below σ ≈ 0.2 it stops being negligible (2·Φ̄(B − 5) =
+1.1e-12 a coordinate at σ = 0.2; at σ = 0.1, 0.034) — see :func:`noise_floor_delta` and the
+privacy-model page of the docs.
 
 **What this does not give.** The grid argument is a coupling argument, not a proof about
 every bit: the float64 result differs from the exact αS + s·Z by a few units in the last
@@ -133,6 +135,31 @@ def noise_floor_delta(noise_multiplier: float, dimension: int, releases: int = 1
     if gap <= 0:
         return 1.0
     return min(1.0, releases * dimension * math.erfc(gap / math.sqrt(2.0)))
+
+
+class NoiseFloorWarning(RuntimeWarning):
+    """The draws' support floor under δ (:func:`noise_floor_delta`) is not negligible."""
+
+
+def warn_noise_floor(noise_multiplier: float, dimension: int, releases: int,
+                     delta: float) -> float:
+    """Warn (:class:`NoiseFloorWarning`) when the support floor of ``releases`` releases of
+    ``dimension`` noised values exceeds δ/1000: the certificate's δ does not count it (module
+    docstring). Returns the floor (0 when σ = 0: nothing is claimed)."""
+    if noise_multiplier == 0 or releases == 0:
+        return 0.0
+    floor = noise_floor_delta(noise_multiplier, max(1, dimension), releases)
+    if floor > delta / 1000:
+        import warnings
+
+        warnings.warn(
+            f"noise_multiplier={noise_multiplier!r} is so small that the DP noise's bounded "
+            f"support (|z| <= {SUPPORT_BOUND:.2f}) adds up to {floor:.3g} to delta over "
+            f"{releases} releases of {dimension} values, more than delta/1000 = "
+            f"{delta / 1000:.3g}, and the certificate does not count it: use a larger "
+            "noise_multiplier (raydp_hpo.trainables.dp_step.noise_floor_delta gives the bound)",
+            NoiseFloorWarning, stacklevel=2)
+    return floor
 
 
 def snap_grid(std: float) -> float:

@@ -271,3 +271,16 @@ def test_make_private_takes_noise_source():
                                    wraps=noise_module.os.urandom) as ur:
                 opt.step()
             assert ur.called, engine
+
+
+def test_a_floor_above_delta_over_1000_is_warned():
+    """σ = 0.15 over 10⁴ values and 1000 releases: 2·Φ̄(12.12 − 6.67)·10⁷ ≈ 5e-1 > δ/1000;
+    σ = 1 is silent (9.8e-22)."""
+    with pytest.warns(noise_module.NoiseFloorWarning, match="noise_multiplier=0.15"):
+        noise_module.warn_noise_floor(0.15, 10_000, 1000, 1e-5)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert noise_module.warn_noise_floor(1.0, 10_000, 1000, 1e-5) < 1e-20
+        assert noise_module.warn_noise_floor(0.0, 10_000, 1000, 1e-5) == 0.0
