@@ -178,10 +178,13 @@ def _interleaved(
     block: int,
     device: torch.device,
     warmup: int = 2,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, list[float]]:
     """Per-step seconds of each variant in each round, variants rotated round by round, after
     ``warmup`` untimed steps of each (allocator, thread pools, the clipper's one-off choice of
-    per-layer method, oneDNN kernels for the batch sizes Poisson sampling draws most)."""
+    per-layer method, oneDNN kernels for the batch sizes Poisson sampling draws most).
+    ``clock``: wall time by default; ``time.thread_time`` (this thread's CPU time, one torch
+    thread) is what ``--noise-ab`` uses, less disturbed by other jobs on a loaded machine."""
     for fn in variants.values():
         for _ in range(warmup):
             fn()
@@ -191,11 +194,11 @@ def _interleaved(
         for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
             fn = variants[label]
             _sync(device)
-            t = time.perf_counter()
+            t = clock()
             for _ in range(block):
                 fn()
             _sync(device)
-            times[label][r] = (time.perf_counter() - t) / block
+            times[label][r] = (clock() - t) / block
     return times
 
 
@@ -336,8 +339,9 @@ def _noise_ab_table(models: list[str], batches: list[int], n: int, rounds: int, 
     float32 step."""
     from raydp_hpo.trainables.dp_step import NoiseSource
 
-    print(f"\nnoise A/B (issue 40), n={n}: ms per DP book-keeping step, median (min–max) over "
-          f"{rounds} rounds; ratio to the float32-noise step in the same round")
+    print(f"\nnoise A/B (issue 40), n={n}: ms of this thread's CPU time per DP book-keeping "
+          f"step, median (min–max) over {rounds} rounds; ratio to the float32-noise step in "
+          "the same round")
     device = torch.device("cpu")
     for batch in batches:
         for name in models:
@@ -368,7 +372,8 @@ def _noise_ab_table(models: list[str], batches: list[int], n: int, rounds: int, 
                     opt.step()
 
                 variants[label] = dp_step
-            times = _interleaved(variants, rounds, block, device, warmup)
+            times = _interleaved(variants, rounds, block, device, warmup,
+                                 clock=time.thread_time)
             base = times["float32 (before)"]
             size = sum(p.numel() for p in template.parameters())
             for label, ts in times.items():

@@ -494,6 +494,8 @@ class _Runner:
             "sampler_rng": self.sampler.get_state(),
             "sampler_pending": None if self.batches is None else self.batches.state(),
             "noise_rng": self.noise.generator.get_state(),
+            # the float64 noise stream seeded from noise_rng at the first release (issue 40)
+            "noise_stream": self.noise._normal.stream_state(),
             # parameter name → its moving average (what a release publishes in place of the
             # iterate: released_model_state)
             "ema": None if self.ema is None else {
@@ -513,6 +515,7 @@ class _Runner:
         if self.batches is not None:  # no batches drawn ahead in the checkpoint: none kept
             self.batches.load(state.get("sampler_pending") or {})
         self.noise.generator.set_state(state["noise_rng"])
+        self.noise._normal.load_stream_state(state.get("noise_stream"))
         if self.ema is not None:
             saved = state.get("ema")
             if not isinstance(saved, Mapping) or set(saved) != set(self.param_names):

@@ -202,6 +202,30 @@ class StandardNormal64:
         return out
 
 
+    def stream_state(self) -> torch.Tensor | None:
+        """The CPU stream's state (SFC64's four words, its buffered half-word flag and value,
+        as int64), for a checkpoint; None before the first draw or on another source/device
+        (then the torch generator's state is the whole state)."""
+        if self._numpy is None:
+            return None
+        st = self._numpy.bit_generator.state
+        words = np.asarray(st["state"]["state"], dtype=np.uint64).view(np.int64)
+        extra = np.array([st["has_uint32"], st["uinteger"]], dtype=np.uint64).view(np.int64)
+        return torch.from_numpy(np.concatenate([words, extra]).copy())
+
+    def load_stream_state(self, state: torch.Tensor | None) -> None:
+        """Restore :meth:`stream_state` (None: the stream is seeded from the generator at the
+        next draw, as on a fresh start)."""
+        if state is None:
+            self._numpy = None
+            return
+        raw = state.numpy().astype(np.int64).view(np.uint64)
+        bit_generator = np.random.SFC64()
+        bit_generator.state = {"bit_generator": "SFC64", "state": {"state": raw[:4].copy()},
+                               "has_uint32": int(raw[4]), "uinteger": int(raw[5])}
+        self._numpy = np.random.Generator(bit_generator)
+
+
 def _secure_normal(n: int) -> np.ndarray:
     """n N(0, 1) values: (Z₁ + Z₂)/√2, each Zₖ Box–Muller on 53-bit uniforms in (0, 1] from
     ``os.urandom``."""

@@ -284,3 +284,20 @@ def test_a_floor_above_delta_over_1000_is_warned():
         warnings.simplefilter("error")
         assert noise_module.warn_noise_floor(1.0, 10_000, 1000, 1e-5) < 1e-20
         assert noise_module.warn_noise_floor(0.0, 10_000, 1000, 1e-5) == 0.0
+
+
+def test_the_float64_stream_resumes_from_its_state():
+    """A checkpoint keeps the CPU stream (seeded once from the torch generator): restoring
+    both states continues the same noise; without the stream state the noise is fresh."""
+    gen = secret_generator("cpu", 45)
+    normal = noise_module.StandardNormal64(gen)
+    normal.fill_(torch.empty(1001, dtype=torch.float64))
+    saved, gen_state = normal.stream_state(), gen.get_state()
+    expected = normal.fill_(torch.empty(77, dtype=torch.float64)).clone()
+    twin_gen = torch.Generator()
+    twin_gen.set_state(gen_state)
+    twin = noise_module.StandardNormal64(twin_gen)
+    twin.load_stream_state(saved)
+    assert torch.equal(twin.fill_(torch.empty(77, dtype=torch.float64)), expected)
+    fresh = noise_module.StandardNormal64(twin_gen)
+    assert not torch.equal(fresh.fill_(torch.empty(77, dtype=torch.float64)), expected)
