@@ -301,3 +301,39 @@ def test_the_float64_stream_resumes_from_its_state():
     assert torch.equal(twin.fill_(torch.empty(77, dtype=torch.float64)), expected)
     fresh = noise_module.StandardNormal64(twin_gen)
     assert not torch.equal(fresh.fill_(torch.empty(77, dtype=torch.float64)), expected)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("source", list(raydp_hpo.NoiseSource))
+def test_cuda_release_has_the_law_and_the_grid(source):
+    """On CUDA: the draw is on the device's generator (SEEDED: two float64 normal_ draws
+    summed) or os.urandom (SECURE); the release is on the grid and has the declared std."""
+    p = nn.Parameter(torch.zeros(2**20, device="cuda"))
+    p.grad = torch.zeros_like(p)
+    gen = secret_generator("cuda", 46)
+    GaussianNoise(2.0, 0.5, 4.0, gen, source).privatise([p])
+    z = p.grad.double().cpu()
+    lam = noise_module.snap_grid(0.25)
+    assert torch.equal(z / lam, (z / lam).round())
+    assert float(z.std()) == pytest.approx(0.25, rel=0.01)
+    summed = torch.randn(4096, device="cuda")
+    out = noise_module.exact_gaussian_release(
+        summed, 0.25, noise_module.StandardNormal64(gen, source))
+    assert out.device == summed.device and out.dtype == summed.dtype
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_dp_fed_avg_releases_no_fingerprint(dtype):
+    """Client-level DP FedAvg (raydp_hpo.trainables.federated.dp_fed_avg) drew
+    ``torch.normal`` in float64: Box–Muller on 53-bit uniforms, the same pair structure. One
+    declared client whose update (norm < C, unclipped) is known: the release is θ + S + noise."""
+    from raydp_hpo.trainables import federated
+
+    n = 2**21
+    update = torch.randn(n, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    update *= 0.5 / float(update.norm())  # ‖update‖ = 0.5 < C = 1
+    glob = {"w": torch.zeros(n, dtype=dtype)}
+    client = {"w": update.to(dtype)}
+    dp = federated.ClientDP(1.0, 1.3, num_clients=1)
+    out = federated.dp_fed_avg(glob, [client], dp, secret_generator("cpu", 47))
+    assert_no_fingerprint(out["w"].double().numpy(), client["w"].double().numpy(), 1.3)
