@@ -178,8 +178,9 @@ class StandardNormal64:
         self.source = noise_source(source)
         self._numpy: np.random.Generator | None = None
 
-    def fill_(self, out: torch.Tensor) -> torch.Tensor:
-        """Fill the contiguous float64 tensor ``out`` with N(0, 1) draws; return it."""
+    def fill_(self, out: torch.Tensor, std: float = 1.0) -> torch.Tensor:
+        """Fill the contiguous float64 tensor ``out`` with N(0, std²) draws (N(0, 1) draws
+        times ``std``); return it."""
         if out.dtype != torch.float64 or not out.is_contiguous():
             raise RayDPHPOError("StandardNormal64.fill_ needs a contiguous float64 tensor")
         n = out.numel()
@@ -194,12 +195,16 @@ class StandardNormal64:
                                       dtype=torch.int64)
                 seed = np.random.SeedSequence([int(w) for w in words])
                 self._numpy = np.random.Generator(np.random.SFC64(seed))
-            self._numpy.standard_normal(out=out.view(-1).numpy())
+            x = out.view(-1).numpy()
+            self._numpy.standard_normal(out=x)
+            if std != 1.0:
+                np.multiply(x, std, out=x)
+            return out
         else:
             out.normal_(0.0, 1.0, generator=self.generator)
             second = torch.empty_like(out).normal_(0.0, 1.0, generator=self.generator)
             out.add_(second).mul_(math.sqrt(0.5))
-        return out
+        return out if std == 1.0 else out.mul_(std)
 
 
     def stream_state(self) -> torch.Tensor | None:
@@ -273,8 +278,8 @@ def exact_gaussian_release(summed: torch.Tensor, std: float,
     (:class:`~raydp_hpo.trainables.dp_step.opacus_noise.ExactNoiseDPOptimizer`)."""
     if std == 0:
         return summed.clone()
-    x = normal.fill_(torch.empty(summed.shape, dtype=torch.float64, device=summed.device))
-    x.mul_(std).add_(summed)
+    x = normal.fill_(torch.empty(summed.shape, dtype=torch.float64, device=summed.device), std)
+    x.add_(summed)
     return _snap_(x, std).to(summed.dtype)
 
 
@@ -319,6 +324,8 @@ class GaussianNoise:
     _buffer: tuple[Any, torch.Tensor, list[torch.Tensor], torch.Tensor, list[torch.Tensor]] \
         | None = field(default=None, init=False, repr=False, compare=False)
     _normal: StandardNormal64 = field(init=False, repr=False, compare=False)
+    #: whether the last :meth:`_sum_views` handed out views of the flat buffer
+    _flat: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.noise_multiplier) and self.noise_multiplier >= 0):
@@ -403,8 +410,7 @@ class GaussianNoise:
         std = self.noise_multiplier * self.max_grad_norm / self.normaliser
         if std > 0:
             noise = self._noise(params)
-            if self._buffer is not None and views and views[0].data_ptr() == \
-                    self._buffer[1].data_ptr():
+            if self._flat and self._buffer is not None:
                 _add_and_snap_(self._buffer[1], self._buffer[3], std)  # all values at once
             else:
                 for v, n in zip(views, noise):
@@ -428,6 +434,7 @@ class GaussianNoise:
     def _sum_views(self, params: list[nn.Parameter]) -> list[torch.Tensor]:
         """Zeroed tensors in each parameter's shape, dtype and device, for the scaled clipped
         sum: views of the reused flat buffer when all parameters share a dtype."""
+        self._flat = False
         if not params:
             return []
         dtype = params[0].dtype
@@ -443,6 +450,7 @@ class GaussianNoise:
                             flat64, [v.view(p.shape) for v, p in zip(flat64.split(sizes), params)])
         _, flat, views, _, _ = self._buffer
         flat.zero_()
+        self._flat = True
         return views
 
     def _noise(self, params: list[nn.Parameter]) -> list[torch.Tensor]:
@@ -452,13 +460,12 @@ class GaussianNoise:
         std = self.noise_multiplier * self.max_grad_norm / self.normaliser
         if not params:
             return []
-        if self._buffer is not None and self._buffer[0][0] == tuple((id(p), p.shape)
-                                                                    for p in params):
+        if self._flat and self._buffer is not None:  # _sum_views just set it up for params
             _, _, _, flat64, views64 = self._buffer
-            self._normal.fill_(flat64).mul_(std)
+            self._normal.fill_(flat64, std)
             return views64
-        return [self._normal.fill_(torch.empty(p.shape, device=p.device, dtype=torch.float64))
-                .mul_(std) for p in params]
+        return [self._normal.fill_(torch.empty(p.shape, device=p.device, dtype=torch.float64),
+                                   std) for p in params]
 
     def _aliases_buffer(self, t: torch.Tensor) -> bool:
         """Whether ``t`` lives in the reused release buffer (a ``p.grad`` from the last
