@@ -22,8 +22,8 @@ through :func:`exact_gaussian_release`):
    rejection; no pairs) on an SFC64 stream seeded with 256 bits drawn from the trial's
    secret torch generator (:mod:`raydp_hpo.trainables.secret_rng`); on CUDA the sum
    (Z₁ + Z₂)/√2 of two float64 ``normal_`` draws with the device's secret generator
-   (Box–Muller on 53-bit uniforms, Holohan & Braghin 2021, "Secure Random Sampling in
-   Differential Privacy", Sec. 5.1); with :attr:`NoiseSource.SECURE` the same sum of two
+   (curand's Box–Muller on uniforms of ≥ 53 bits, each draw reaching ≥ 8.57; Holohan &
+   Braghin 2021, "Secure Random Sampling in Differential Privacy", Sec. 5.1); with :attr:`NoiseSource.SECURE` the same sum of two
    Box–Muller draws on 53-bit uniforms from ``os.urandom`` (the OS's cryptographic
    generator), on any device.
 2. The release x = αS + s·Z is formed in float64 (αS the scaled clipped sum as the clipper
@@ -62,8 +62,9 @@ privacy-model page of the docs.
 every bit: the float64 result differs from the exact αS + s·Z by a few units in the last
 place, so a cell boundary can fall between them; that changes the released cell with
 probability ≲ 2⁻⁴⁰ per coordinate (1e-12), the relative error of each cell's probability,
-which the accountants do not count. The noise's timing does not depend on the data (the
-ziggurat's rare rejections depend only on the noise), but the rest of a step's timing can;
+which the accountants do not count. The noise draw's timing does not depend on the data (the
+ziggurat's rare rejections depend only on the noise; the float64 sum can take longer on
+subnormal values), and the rest of a step's timing can;
 the clipped sum's own floating-point rounding (its sensitivity is C up to float32 rounding)
 is not addressed here. :attr:`NoiseSource.SEEDED` is as strong as its 256-bit seed and the
 non-cryptographic SFC64/Philox/MT19937 streams (as Opacus outside ``secure_mode``);
