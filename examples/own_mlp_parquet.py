@@ -96,6 +96,7 @@ def main() -> None:
     result = tuner.fit()
     print("hyperparameters:", result.hyperparameters)
     print(result.certificate.format())
+    print("released model:", result.model_path)  # raydp_hpo.load_released_model(path)
     n_train = splits.declared_sizes.train
     print("PLAN " + json.dumps({
         "trials": len(result.certificate.charges), "sigma": space["noise_multiplier"],

@@ -99,6 +99,7 @@ def main() -> None:
     result = tuner.fit()
     print("hyperparameters:", result.hyperparameters)
     print(result.certificate.format())
+    print("released model:", result.model_path)  # raydp_hpo.load_released_model(path)
 
 
 if __name__ == "__main__":

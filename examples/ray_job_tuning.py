@@ -95,6 +95,7 @@ def main() -> None:
     result = tuner.fit()
     print("hyperparameters:", result.hyperparameters, "| reason:", result.extras.get("reason"))
     print(result.certificate.format())
+    print("released model:", result.model_path)  # raydp_hpo.load_released_model(path)
     print("publishable release:", Path(result.experiment_path) / "public")
 
 

@@ -30,6 +30,7 @@ _EXPORTS: dict[str, str] = {
     "SearchSpaceError": "raydp_hpo.errors",
     "ConfigError": "raydp_hpo.errors",
     "TrialContractError": "raydp_hpo.errors",
+    "SearchFailedError": "raydp_hpo.errors",
     # budget and mechanisms
     "PrivacyBudget": "raydp_hpo.accounting.budget",
     "Mechanism": "raydp_hpo.accounting.mechanisms",
@@ -80,6 +81,7 @@ _EXPORTS: dict[str, str] = {
     "TrialSession": "raydp_hpo.trainables.session",
     "DPEngine": "raydp_hpo.trainables.native_private",
     "NoiseSource": "raydp_hpo.trainables.dp_step.noise",
+    "load_released_model": "raydp_hpo.trainables.release",
     "DPResult": "raydp_hpo.tune.tuner",
     "PrivacyCertificate": "raydp_hpo.tune.tuner",
     "create_dataset_ledger": "raydp_hpo.tune.dataset_ledger",
@@ -126,6 +128,7 @@ if TYPE_CHECKING:
         LedgerCorruptedError,
         LedgerMismatchError,
         RayDPHPOError,
+        SearchFailedError,
         SearchSpaceError,
         TrialContractError,
         UnsupportedMechanismError,
@@ -136,6 +139,7 @@ if TYPE_CHECKING:
     from raydp_hpo.ledger.ledger_like import LedgerLike
     from raydp_hpo.trainables.dp_step.noise import NoiseSource
     from raydp_hpo.trainables.native_private import DPEngine
+    from raydp_hpo.trainables.release import load_released_model
     from raydp_hpo.trainables.session import TrialSession, trial_session
     from raydp_hpo.trial.privacy import (
         DPSGDPrivacy,

@@ -25,6 +25,7 @@ __all__ = [
     "SearchSpaceError",
     "ConfigError",
     "TrialContractError",
+    "SearchFailedError",
     "EphemeralStorageWarning",
 ]
 
@@ -156,6 +157,21 @@ class TrialContractError(RayDPHPOError):
     steps), left out its noisy score or its release checkpoint, or reported under another
     metric name. The message names the key or file and the fix. The trial fails: nothing
     from it is selected or released; what it was charged stays charged."""
+
+
+class SearchFailedError(RayDPHPOError):
+    """A search ended with nothing selected — every trial failed (an exception in the
+    trainable), no trial reported the metric, the final run failed, ``K = 0`` was drawn, or
+    the ledger refused the trials before any could be selected (``result.budget_exhausted``)
+    — raised by :meth:`raydp_hpo.tune.tuner.DPTuner.fit` *after* the certificate of what was
+    spent is written (``public/`` says that nothing was selected, and why). ``result`` is the
+    :class:`~raydp_hpo.tune.result.DPResult` (its certificate: the spend stays spent);
+    ``reason`` the public reason written to ``release.json``."""
+
+    def __init__(self, message: str, *, reason: str = "", result: object = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.result: Any = result
 
 
 class EphemeralStorageWarning(UserWarning):

@@ -1,5 +1,7 @@
 """Every ``examples/*.py`` runs with ``--smoke`` and prints its certificate; example (1)'s
-certificate agrees with an independent computation of its plan by Google's dp_accounting.
+certificate agrees with an independent computation of its plan by Google's dp_accounting;
+each example's released model (a class of the example script) loads in a fresh Python process
+that never imported the script (``raydp_hpo.load_released_model``).
 
 Each example starts its own local Ray (~30-45 s each on 2 CPUs); all four run in the default
 suite (marked ``ray``), as issue #29 asks of `make test`.
@@ -28,7 +30,22 @@ def _run(script: Path, storage: Path) -> str:
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert "Privacy certificate" in done.stdout and "hyperparameters: {" in done.stdout
+    _load_in_a_fresh_process(done.stdout, storage)
     return done.stdout
+
+
+def _load_in_a_fresh_process(out: str, cwd: Path) -> None:
+    """The model the example released loads in a new interpreter (run from ``cwd``, so the
+    example script cannot be imported) and has parameters."""
+    path = next(line for line in out.splitlines() if line.startswith("released model: "))[16:]
+    assert path != "None", out[-2000:]
+    code = ("import sys, raydp_hpo; m = raydp_hpo.load_released_model(sys.argv[1]); "
+            "print('PARAMS', sum(p.numel() for p in m.parameters()))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run([sys.executable, "-c", code, path], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.split("PARAMS ")[1]) > 0
 
 
 def test_the_four_examples_exist() -> None:

@@ -26,7 +26,7 @@ from raydp_hpo.accounting.mechanisms import (
     SubsampledGaussian,
     SubsampledTuning,
 )
-from raydp_hpo.errors import EphemeralStorageWarning
+from raydp_hpo.errors import EphemeralStorageWarning, SearchFailedError
 from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger
 from raydp_hpo.trial.privacy import dpsgd_steps
 
@@ -94,14 +94,17 @@ def run_demo(*, quick: bool = False, storage_path: str | None = None) -> int:
                 # dataset's budget spent by the first
                 fresh_budget=True,
             )
-        result = tuner.fit()
+        try:
+            result = tuner.fit()
+        except SearchFailedError as exc:  # K = 0 drawn, ...: the certificate is written
+            result = exc.result
     finally:
         if started_ray:
             ray.shutdown()
     print(f"\nFinished in {time.time() - start:.0f} s. Run directory (private): "
           f"{result.experiment_path}; what may be published: {result.experiment_path}/public")
     if result.hyperparameters is None:
-        print(f"Nothing released: {result.extras.get('reason', 'no configuration selected')}.")
+        print(f"Nothing released: {result.extras.get('not_selected', 'no configuration selected')}.")
     else:
         print("Released configuration:")
         for key, value in sorted(result.hyperparameters.items()):

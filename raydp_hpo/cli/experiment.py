@@ -25,9 +25,14 @@ on the same data — a re-run under a new name after a crash, say — spends fro
 instead of getting a fresh one. The first experiment on a dataset creates its ledger with its
 ``budget`` (logged); later ones attach to it, their own ``budget`` being a cap on what they
 spend. A fresh budget on the same data is an explicit, logged act: name another ledger in
-``ledger:``. A crashed run continues with ``raydp-hpo run --resume`` (same experiment name), which first
-checks that the ledger journal it attaches to holds the experiment's earlier charges (a moved
-or replaced journal is refused, never silently a fresh budget).
+``ledger:``. Every run gets a fresh random run id that all its charges carry
+(``<experiment>@<run id>/...``), so running a file again — its run directory deleted, another
+storage path, another machine — is a new run that pays again (said on the progress lines),
+never a second release of one charge. A crashed run continues with ``raydp-hpo run --resume``
+(same experiment name), which first checks that the ledger it attaches to holds the earlier
+charges of that very run (the run id recorded in its run directory): a moved or replaced
+journal, or a ledger holding only another run of the name, is refused, never silently a fresh
+budget or another run's charge.
 Parquet ``val_uri`` / ``test_uri`` files are private data of the same dataset: they are
 accounted on the ledger of ``uri``. Use a validation or test file with one training file only,
 or name one shared ``ledger:`` for every experiment that reads it.
@@ -71,7 +76,7 @@ from raydp_hpo.cli.experiment_preflight import (
     preflight,
     validate_search,
 )
-from raydp_hpo.errors import ConfigError
+from raydp_hpo.errors import ConfigError, SearchFailedError
 
 __all__ = [
     "ExperimentFile",
@@ -156,11 +161,12 @@ def _require_earlier_charges(spec: ExperimentFile, run_dir: Path) -> None:
     import json
 
     from raydp_hpo.errors import LedgerMismatchError
-    from raydp_hpo.tune.tuner import require_earlier_charges
+    from raydp_hpo.tune.tuner import recorded_run_id, require_earlier_charges
 
     journal = spec.ledger_journal()
     try:
-        require_earlier_charges(journal, spec.experiment)
+        # the run id its own run directory recorded: only that run's charges are its own
+        require_earlier_charges(journal, spec.experiment, run_id=recorded_run_id(run_dir))
     except LedgerMismatchError as exc:
         try:
             recorded = json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get(
@@ -203,8 +209,9 @@ def _run_experiment(spec: ExperimentFile, progress_interval_s: float,
     from raydp_hpo.ledger.actor import get_ledger
     from raydp_hpo.ledger.filter import Adaptivity
     from raydp_hpo.tune.dataset_ledger import check_data_registry, dataset_ledger_rule
+    from raydp_hpo.tune.ledger_rules import charge_prefix
     from raydp_hpo.tune.publish import find_release
-    from raydp_hpo.tune.tuner import DPTuner
+    from raydp_hpo.tune.tuner import DPTuner, recorded_run_id
 
     run_dir = spec.run_dir
     if find_release(run_dir) is not None:
@@ -281,12 +288,15 @@ def _run_experiment(spec: ExperimentFile, progress_interval_s: float,
     )
     run_dir.mkdir(parents=True, exist_ok=True)
     journal = spec.ledger_journal()
+    # a new run's fresh id, or the one the continued run recorded (checked on the ledger above)
+    run_id = recorded_run_id(run_dir) if resume else tuner.run_id
     meta = {
         "experiment": spec.experiment,
         "spec": spec.to_dict(),
         "ledger_name": spec.ledger_name,
         "ledger_journal": str(journal),  # a resume proves its charges are there
-        "charge_prefix": f"{spec.experiment}/",
+        "run_id": run_id,  # fresh per run: a re-run under this name pays again
+        "charge_prefix": f"{charge_prefix(spec.experiment, run_id)}/",
         "started": time.time(),
         "status": "running",
     }
@@ -295,6 +305,11 @@ def _run_experiment(spec: ExperimentFile, progress_interval_s: float,
         f"ε={spec.budget.epsilon:g} δ={spec.budget.delta:g}, run dir {run_dir}")
     try:
         result = tuner.fit(resume=resume)
+    except SearchFailedError as exc:  # the certificate is written: nothing was selected
+        meta.update(status="nothing_selected", reason=exc.reason, error=str(exc)[:500],
+                    finished=time.time(), selected=False)
+        atomic_write_json(run_dir / "run.json", meta)
+        raise
     except BaseException as exc:
         meta.update(status="failed", error=repr(exc)[:500], finished=time.time())
         atomic_write_json(run_dir / "run.json", meta)

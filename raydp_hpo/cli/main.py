@@ -460,10 +460,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     """Exit codes: 0 released, 2 bad input (nothing ran), 3 budget exhausted (plan refused:
-    nothing ran; or the search was cut short by the ledger: the release is still written),
-    1 crash (Ray / trial failures with nothing released)."""
+    nothing ran; or the search was cut short by the ledger: the release is still written,
+    or, when nothing could be selected, the certificate of what was spent), 1 crash (Ray
+    failures) or a search that selected nothing (:class:`~raydp_hpo.errors.
+    SearchFailedError`: every trial failed, K = 0 drawn, ...; its certificate is written and
+    its message says why)."""
     from raydp_hpo.cli.experiment import format_summary, load_experiment, run_experiment
-    from raydp_hpo.errors import ConfigError, LedgerMismatchError
+    from raydp_hpo.errors import ConfigError, LedgerMismatchError, SearchFailedError
 
     spec = load_experiment(args.experiment)  # ConfigError -> EXIT_BAD_INPUT, before anything
     if args.storage_path:
@@ -491,6 +494,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
                                  ray_temp_dir=args.ray_temp_dir)
     except (BudgetExhaustedError, ConfigError, LedgerMismatchError, ValueError):
         raise  # mapped by main(): 3 / 2
+    except SearchFailedError as exc:  # ran, spent, selected nothing: its certificate is written
+        print(exc.result.certificate.format())
+        print(f"raydp-hpo: {exc}", file=sys.stderr)
+        return EXIT_BUDGET_EXHAUSTED if exc.result.budget_exhausted else EXIT_ERROR
     except Exception as exc:  # Ray or system failure: not the user's input
         print(f"raydp-hpo: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -500,11 +507,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print("raydp-hpo: the ledger refused further trials (budget exhausted); the release "
               "above covers what ran", file=sys.stderr)
         return EXIT_BUDGET_EXHAUSTED
-    if result.hyperparameters is None and (outcome.trial_errors or result.extras.get("final_failed")):
-        print(f"raydp-hpo: {outcome.trial_errors} trial(s) failed and nothing was released "
-              f"(privacy spent: ε={result.certificate.epsilon:.4f}); see the private Tune dir "
-              f"{outcome.run_dir / 'tune'}", file=sys.stderr)
-        return EXIT_ERROR
     return EXIT_OK
 
 

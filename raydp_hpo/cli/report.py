@@ -102,7 +102,7 @@ def read_trials(tune_dir: Path) -> list[dict[str, Any]]:
     return trials
 
 
-def _plot_budget(budget: Any, points: list[SpendPoint], experiment: str, path: Path) -> None:
+def _plot_budget(budget: Any, points: list[SpendPoint], prefix: str, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -124,7 +124,7 @@ def _plot_budget(budget: Any, points: list[SpendPoint], experiment: str, path: P
             ax.plot(xs, ys, "o", color=colour, markersize=4)
     ax.axhline(budget.epsilon, color="black", linestyle="--", label=f"budget ε={budget.epsilon:g}")
     for p, x in zip(points[1:], xs[1:]):
-        if p.charge_id.startswith(f"{experiment}/"):
+        if p.charge_id.startswith(prefix):  # this run's charges (run.json's charge_prefix)
             ax.axvline(x, color="grey", alpha=0.25, linewidth=1)
     ax.set_xlabel("seconds since the ledger was created")
     ax.set_ylabel(f"ε spent at δ={budget.delta:g}")
@@ -202,7 +202,7 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repo
 
     budget, points = replay_spend(journal)
     budget_png = out / "budget_over_time.png"
-    _plot_budget(budget, points, experiment, budget_png)
+    _plot_budget(budget, points, str(meta.get("charge_prefix") or f"{experiment}/"), budget_png)
     trials = read_trials(run / "tune") if (run / "tune").is_dir() else []
     trials_png: Path | None = None
     if trials:

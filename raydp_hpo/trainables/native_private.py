@@ -277,9 +277,10 @@ class NativeDPOptimizer(torch.optim.Optimizer):
         if drawn is not None and batch != drawn:
             raise TrialContractError(
                 f"the layers saw {batch} examples but the loader's last Poisson batch has "
-                f"{drawn}: the native engine clips per row of the first dimension, which must "
-                f"be the batch's records (no reshaping records into rows, no micro-batches); "
-                f"{_FIX}"
+                f"{drawn}: train each step on the batch the loader make_private returned "
+                f"yielded last, whole (not a batch of another loader, not the full dataset); "
+                f"the native engine clips per row of the first dimension, which must be the "
+                f"batch's records (no reshaping records into rows, no micro-batches); {_FIX}"
             )
         clipper, c = self.module._clipper, self.max_grad_norm
         noise = self.noise
@@ -349,6 +350,8 @@ class NativePoissonLoader:
                          and collate_fn is None else None)
         #: the size of the last batch drawn (what the optimiser's next step must have seen)
         self.last_batch_size: int | None = None
+        #: batches drawn so far (the session refuses a step with no batch drawn since the last)
+        self.batches_yielded = 0
 
     @property
     def sample_rate(self) -> float:
@@ -364,6 +367,7 @@ class NativePoissonLoader:
 
     def _batch(self, idx: torch.Tensor) -> Any:
         self.last_batch_size = len(idx)
+        self.batches_yielded += 1
         if self._tensors is not None:
             return [t[idx] for t in self._tensors]
         if len(idx) == 0:

@@ -13,6 +13,8 @@ facts needed to rebuild the module, and :func:`load_released_model` reads them b
 from __future__ import annotations
 
 import importlib
+import logging
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,8 @@ __all__ = [
     "USER_MODEL_FILE",
     "load_released_model",
     "load_user_model",
+    "program_path",
+    "save_program",
     "save_released_model",
     "save_user_model",
     "model_fn_reference",
@@ -68,8 +72,13 @@ def save_released_model(
 
 
 def load_released_model(path: str | Path) -> nn.Module:
-    """The module saved by :func:`save_released_model`, in eval mode. Only tensors and plain
-    values are unpickled (``weights_only=True``)."""
+    """The released model at ``path``, in eval mode, in any Python process: the built-in
+    models' :func:`save_released_model` files are rebuilt from raydp-hpo's own model zoo; a
+    user model (:func:`save_user_model`, ``trial.save_model``) from its exported program
+    beside it (:func:`program_path`, no import of the training script) when its ``model_fn``
+    cannot be imported here or lives in ``__main__``, else with its ``model_fn``
+    (:func:`load_user_model`). Only tensors and plain values are unpickled
+    (``weights_only=True``)."""
     path = Path(path)
     if not path.is_file():
         raise RayDPHPOError(f"no released model at {path!s}")
@@ -193,10 +202,73 @@ def read_user_model(path: str | Path) -> dict[str, Any]:
 
 
 def load_user_model(path: str | Path) -> nn.Module:
-    """The module saved by :func:`save_user_model`, rebuilt with its ``model_fn``, in eval
-    mode."""
+    """The module saved by :func:`save_user_model`, in eval mode: rebuilt with its
+    ``model_fn`` where that imports here (the user's own class), else — and always for a
+    ``model_fn`` of ``__main__``, the training script, whose name means another script in
+    another process — the exported program beside it (:func:`program_path`), a
+    ``torch.fx.GraphModule`` computing the same function with the same weights."""
     payload = read_user_model(path)
-    model = build_user_model(payload["model_fn"], payload["model_kwargs"])
+    program = program_path(path)
+    if payload["model_fn"].startswith("__main__:") and program.is_file():
+        return _load_program(program)
+    try:
+        model = build_user_model(payload["model_fn"], payload["model_kwargs"])
+    except RayDPHPOError as err:
+        if not program.is_file():
+            raise RayDPHPOError(
+                f"{err}; and no exported program {program.name} is beside {Path(path).name} "
+                "(trial.save_model warned that the model could not be exported)"
+            ) from err
+        return _load_program(program)
     model.load_state_dict(payload["state_dict"])
     model.eval()
     return model
+
+
+# ---- the portable release: an exported program beside the state dict ---------------------
+
+_log = logging.getLogger(__name__)
+#: Suffix of the exported program saved beside a user model (``torch.export.save``).
+PROGRAM_SUFFIX = ".pt2"
+
+
+def program_path(model_path: str | Path) -> Path:
+    """Where the exported program of the model file ``model_path`` lives: the same name with
+    the suffix ``.pt2`` (``user_model.pt2``, ``released_model.pt2``)."""
+    return Path(model_path).with_suffix(PROGRAM_SUFFIX)
+
+
+def _load_program(path: Path) -> nn.Module:
+    program = torch.export.load(str(path))
+    module = program.module()
+    return module  # an exported module has no train/eval switch: it is what eval mode ran
+
+
+def save_program(path: str | Path, model: nn.Module,
+                 inputs: tuple[tuple[tuple[int, ...], torch.dtype], ...]) -> str | None:
+    """Export ``model`` (on the CPU, switched to eval mode) with :func:`torch.export.export`
+    and save it to ``path`` (:func:`torch.export.save`): a program that loads in a Python
+    process which never imported the code defining the model. ``inputs``: the shape (without
+    the batch dimension) and dtype of each positional tensor argument of ``forward``; the
+    example batch holds zeros (public, no record) and the batch dimension is exported as
+    dynamic. Returns ``None`` when saved, else why the model cannot be exported (nothing is
+    written then: the release keeps the state dict and its ``model_fn`` only)."""
+    path = Path(path)
+    path.unlink(missing_ok=True)
+    if not inputs:
+        return "no forward pass with tensor arguments was seen to take the input shapes from"
+    try:
+        model = model.cpu().eval()
+        examples = tuple(torch.zeros((2, *shape), dtype=dtype) for shape, dtype in inputs)
+        batch = torch.export.Dim("batch")
+        dynamic = tuple({0: batch} for _ in examples)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.export.export(model, examples, dynamic_shapes=dynamic)
+        atomic_write(path, lambda fh: torch.export.save(program, fh))
+    except Exception as err:  # any failure of the exporter: the state-dict route remains
+        path.unlink(missing_ok=True)
+        reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        _log.debug("torch.export failed for %s: %s", type(model).__name__, err)
+        return reason
+    return None

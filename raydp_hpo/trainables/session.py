@@ -30,37 +30,56 @@ A Tune trainable of your own (your model, your Opacus loop) runs one trial insid
 **Enforcement.** At every report (and before every optimiser step) the session compares what
 the engine actually ran with the charge: the optimiser's noise multiplier and clipping norm,
 the loader's sample rate, Opacus's accountant history (attached to either engine's
-optimiser; each entry's σ and q, the steps it counts) and the steps taken. Any difference raises :class:`~raydp_hpo.errors.TrialContractError`:
+optimiser; each entry's σ and q, the steps it counts) and the steps taken. It also checks
+that the DP steps are what trained the model and that they clipped the returned loader's
+batches (issue #37: the slips of an honest loop, not only deliberate changes):
+
+* *only DP steps change the weights*: a fingerprint of the trainable weights (each
+  parameter's ℓ1 and ℓ2 norm, :func:`_fingerprint`) is taken at ``make_private`` and after
+  every DP step, and compared before the next step, at every report, at ``save_model`` and at
+  the end of the block; weights moved in between (the optimiser passed in stepped instead of
+  the returned one, a hand-written update, weights loaded after ``make_private``) fail the
+  trial. ``save_model`` accepts only weights some DP step (or ``make_private``) left, and a
+  trial with no DP step releases no score;
+* *each step clips the batch the returned loader drew last*: the loader must have drawn a
+  batch since the previous step (a loop over another loader, the full dataset or the
+  original loader never draws from it), and the rows clipped must be that batch's (Opacus:
+  the per-sample gradients' first dimension; native: the rows its layers saw).
+
+Any difference raises :class:`~raydp_hpo.errors.TrialContractError`:
 the trial fails, the searcher counts it as failed (nothing from it is selected), DPTuner
 releases nothing from it, and the ledger keeps what was charged on entry. Leaving the block
 normally without a score or a saved model is an error too.
 
 **What this does not stop (accident-proofing, not a sandbox).** The trainable runs your code
-in your process. Code that means to cheat can train outside the wrapped objects (a second,
-unwrapped optimiser or a plain ``loss.backward(); p.data -= ...`` update; reading records
-without the loader), rewrite the accountant's history or the session's private fields, call
-``tune.report`` itself with forged keys, or publish the data by other channels. The session
-catches the mistakes an honest loop makes — σ or C changed after ``make_private``, a loader
-at another q, extra steps, a missing admission, score or checkpoint — not an adversary
-inside the trial.
+in your process. Code that means to cheat can rewrite the accountant's history, the loader's
+counters or the session's private fields, restore the fingerprinted weights after training
+elsewhere (the fingerprint is not a hash an adversary cannot collide), feed a drawn batch's
+row count of other records, call ``tune.report`` itself with forged keys, or publish the data
+by other channels. The session catches the mistakes an honest loop makes — σ or C changed
+after ``make_private``, a loader at another q, extra steps, the original optimiser stepped,
+another loader iterated, a missing admission, score or checkpoint — not an adversary inside
+the trial.
 
 Outside Ray Tune (a unit test, a notebook) the same session works with ``ledger=`` a
 :class:`~raydp_hpo.ledger.filter.PrivacyLedger` and a hand-written ``config["raydp"]``;
 reports are then kept in :attr:`TrialSession.results` and the model in
 :attr:`TrialSession.checkpoint_dir`.
 
-Longer than ~600 lines because it is one class, :class:`TrialSession`, whose methods share a
-trial's admission, secret generators and release count; splitting would separate the contract
+About 900 lines because it is one class, :class:`TrialSession`, whose methods share a
+trial's admission, secret generators, weight fingerprints and release count; splitting would separate the contract
 with your own loop from its enforcement.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import secrets
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -83,7 +102,13 @@ from raydp_hpo.trainables.native_private import (
     log_choice,
 )
 from raydp_hpo.trainables.privacy_gate import admit, ledger_delta, resolve_ledger
-from raydp_hpo.trainables.release import USER_MODEL_FILE, build_user_model, save_user_model
+from raydp_hpo.trainables.release import (
+    USER_MODEL_FILE,
+    build_user_model,
+    program_path,
+    save_program,
+    save_user_model,
+)
 from raydp_hpo.trainables.secret_rng import derive_seed, secret_generator
 from raydp_hpo.trial.privacy import (
     NOISY_SCORE_KEY,
@@ -183,6 +208,18 @@ class TrialSession:
         self._loader: Any = None
         self._accountant: Any = None
         self._steps_taken = 0
+        #: the trainable weights (make_private's module) and their fingerprint after the last
+        #: DP step (or make_private); every fingerprint a DP step left, for save_model
+        self._params: list[torch.Tensor] = []
+        self._fingerprint: torch.Tensor | None = None
+        self._versions: tuple[int, ...] = ()
+        self._dp_fingerprints: list[torch.Tensor] = []
+        #: the returned loader's batch count at the last DP step (a step needs a fresh batch)
+        self._batches_at_step = 0
+        #: shape (less the batch dimension) and dtype of each forward argument: the example
+        #: input of the exported release (zeros, never a record)
+        self._input_spec: tuple[tuple[tuple[int, ...], torch.dtype], ...] = ()
+        self._input_hook: Any = None
         self._scored = False
         self._saved = False
         self._open = True
@@ -279,8 +316,11 @@ class TrialSession:
                                                                 collate_fn, noise_source)
         accountant = RDPAccountant()  # Opacus's own, on either engine: the history checked
         dp_optimizer.attach_step_hook(accountant.get_optimizer_hook_fn(sample_rate=self.sample_rate))
-        self._guard(dp_optimizer)
+        self._guard(dp_optimizer, private_module)
         self._optimizer, self._loader, self._accountant = dp_optimizer, loader, accountant
+        self._params = list(module.parameters())
+        self._record_fingerprint()
+        self._input_hook = module.register_forward_pre_hook(self._note_inputs)
         self.engine = chosen
         log_choice(chosen, why, module)
         warn_noise_floor(self.noise_multiplier, sum(p.numel() for p in module.parameters()
@@ -294,7 +334,6 @@ class TrialSession:
         :class:`~raydp_hpo.trainables.dp_step.opacus_noise.ExactNoiseDPOptimizer`) and
         DPDataLoader at the charge."""
         from opacus import GradSampleModule
-        from opacus.data_loader import DPDataLoader
 
         from raydp_hpo.trainables.dp_step.opacus_noise import ExactNoiseDPOptimizer
 
@@ -312,8 +351,8 @@ class TrialSession:
         loader_kwargs: dict[str, Any] = {}
         if collate_fn is not None:
             loader_kwargs["collate_fn"] = collate_fn
-        loader = DPDataLoader(dataset, sample_rate=self.sample_rate,
-                              generator=self.sampling_generator, **loader_kwargs)
+        loader = _tracked_dp_loader_type()(dataset, sample_rate=self.sample_rate,
+                                           generator=self.sampling_generator, **loader_kwargs)
         return private_module, dp_optimizer, loader
 
     def _loader_rate(self) -> Any:
@@ -347,8 +386,9 @@ class TrialSession:
             )
         return data
 
-    def _guard(self, optimizer: Any) -> None:
-        """Wrap ``optimizer.step``: check the engine before the step, refuse step T + 1.
+    def _guard(self, optimizer: Any, private_module: nn.Module) -> None:
+        """Wrap ``optimizer.step``: check the engine, the weights and the batch before the
+        step, refuse step T + 1, and fingerprint the weights the step leaves.
 
         The wrapper is a bound method of the optimiser (``types.MethodType``), as torch's
         learning-rate schedulers expect when they wrap ``step`` in turn."""
@@ -362,22 +402,106 @@ class TrialSession:
                 raise TrialContractError(
                     f"step {self._steps_taken + 1} refused: the trial was charged "
                     f"{self.steps} steps (epochs={self.privacy.epochs:g} at q="
-                    f"{self.sample_rate:g}); stop after trial.steps steps"
+                    f"{self.sample_rate:g}); iterate the loader make_private returned and "
+                    "stop when trial.steps_taken == trial.steps (its Poisson batches are the "
+                    "only ones the charge covers; do not switch to another loader)"
                 )
+            self._check_batch(private_module)
             before = self._history_steps()
             out = inner_step(*args, **kwargs)
             self._steps_taken += self._history_steps() - before
+            self._batches_at_step = self._loader.batches_yielded
+            self._record_fingerprint()
             return out
 
         optimizer.step = types.MethodType(step, optimizer)
 
+    def _check_batch(self, private_module: nn.Module) -> None:
+        """Raise unless the step clips the batch the returned loader drew last: the loader has
+        drawn a batch since the previous step, and (Opacus) the per-sample gradients have its
+        row count (the native engine compares the rows its layers saw in its own step)."""
+        step = self._steps_taken + 1
+        if self._loader.batches_yielded <= self._batches_at_step:
+            raise TrialContractError(
+                f"step {step} refused: the loader make_private returned has drawn no batch "
+                "since the previous step, so this step trains on a batch from somewhere else "
+                "(your own DataLoader, the full dataset, a batch kept from before). The charge "
+                "covers Poisson batches at q only: iterate the returned loader, "
+                "`for x, y in loader:` with one optimizer.step() per batch. "
+                + _FAILS
+            )
+        if self.engine is DPEngine.NATIVE:
+            return
+        drawn = self._loader.last_batch_size
+        rows = _grad_sample_rows(private_module)
+        if rows is None:
+            raise TrialContractError(
+                f"step {step} refused: optimizer.step() without a forward and backward pass of "
+                "the module make_private returned (no per-sample gradients). " + _FAILS
+            )
+        if rows != drawn:
+            raise TrialContractError(
+                f"step {step} refused: the per-sample gradients are of {rows} examples but the "
+                f"loader's last Poisson batch has {drawn}: train each step on the batch the "
+                "loader make_private returned yielded last, whole (not a batch of another "
+                "loader, not the full dataset, no records reshaped into rows). " + _FAILS
+            )
+
+    # ---- what trained the model ----------------------------------------------------------
+
+    def _explain(self, err: Exception) -> None:
+        """A trial that failed with ``err``: if the weights moved outside the DP optimiser,
+        raise the TrialContractError that names that (the likelier cause) from ``err``."""
+        if self._optimizer is not None and self._open:
+            first = str(err).splitlines()[0] if str(err) else ""
+            try:
+                self._check_weights(f"the trial failed with {type(err).__name__} ({first}); "
+                                    "the cause")
+            except TrialContractError as contract:
+                raise contract from err
+
+    def _note_inputs(self, _module: nn.Module, args: tuple[Any, ...]) -> None:
+        if args and all(isinstance(a, torch.Tensor) and a.dim() > 0 for a in args):
+            self._input_spec = tuple((tuple(a.shape[1:]), a.dtype) for a in args)
+
+    def _record_fingerprint(self) -> None:
+        """After make_private and each DP step: the weights' fingerprint (kept on the device,
+        no synchronisation) and version counters."""
+        self._fingerprint = _fingerprint(self._params)
+        self._versions = tuple(p._version for p in self._params)
+        self._dp_fingerprints.append(self._fingerprint)
+
+    def _check_weights(self, where: str, *, full: bool = True) -> None:
+        """Raise unless the trainable weights are those the last DP step (or make_private)
+        left: only the optimiser make_private returned may change them. Before a step
+        (``full=False``) the tensors' version counters (free: any optimiser's in-place update
+        bumps them); at the reports, save_model and the end also the fingerprint (which also
+        sees updates through ``.data``)."""
+        if self._fingerprint is None:
+            return
+        moved = tuple(p._version for p in self._params) != self._versions or (
+            full and not torch.equal(_fingerprint(self._params), self._fingerprint))
+        if moved:
+            raise TrialContractError(
+                f"{where}: the model's weights changed outside the DP optimizer since "
+                f"{'make_private' if self._steps_taken == 0 else f'DP step {self._steps_taken}'}"
+                " — stepped the original optimizer? Call step() on the optimizer make_private "
+                "returned (`model, optimizer, loader = trial.make_private(...)`), never on the "
+                "one you passed in, and change no weights yourself (initialise or load them "
+                "before make_private). " + _FAILS
+            )
+
     def _history_steps(self) -> int:
         return sum(int(n) for _, _, n in self._accountant.history) if self._accountant else 0
 
-    def _check_engine(self) -> None:
+    def _check_engine(self, where: str | None = None) -> None:
         """Raise :class:`TrialContractError` unless what runs is what was charged."""
         if self._optimizer is None:
             return
+        if where is None:
+            self._check_weights(f"before DP step {self._steps_taken + 1}", full=False)
+        else:
+            self._check_weights(where)
         opt, problems = self._optimizer, []
         if not math.isclose(float(opt.noise_multiplier), self.noise_multiplier, rel_tol=_RTOL):
             problems.append(f"optimizer.noise_multiplier={opt.noise_multiplier!r}, charged "
@@ -424,7 +548,7 @@ class TrialSession:
                 f"trial.report may not set {sorted(reserved)}: the noisy score is released by "
                 "trial.report_score(correct)"
             )
-        self._check_engine()
+        self._check_engine("at trial.report")
         self._emit(dict(metrics), None)
 
     def report_score(self, correct: int, *, metric: str = "val_accuracy", **metrics: Any
@@ -460,7 +584,13 @@ class TrialSession:
             )
         if metric in (NOISY_SCORE_KEY, SESSION_KEY, TRIAL_EPSILON_KEY):
             raise InvalidParameterError(f"metric={metric!r} is a reserved result key")
-        self._check_engine()
+        self._check_engine("at trial.report_score")
+        if self._steps_taken == 0:
+            raise TrialContractError(
+                "trial.report_score after no DP step (trial.steps_taken = 0): a model the "
+                "DP optimizer never stepped is not released. Call optimizer.step() on the "
+                "optimizer make_private returned, once per batch of its loader. " + _FAILS
+            )
         n_val = self.validation_size
         if n_val is None:
             raise TrialContractError(
@@ -506,12 +636,28 @@ class TrialSession:
         ``model_fn``: a module-level class or function (or ``"module:callable"``) with
         ``model_fn(**model_kwargs)`` building the architecture; default: the model's class.
         The state dict is that of the module inside the engine's wrapper. Checked now: the
-        rebuilt model must accept the state dict (a mismatch fails here, not at release).
+        model must be the one the DP optimiser trained (its weights those of a DP step) and
+        the rebuilt model must accept the state dict (a mismatch fails here, not at release).
+        Beside it, the rebuilt model is exported with ``torch.export`` (example input: zeros
+        of the training batches' shapes, batch dimension dynamic) to ``user_model.pt2``, so
+        the release loads in a process that cannot import ``model_fn`` (a class of the
+        training script): :func:`~raydp_hpo.trainables.release.load_released_model`. A model
+        the exporter cannot trace warns here, naming why; its release keeps the state-dict
+        route only.
         """
         self._require_open("save_model")
         if self._scored:
             raise TrialContractError("trial.save_model after trial.report_score: save first")
         inner = _unwrap(model)
+        self._check_weights("at trial.save_model")
+        if self._params and not _same_tensors(list(inner.parameters()), self._params) and not any(
+                torch.equal(_fingerprint(list(inner.parameters())).to(fp.device), fp)
+                for fp in self._dp_fingerprints):
+            raise TrialContractError(
+                "at trial.save_model: the model saved is not the one the DP optimizer "
+                "trained (its weights are those of neither make_private nor any DP step): "
+                "save the module make_private returned. " + _FAILS
+            )
         fn = type(inner) if model_fn is None else model_fn
         kwargs = dict(model_kwargs or {})
         from raydp_hpo.trainables.release import model_fn_reference
@@ -531,6 +677,17 @@ class TrialSession:
             ) from err
         path = save_user_model(self.checkpoint_dir / USER_MODEL_FILE, inner.state_dict(),
                                model_fn=reference, model_kwargs=kwargs)
+        why = save_program(program_path(path), rebuilt, self._input_spec)
+        if why is not None:
+            where = (" — a class of the training script (__main__), so it loads nowhere else: "
+                     "define the model in a module the loading process can import"
+                     if reference.startswith("__main__:") else "")
+            warnings.warn(
+                f"trial.save_model: {type(inner).__name__} cannot be exported with "
+                f"torch.export ({why}); the release holds its state_dict only and loads only "
+                f"where model_fn {reference!r} can be imported{where}", UserWarning,
+                stacklevel=2,
+            )
         self._saved = True
         return path
 
@@ -558,15 +715,84 @@ class TrialSession:
 
     def _close(self) -> None:
         self._open = False
+        if self._input_hook is not None:
+            self._input_hook.remove()
 
     def _finish(self) -> None:
         """A block left normally: the score must have been reported."""
+        if self._optimizer is not None:
+            self._check_weights("at the end of the trial")
         if not self._scored:
             raise TrialContractError(
                 "the trial ended without trial.report_score(correct): a trial that releases "
                 "no noisy score counts as failed. Call trial.save_model(...) then "
                 "trial.report_score(correct_validation_predictions) before leaving the block"
             )
+
+
+_FAILS = "The trial fails and nothing from it is released; its charge stays spent."
+
+
+def _fingerprint(params: list[torch.Tensor]) -> torch.Tensor:
+    """A cheap fingerprint of the weights: each parameter's ℓ1 and ℓ2 norms (two fused
+    ``_foreach_norm`` passes, left on the device: no synchronisation), compared bit for bit. It tells
+    a model moved by any optimiser step (every entry with a gradient moves) from one left
+    alone; it is not a hash an adversary could not collide (module docstring: accident-proofing,
+    not a sandbox). The same tensors on the same device reduce to the same bits."""
+    if not params:
+        return torch.zeros(0)
+    with torch.no_grad():
+        detached = [p.detach() for p in params]
+        norms = [*torch._foreach_norm(detached, 1), *torch._foreach_norm(detached, 2)]
+        return torch.stack([n.float() for n in norms])
+
+
+def _same_tensors(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+def _grad_sample_rows(private_module: nn.Module) -> int | None:
+    """Rows of the per-sample gradients Opacus's GradSampleModule computed (None: none)."""
+    for p in private_module.parameters():
+        grad_sample = getattr(p, "grad_sample", None)
+        if isinstance(grad_sample, list):  # accumulation (forbidden): the last one
+            grad_sample = grad_sample[-1] if grad_sample else None
+        if isinstance(grad_sample, torch.Tensor):
+            return int(grad_sample.shape[0])
+    return None
+
+
+def _batch_rows(batch: Any) -> int | None:
+    """Records in a collated batch: the first dimension of its first tensor."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else None
+    if isinstance(batch, Mapping):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            rows = _batch_rows(item)
+            if rows is not None:
+                return rows
+    return None
+
+
+@functools.cache
+def _tracked_dp_loader_type() -> type:
+    """Opacus's ``DPDataLoader``, counting the batches it yields and the last one's rows (what
+    the session's step check compares with the per-sample gradients)."""
+    from opacus.data_loader import DPDataLoader
+
+    class TrackedDPDataLoader(DPDataLoader):  # type: ignore[misc]
+        batches_yielded = 0
+        last_batch_size: int | None = None
+
+        def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+            for batch in super().__iter__():
+                self.batches_yielded += 1
+                self.last_batch_size = _batch_rows(batch)
+                yield batch
+
+    return TrackedDPDataLoader
 
 
 def _declared_size(name: str, from_config: int | None, given: int | None) -> int | None:
@@ -681,6 +907,9 @@ def trial_session(
     try:
         yield session
         session._finish()
+    except ValueError as err:  # e.g. Opacus's "grad accumulation" after the wrong optimiser
+        session._explain(err)
+        raise
     finally:
         session._close()
         if report is not None:  # Tune copied the checkpoint at report time

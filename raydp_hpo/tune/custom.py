@@ -67,13 +67,27 @@ def load_selected_model(checkpoint_path: str | None) -> tuple[Any | None, str | 
 
 def write_user_release(public_dir: Path, checkpoint_path: str) -> str:
     """Write the released user model (weights and rebuild information only, the format of
-    :func:`~raydp_hpo.trainables.release.save_user_model`) to ``public_dir``; its path."""
-    from raydp_hpo.trainables.release import RELEASED_MODEL_FILE, read_user_model, save_user_model
+    :func:`~raydp_hpo.trainables.release.save_user_model`) to ``public_dir``, with its
+    exported program beside it when the trial saved one (``released_model.pt2``); its path."""
+    from raydp_hpo._atomic_io import atomic_write_bytes
+    from raydp_hpo.trainables.release import (
+        RELEASED_MODEL_FILE,
+        program_path,
+        read_user_model,
+        save_user_model,
+    )
 
-    payload = read_user_model(Path(checkpoint_path) / USER_MODEL_FILE)
+    source = Path(checkpoint_path) / USER_MODEL_FILE
+    payload = read_user_model(source)
     public_dir.mkdir(parents=True, exist_ok=True)
-    return str(save_user_model(public_dir / RELEASED_MODEL_FILE, payload["state_dict"],
-                               model_fn=payload["model_fn"], model_kwargs=payload["model_kwargs"]))
+    target = public_dir / RELEASED_MODEL_FILE
+    program = program_path(target)
+    if program_path(source).is_file():  # the exported program: loads without model_fn
+        atomic_write_bytes(program, program_path(source).read_bytes())
+    else:
+        program.unlink(missing_ok=True)
+    return str(save_user_model(target, payload["state_dict"], model_fn=payload["model_fn"],
+                               model_kwargs=payload["model_kwargs"]))
 
 
 def explain_no_selection(trials: Sequence[Mapping[str, Any]], metric: str) -> str | None:

@@ -14,7 +14,12 @@ from typing import TYPE_CHECKING, Any
 from raydp_hpo.accounting.accountants import epsilon
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import ApproxDP, Mechanism
-from raydp_hpo.errors import BudgetExhaustedError, InvalidParameterError, RayDPHPOError
+from raydp_hpo.errors import (
+    BudgetExhaustedError,
+    InvalidParameterError,
+    LedgerMismatchError,
+    RayDPHPOError,
+)
 from raydp_hpo.ledger.actor import LedgerHandle
 from raydp_hpo.ledger.filter import Adaptivity
 from raydp_hpo.tune.ledger_rules import _halting_accountant, _Slot
@@ -31,6 +36,7 @@ class _DatasetPoints:
     _budget: PrivacyBudget
     _search_budget: PrivacyBudget
     _experiment: str
+    _charge_prefix: str  # <experiment>@<run id>: every charge id of this run starts with it
     _slot: _Slot | None
     _point: Mechanism | None
     _dataset_ledger: LedgerHandle | None
@@ -57,7 +63,7 @@ class _DatasetPoints:
                                             budget.delta)
 
     def _slot_id(self) -> str:
-        return f"{self._experiment}/point"
+        return f"{self._charge_prefix}/point"
 
     def _point_charged(self) -> bool:
         """Whether this experiment's whole cost is one plan charge (its point on a dataset
@@ -84,9 +90,14 @@ class _DatasetPoints:
             k = ids.index(slot_id) + 1
             charged: Mechanism | None = charges[k - 1].mechanism
         elif resume:
-            raise RayDPHPOError(
-                f"experiment {self._experiment!r} has no point {slot_id!r} on the dataset "
-                f"ledger {dataset_ledger.name!r}: it never started there; run it afresh"
+            raise LedgerMismatchError(
+                f"cannot resume experiment {self._experiment!r}: the dataset ledger "
+                f"{dataset_ledger.name!r} holds no point {slot_id!r} of the run its experiment "
+                "directory records, so that run never charged there (another storage path or "
+                "ledger?). Either resume it with the ledger it started on, or run the "
+                "experiment again as a new run, which pays again (without --resume / "
+                "DPTuner.restore, after removing or renaming its run directory). Nothing was "
+                "charged"
             )
         else:
             k, charged = len(charges) + 1, None

@@ -75,19 +75,46 @@ def _halting_accountant(adaptivity: Adaptivity) -> Accountant:
     return tightest_halting_accountant(adaptivity)
 
 
+def charge_prefix(experiment: str, run_id: str | None) -> str:
+    """The prefix of every charge id of one run: ``<experiment>@<run id>`` (``<experiment>``
+    for a run started before run ids, ``run_id=None``).
+
+    The run id is fresh for every run (``secrets.token_hex``, OS entropy), so two runs under
+    one experiment name — the run directory deleted, another storage path, another machine —
+    never share a charge id, and a ledger's replay-by-id can never hand one run's admission
+    to another: each run pays for what it releases. An experiment name never contains ``@``
+    (``DPTuner`` keeps ``[A-Za-z0-9_.-]``), so the prefix names one run unambiguously."""
+    return experiment if run_id is None else f"{experiment}@{run_id}"
+
+
+def other_runs(charges: Sequence[Any], experiment: str, run_id: str | None) -> list[str]:
+    """The charge prefixes of the *other* runs of ``experiment`` among ``charges`` (a used
+    experiment name: this run pays again, and says so)."""
+    own = charge_prefix(experiment, run_id)
+    found: dict[str, None] = {}
+    for c in charges:
+        head = c.charge_id.split("/", 1)[0]
+        if head != own and (head == experiment or head.startswith(f"{experiment}@")):
+            found[head] = None
+    return list(found)
+
+
 def require_earlier_charges(journal: Path | str | None, experiment: str,
                             charges: Sequence[Any] | None = None, *,
-                            where: str | None = None) -> None:
-    """Refuse to resume ``experiment`` unless the ledger it attaches to holds its earlier
-    charges (ids ``<experiment>/...``): the journal at ``journal`` (read-only, nothing
-    created), or ``charges`` of a live ledger (``where`` names it).
+                            where: str | None = None, run_id: str | None = None) -> None:
+    """Refuse to resume the run ``run_id`` of ``experiment`` unless the ledger it attaches to
+    holds that run's earlier charges (ids ``<experiment>@<run id>/...``, :func:`charge_prefix`;
+    ``<experiment>/...`` for a run from before run ids): the journal at ``journal``
+    (read-only, nothing created), or ``charges`` of a live ledger (``where`` names it).
 
     A resume replays the plan charge by its id and continues trials inside their admitted
     charges. On a ledger without them — the journal and its seal moved away, another storage
-    path, another ledger — the replay would be a fresh charge of the whole plan on a fresh
-    budget: the experiment's first charges would be forgotten, and its spend counted
-    nowhere. Raises :class:`LedgerMismatchError` naming the journal it expected."""
-    prefix = f"{experiment}/"
+    path, another ledger, or a ledger holding only *another* run of the same name — the
+    replay would attach to nothing of its own: a fresh charge of the whole plan on a budget
+    that does not know its earlier spend. The run id comes from the resumed run's own
+    experiment directory, so only the run that made the charges can attach to them. Raises
+    :class:`LedgerMismatchError` naming the run and both choices."""
+    prefix = f"{charge_prefix(experiment, run_id)}/"
     from raydp_hpo.ledger.pg import is_postgres_uri
 
     if charges is None and is_postgres_uri(journal):
@@ -111,12 +138,17 @@ def require_earlier_charges(journal: Path | str | None, experiment: str,
         charges = PrivacyLedger.read_only(journal, curve_check=CurveCheck.ON_DEMAND).charges()
         where = f"the ledger journal {journal}"
     if not any(c.charge_id.startswith(prefix) for c in charges):
+        others = other_runs(charges, experiment, run_id)
+        also = (f" (it holds charges of other runs of this name: {', '.join(others)}; a "
+                "resume attaches only to the charges of the run it continues)" if others else "")
         raise LedgerMismatchError(
-            f"cannot resume experiment {experiment!r}: {where} holds no charge of it (no "
-            f"charge id starting with {prefix!r}), so it is not the ledger the experiment "
-            "charged. Resume with the ledger (journal, storage path) it started on; resuming "
-            "here would charge it again on a budget that does not know its earlier spend. "
-            "Nothing was charged"
+            f"cannot resume experiment {experiment!r} (run "
+            f"{run_id or 'without a run id: from before run ids, or its dptuner.pkl is gone'}):"
+            f" {where} holds no charge of this run (no charge id starting with {prefix!r}), "
+            f"so it is not the ledger this run charged{also}. Either resume it with the "
+            "ledger (journal, storage path) it started on, or run the experiment again as a "
+            "new run, which pays again (without --resume / DPTuner.restore, after removing "
+            "or renaming its run directory). Nothing was charged"
         )
 
 

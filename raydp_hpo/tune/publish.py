@@ -8,6 +8,7 @@ chosen hyperparameters, the released model, the certificate. An experiment folde
       release.json           hyperparameters, certificate, DP test accuracy, file names
       certificate.json       the privacy certificate alone
       released_model.pt      the released model's weights and architecture (when released)
+      released_model.pt2     a user model's exported program (torch.export), when it exports
     PRIVATE_README.txt       says that everything else here is private
     tune/  ledger.journal  audit.jsonl  dptuner.pkl  evaluation_private.json  run.json  report/
                              PRIVATE: Tune's trials and checkpoints (secret generator states,
@@ -57,12 +58,21 @@ PUBLIC_RELEASE_FILE = "release.json"
 CERTIFICATE_FILE = "certificate.json"
 #: The released model (the name :mod:`raydp_hpo.trainables.release` uses).
 MODEL_FILE = "released_model.pt"
+#: Suffix of a user model's exported program beside it (``released_model.pt2``; see
+#: :func:`raydp_hpo.trainables.release.program_path`).
+PROGRAM_SUFFIX = ".pt2"
 #: The note at the top of an experiment folder that everything but ``public/`` is private.
 PRIVATE_NOTE_FILE = "PRIVATE_README.txt"
 
 PUBLIC_NOTE = (
     "PUBLIC: the output of the DP selection (hyperparameters, model, DP test accuracy) and its "
     "privacy certificate, which covers all of it. Publish this folder as it is."
+)
+#: The note of a search that selected nothing: nothing in the folder reads as a selection.
+NOTHING_SELECTED_NOTE = (
+    "PUBLIC: this search selected nothing ({reason}): no hyperparameters and no model are "
+    "released. The privacy certificate states what the search spent all the same (spent is "
+    "spent). Publish this folder as it is."
 )
 PRIVATE_NOTE = """\
 PRIVATE: everything in this experiment folder except public/ must not be published.
@@ -84,18 +94,25 @@ _WINDOWS_ABSOLUTE = re.compile(r"^[A-Za-z]:[\\/]")
 
 def public_manifest(*, hyperparameters: Mapping[str, Any] | None, certificate: Mapping[str, Any],
                     budget_exhausted: bool, dp_test_accuracy: Mapping[str, Any] | None,
-                    model_released: bool) -> dict[str, Any]:
+                    model_released: bool, reason: str | None = None) -> dict[str, Any]:
     """What ``public/release.json`` holds: only what the certificate covers, files named
-    relative to the folder (no machine path)."""
+    relative to the folder (no machine path). ``selected`` says whether the search selected
+    a configuration; when it did not, ``reason`` says why (a coarse reason, never a trial's
+    error text, which may quote private data) and the note says that nothing but the
+    certificate is released."""
     files = [PUBLIC_RELEASE_FILE, CERTIFICATE_FILE, *([MODEL_FILE] if model_released else [])]
+    selected = hyperparameters is not None
+    why = None if selected else (reason or "no configuration was selected")
     return {
+        "selected": selected,
+        "reason": why,
         "hyperparameters": None if hyperparameters is None else dict(hyperparameters),
         "model_file": MODEL_FILE if model_released else None,
         "budget_exhausted": bool(budget_exhausted),
         "certificate": dict(certificate),
         "dp_test_accuracy": None if dp_test_accuracy is None else dict(dp_test_accuracy),
         "files": files,
-        "note": PUBLIC_NOTE,
+        "note": PUBLIC_NOTE if selected else NOTHING_SELECTED_NOTE.format(reason=why),
     }
 
 
@@ -174,6 +191,15 @@ def write_public_files(directory: str | os.PathLike[str], manifest: Mapping[str,
             f"the released model file is missing ({model_source!r}); it is written by "
             "DPTuner.fit() into the experiment's public/ folder"
         )
+    program = None if source is None else source.with_suffix(PROGRAM_SUFFIX)
+    if model_file is not None and program is not None and program.is_file():
+        # a user model's exported program (loads where its model_fn does not import)
+        files = [f for f in manifest.get("files", []) if f != Path(str(model_file)).with_suffix(
+            PROGRAM_SUFFIX).name]
+        manifest = {**manifest, "files": [*files, Path(str(model_file)).with_suffix(
+            PROGRAM_SUFFIX).name]}
+    else:
+        program = None
     out = Path(directory).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / PUBLIC_RELEASE_FILE, dict(manifest))
@@ -185,6 +211,11 @@ def write_public_files(directory: str | os.PathLike[str], manifest: Mapping[str,
         if source != target:
             atomic_write_bytes(target, source.read_bytes())
         written.append(target)
+        if program is not None:
+            program_target = target.with_suffix(PROGRAM_SUFFIX)
+            if program != program_target:
+                atomic_write_bytes(program_target, program.read_bytes())
+            written.append(program_target)
     keep = {p.name for p in written}
     for entry in out.iterdir():  # exactly the public files: nothing stale stays
         if entry.name not in keep:

@@ -14,11 +14,16 @@ from typing import Any
 from raydp_hpo._atomic_io import atomic_write_json
 from raydp_hpo.accounting.accountants import Accountant, epsilon, epsilon_or_inf
 from raydp_hpo.accounting.budget import PrivacyBudget
-from raydp_hpo.errors import BudgetExhaustedError, RayDPHPOError
+from raydp_hpo.errors import BudgetExhaustedError, RayDPHPOError, SearchFailedError
 from raydp_hpo.ledger.actor import LedgerHandle
 from raydp_hpo.tune.certificate import PrivacyCertificate
 from raydp_hpo.tune.publish import PUBLIC_DIR
-from raydp_hpo.tune.result import PRIVATE_EVALUATION_FILE, DPResult, completed_release
+from raydp_hpo.tune.result import (
+    NOT_SELECTED_KEY,
+    PRIVATE_EVALUATION_FILE,
+    DPResult,
+    completed_release,
+)
 from raydp_hpo.tune.run_output import _root_cause
 from raydp_hpo.tune.sizes import _Size
 
@@ -33,6 +38,7 @@ class _Release:
     _metric: str
     _storage: Path
     _experiment: str
+    _charge_prefix: str  # <experiment>@<run id>: every charge id of this run starts with it
     _secret_seed: int | None
     _sizes: tuple[_Size, _Size, _Size]
     _test_size: int
@@ -89,7 +95,7 @@ class _Release:
         if model is not None and self._test_epsilon is not None:
             dp_test = self._dp_test_accuracy(model, ledger, extras)
         # charges of this experiment (plan and/or individual trials, DP test accuracy)
-        prefix = f"{self._experiment}/"
+        prefix = f"{self._charge_prefix}/"  # this run's, never another run's of the name
         charges = tuple(
             (c.charge_id, c.mechanism) for c in ledger.charges() if c.charge_id.startswith(prefix)
         )
@@ -144,6 +150,9 @@ class _Release:
             hyperparameters = None
             extras["final_failed"] = True
             extras.setdefault("reason", "the model to release was not trained (its run failed)")
+        if hyperparameters is None:  # said in release.json, then raised (below)
+            extras[NOT_SELECTED_KEY] = _public_reason(contract is not None, exhausted, trials,
+                                                      extras)
         out = DPResult(
             hyperparameters=hyperparameters,
             model=model,
@@ -168,6 +177,8 @@ class _Release:
             err = contract_error(contract, exp_dir)
             err.result = out  # type: ignore[attr-defined]
             raise err
+        if hyperparameters is None:  # loud: a failed search never looks like a finished one
+            raise _search_failed(out, trials, exp_dir)
         return out
 
     def _write_public(self, exp_dir: Path, out: DPResult) -> None:
@@ -215,7 +226,7 @@ class _Release:
         from raydp_hpo.trainables.training import count_correct
 
         assert self._test_epsilon is not None
-        charge_id = f"{self._experiment}/test_accuracy"
+        charge_id = f"{self._charge_prefix}/test_accuracy"
         if ledger.has_charge(charge_id):
             extras["dp_test_accuracy"] = "already released once by this experiment: not again"
             return None
@@ -300,6 +311,44 @@ class _Release:
         model.load_state_dict(released_model_state(payload["runners"][0]))
         model.eval()
         return model
+
+
+def _public_reason(contract: bool, exhausted: bool, trials: list[dict[str, Any]],
+                   extras: Mapping[str, Any]) -> str:
+    """Why nothing was selected, as ``release.json`` states it: a coarse category, never a
+    trial's error text (which may quote private data) nor a count of trials (private)."""
+    if contract:
+        return "a trainable broke the trial contract; nothing from it is released"
+    if extras.get("final_failed"):
+        return "the final run failed, so no trained model can be released"
+    if exhausted:
+        return "the ledger refused the trials before any could be selected (budget exhausted)"
+    if any(t.get("error") for t in trials):
+        return "trials failed (an exception in the trainable) and none could be selected"
+    reason = str(extras.get("reason") or "")
+    if "K = 0" in reason:
+        return "K = 0 was drawn (the random number of trials is part of the DP selection)"
+    return reason or "no configuration was selected"
+
+
+def _search_failed(out: DPResult, trials: list[dict[str, Any]], exp_dir: str
+                   ) -> SearchFailedError:
+    """The error :meth:`DPTuner.fit` raises for a search that selected nothing, after the
+    certificate of what it spent is written: the public reason, and for the operator the
+    first trial error (private: it is not in ``release.json``) and where the trials are."""
+    reason = str(out.extras[NOT_SELECTED_KEY])
+    errors = [t["error"] for t in trials if t.get("error")]
+    cert = out.certificate
+    detail = (f" ({len(errors)} of {len(trials)} trial(s) failed; the first: {errors[0]}). "
+              "Fix the trainable and run the search again as a new run (it pays again)"
+              if errors else "")
+    return SearchFailedError(
+        f"the search selected nothing: {reason}{detail}. Nothing is released; what it spent "
+        f"stays spent (ε={cert.epsilon:.4g}, δ={cert.budget.delta:g}), and its certificate is "
+        f"in {Path(exp_dir) / PUBLIC_DIR} (release.json says \"selected\": false). The "
+        f"trials (private) are in {Path(exp_dir) / 'tune'}",
+        reason=reason, result=out,
+    )
 
 
 def _builtin_result(result: Any) -> bool:

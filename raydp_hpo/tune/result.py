@@ -13,6 +13,9 @@ from typing import Any
 from raydp_hpo.searchers.base import Release
 from raydp_hpo.tune.certificate import PrivacyCertificate
 
+#: ``DPResult.extras`` key of the public reason a search selected nothing (``release.json``'s
+#: ``reason``: a coarse category, never a trial's error text).
+NOT_SELECTED_KEY = "not_selected"
 
 @dataclass
 class DPResult:
@@ -28,7 +31,10 @@ class DPResult:
     the experiment directory is private (:mod:`raydp_hpo.tune.publish`).
     ``hyperparameters`` is ``None`` when nothing is released: the selection
     chose nothing, or the model that would be released was not trained (a failed final run;
-    ``extras["final_failed"]``) — a release always describes a model that was trained. With a
+    ``extras["final_failed"]``) — a release always describes a model that was trained. Then
+    :meth:`DPTuner.fit` raises :class:`~raydp_hpo.errors.SearchFailedError` (its ``result``
+    attribute holds this object) after writing ``public/``, whose ``release.json`` says
+    ``"selected": false`` and the ``reason`` (``extras["not_selected"]``). With a
     trainable of the user's own (:func:`raydp_hpo.trial_session`) whose selected trial trained
     but whose model cannot be loaded, the paid-for ``hyperparameters`` are still released,
     ``model`` is ``None`` and ``extras["model_not_released"]`` says why; a broken trial contract
@@ -83,6 +89,7 @@ class DPResult:
                 "covered_by_certificate": True,
             },
             model_released=self.model_path is not None,
+            reason=(self.extras or {}).get(NOT_SELECTED_KEY),
         )
 
     def save_public(self, directory: str | os.PathLike[str]) -> list[Path]:

@@ -60,6 +60,7 @@ import contextlib
 import logging
 import os
 import re
+import secrets
 import shutil
 import time
 import uuid
@@ -98,6 +99,8 @@ from raydp_hpo.tune.ledger_rules import (
     _resumed_accountant,
     _Slot,
     _whose_budget,
+    charge_prefix,
+    other_runs,
     require_earlier_charges,
 )
 from raydp_hpo.tune.release import _Release
@@ -105,7 +108,8 @@ from raydp_hpo.tune.result import DPResult
 from raydp_hpo.tune.run_output import _ledger_refusals_without_traceback, _quiet_tune_output
 from raydp_hpo.tune.sizes import _resolve_sizes
 
-__all__ = ["DPTuner", "DPResult", "PrivacyCertificate", "require_earlier_charges"]
+__all__ = ["DPTuner", "DPResult", "PrivacyCertificate", "require_earlier_charges",
+           "recorded_run_id"]
 
 _log = logging.getLogger(__name__)
 #: The file in an experiment directory that :meth:`DPTuner.restore` reads its settings from.
@@ -132,6 +136,23 @@ def _same_space(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
             return False
         return False
     return True
+
+
+def recorded_run_id(exp_dir: str | os.PathLike[str]) -> str | None:
+    """The run id that the run in the experiment directory ``exp_dir`` recorded in its restore
+    file when it started. A resume proves with it that it continues that run
+    (:func:`require_earlier_charges`). ``None`` for a run from before run ids (its restore
+    file has none, or there is no restore file): its charges are ``<experiment>/...``, so it
+    can attach only to charges made before run ids existed, never to a run that has one."""
+    import pickle
+
+    path = Path(exp_dir) / _RESTORE_FILE
+    if not path.is_file():
+        return None
+    with open(path, "rb") as fh:
+        saved = pickle.load(fh)  # noqa: S301 - our own file in the private experiment dir
+    run_id = saved.get("run_id") if isinstance(saved, dict) else None
+    return None if run_id is None else str(run_id)
 
 
 def _safe_name(text: str) -> str:
@@ -192,7 +213,11 @@ class DPTuner(_DatasetPoints, _Release):
             returns; its journal under ``storage_path/<experiment>`` stays and is the record).
             An explicit choice, logged: a budget per experiment is how tuning 200
             configurations ends up reported as one run's ε.
-        experiment: experiment name (prefix of every charge id); default: a fresh unique one.
+        experiment: experiment name; default: a fresh unique one. Every charge id of a run is
+            ``<experiment>@<run id>/...``, the run id fresh for every run (:attr:`run_id`, OS
+            entropy): a second run under a used name pays again, never replays the first
+            run's charge; only :meth:`restore` / ``fit(resume=True)`` continue a run's
+            charges, with the run id its experiment directory records.
         search_kwargs: algorithm-specific keyword arguments, ``preset`` included (e.g.
             ``{"preset": "tnb20"}``, :data:`raydp_hpo.searchers.PRESETS`); unknown ones are
             refused here, all at once.
@@ -369,6 +394,10 @@ class DPTuner(_DatasetPoints, _Release):
         self._ledger = ledger
         self._experiment = _safe_name(settings.experiment or f"exp-{time.strftime('%Y%m%d-%H%M%S')}-"
                                       f"{uuid.uuid4().hex[:6]}")
+        # a fresh random id for this run (OS entropy): every charge it makes carries it
+        # (:meth:`_set_run_id`), so a run under a used name pays again; only a resume reads
+        # back the id of the run it continues (from its own experiment directory)
+        self._set_run_id(secrets.token_hex(8))
         self._namespace = namespace
         self._search_kwargs = dict(search_kwargs or {})
         if not isinstance(search, DPSearcher):  # a misspelled setting fails here, not in fit
@@ -425,6 +454,20 @@ class DPTuner(_DatasetPoints, _Release):
     @property
     def experiment(self) -> str:
         return self._experiment
+
+    @property
+    def run_id(self) -> str | None:
+        """This run's random id, carried by every charge it makes (``<experiment>@<run id>/
+        ...``): fresh for every run, read back from the experiment directory on a resume
+        (``None``: a resumed run started before run ids, whose charges are
+        ``<experiment>/...``)."""
+        return self._run_id
+
+    def _set_run_id(self, run_id: str | None) -> None:
+        """The run id, and the prefix of every charge id of this run: ``<experiment>@<run
+        id>`` (:func:`charge_prefix`)."""
+        self._run_id = run_id
+        self._charge_prefix = charge_prefix(self._experiment, run_id)
 
     @property
     def experiment_path(self) -> Path:
@@ -611,7 +654,7 @@ class DPTuner(_DatasetPoints, _Release):
             searcher = make_searcher(self._search, param_space=None, metric=self._metric,
                                      mode=self._mode, **self._search_kwargs)
         budget = self._search_budget
-        plan_id = f"{self._experiment}/plan"
+        plan_id = f"{self._charge_prefix}/plan"
         admissible: Any
         if shared is None:
             assert dedicated is not None
@@ -640,7 +683,7 @@ class DPTuner(_DatasetPoints, _Release):
             space,
             ledger_name=ledger_name,
             namespace=namespace,
-            experiment=self._experiment,
+            experiment=self._charge_prefix,  # every charge id of this run carries its run id
             dataset_size=self._dataset_size,
             validation_size=self._validation_size,
             budget=budget,
@@ -680,8 +723,15 @@ class DPTuner(_DatasetPoints, _Release):
         data (trials run in their own processes, so their outputs cannot stop the driver; an
         operator or an out-of-memory kill that correlates with the data is outside it). A
         tuner from :meth:`restore` resumes by default. A resume is refused unless the ledger
-        it attaches to holds the experiment's earlier charges
-        (:func:`require_earlier_charges`): a moved journal is never a fresh budget.
+        it attaches to holds the earlier charges of the run its experiment directory records
+        (its run id, :func:`recorded_run_id`; :func:`require_earlier_charges`): a moved
+        journal is never a fresh budget, and another run's charges are never its own.
+
+        A search that selects nothing, for any reason (every trial failed, a failed final
+        run, K = 0 drawn, the ledger refused the trials first), raises
+        :class:`~raydp_hpo.errors.SearchFailedError` after the certificate of what it spent
+        is written (``public/release.json``: ``"selected": false`` and the ``reason``); the
+        error's ``result`` is the :class:`DPResult`.
         """
         resume = self._resume if resume is None else bool(resume)
         ensure_ray()
@@ -733,7 +783,9 @@ class DPTuner(_DatasetPoints, _Release):
         used one, ``search`` when it was a constructed searcher (construct it with the same
         arguments: its saved state, secret draws included, is restored into it and a different
         plan is refused), and callbacks / progress. Nothing is charged twice: the plan charge is
-        replayed by its id, and trials continue inside their admitted charges.
+        replayed by its id — which carries the run id recorded in ``path``, so a restore
+        attaches only to the charges of that run — and trials continue inside their admitted
+        charges.
         """
         exp_dir = Path(path).expanduser().resolve()
         if not cls.can_restore(exp_dir):
@@ -806,9 +858,27 @@ class DPTuner(_DatasetPoints, _Release):
             "search": None if constructed else self._search,
             "searcher_type": type(self._search).__name__,
             "ledger_name": None if self._ledger is None else self._ledger.name,
+            "run_id": self._run_id,  # what a resume proves on the ledger (_attach_run)
         }
         exp_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(exp_dir / _RESTORE_FILE, pickle.dumps(payload))
+
+    def _say_if_name_used(self, shared: LedgerHandle | None) -> None:
+        """A new run under an experiment name that another run already charged on ``shared``
+        pays again (its charges carry its own run id): said on the progress line and the log,
+        with the other choice (resuming that run, from its own experiment directory)."""
+        if shared is None:
+            return
+        others = other_runs(shared.charges(), self._experiment, self._run_id)
+        if not others:
+            return
+        line = (f"[raydp-hpo] experiment {self._experiment!r} was already run on the ledger "
+                f"{shared.name!r} ({', '.join(others)}); this is a new run (id {self._run_id})"
+                " and pays again. To continue an interrupted run instead, resume it from its "
+                "own experiment directory (DPTuner.restore, raydp-hpo run --resume)")
+        _log.warning(line)
+        if self._progress is not None:
+            self._progress(line)
 
     def _fit(self, shared: LedgerHandle | None, started: list[LedgerHandle], *, resume: bool
              ) -> DPResult:
@@ -826,6 +896,10 @@ class DPTuner(_DatasetPoints, _Release):
             from raydp_hpo.trainables.training import validate_trial_space
 
             validate_trial_space(self._space)  # a key the trainable ignores is an error
+        if resume:  # the run continued is the one its own experiment directory names
+            self._set_run_id(recorded_run_id(self._storage / self._experiment))
+        else:
+            self._say_if_name_used(shared)
         dataset_ledger = None
         if shared is not None and shared.settings()["adaptivity"] == (
                 Adaptivity.EXPERIMENTS.value):
@@ -875,10 +949,12 @@ class DPTuner(_DatasetPoints, _Release):
                 )
             # before the dedicated ledger's actor starts: it would create a fresh journal
             if shared is None:
-                require_earlier_charges(self._dedicated_journal(), self._experiment)
+                require_earlier_charges(self._dedicated_journal(), self._experiment,
+                                        run_id=self._run_id)
             else:
                 require_earlier_charges(None, self._experiment, shared.charges(),
-                                        where=f"the shared ledger {shared.name!r}")
+                                        where=f"the shared ledger {shared.name!r}",
+                                        run_id=self._run_id)
         # The dedicated ledger: a fresh experiment with a plan charges it in this process
         # before the ledger's actor starts (below, once Tune's inputs are built), so the
         # actor's start (a new worker that loads the accountants, ~0.5-1 s) runs beside the

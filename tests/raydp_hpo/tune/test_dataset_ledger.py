@@ -205,9 +205,11 @@ def test_an_experiment_is_calibrated_as_its_point_and_resumes_as_the_same_point(
                    accountant=Accountant.TIGHTEST)
     ledger.charge("earlier/point", SubsampledGaussian(1.0, 0.02, 300))
 
-    def plan(resume: bool):
+    def plan(resume: bool, run_id: str | None = None):
         tuner = DPTuner(None, param_space=SPACE, search="random_stopping", budget=BUDGET,
                         data=data, dataset="x", experiment="exp", search_kwargs={"mean": 2.0})
+        if run_id is not None:  # a resume continues the run its experiment dir records
+            tuner._set_run_id(run_id)
         tuner._slot = tuner._take_slot(ledger, resume)
         tuner._set_budget(Budget(tuner._slot.cap, tuner._slot.delta))
         tuner._slot_rule = _DatasetPointRule(ledger.budget, Accountant.TIGHTEST,
@@ -219,20 +221,22 @@ def test_an_experiment_is_calibrated_as_its_point_and_resumes_as_the_same_point(
         return tuner, p.mechanism
 
     tuner, mechanism = plan(resume=False)
+    # another run, planned at the same time as the same (2nd) charge: a race
+    racing, _ = plan(resume=False)
     assert tuner._slot.k == 2 and tuner._slot.delta == experiment_delta(1e-5, 2)
     assert ledger.would_admit(mechanism)
     figure = epsilon(mechanism, tuner._slot.delta, Accountant.TIGHTEST)
     assert tuner._budget.epsilon == pytest.approx(figure, rel=1e-6)  # its own ledger's budget
     assert figure <= BUDGET.epsilon
     tuner._reserve(ledger)
-    assert [c.charge_id for c in ledger.charges()] == ["earlier/point", "exp/point"]
-    again, same = plan(resume=True)  # the point is on the ledger: k and prior as before
+    assert [c.charge_id for c in ledger.charges()] == ["earlier/point",
+                                                       f"exp@{tuner.run_id}/point"]
+    # the point is on the ledger: k and prior as before
+    again, same = plan(resume=True, run_id=tuner.run_id)
     assert again._slot.k == 2 and same == mechanism and again._point == tuner._point
     again._reserve(ledger)  # a replay
     assert len(ledger.charges()) == 2
-    # a race: another experiment admitted between planning and charging
-    racing, _ = plan(resume=False)
-    racing._experiment = "other"
+    # the race: another experiment was admitted between its planning and its charge
     ledger.charge("sneaked/point", SubsampledGaussian(50.0, 0.01, 10))
     before = ledger.charges()
     with pytest.raises(RayDPHPOError, match="run this experiment again"):

@@ -16,6 +16,7 @@ from raydp_hpo.errors import (
     InvalidParameterError,
     LedgerMismatchError,
     RayDPHPOError,
+    SearchFailedError,
     TrialContractError,
 )
 from raydp_hpo.ledger.actor import get_ledger
@@ -79,8 +80,9 @@ def test_random_stopping_end_to_end(ray_session, data, tmp_path: Path) -> None:
         assert result.model is not None
     public = json.loads((Path(result.experiment_path) / "public" / "release.json").read_text())
     # the release holds no per-trial metrics, no trial count and no path of this machine
-    assert set(public) == {"hyperparameters", "model_file", "budget_exhausted",
-                           "certificate", "dp_test_accuracy", "files", "note"}
+    assert set(public) == {"selected", "reason", "hyperparameters", "model_file",
+                           "budget_exhausted", "certificate", "dp_test_accuracy", "files",
+                           "note"}
     if result.hyperparameters is not None:
         # the released file is the model alone, never the trial's checkpoint (which holds the
         # secret noise generator's state and unnoised metrics)
@@ -123,16 +125,20 @@ def test_unknown_space_key_is_refused_before_any_charge(ray_session, data, tmp_p
 
 def test_failed_final_model_means_no_release(ray_session, data, tmp_path: Path) -> None:
     """The one trial crashes after its charge (a model that cannot be built): nothing is
-    released, the spend stays on the certificate, and release.json says why."""
+    released, the spend stays on the certificate, release.json says why, and fit raises
+    SearchFailedError (issue #41: a failed search never looks like a finished one)."""
     space = {**SPACE, "model_kwargs": tune.choice([{"hidden": ["not-a-width"]}])}
-    result = DPTuner(None, param_space=space, search="one_shot_random",
-                     budget=PrivacyBudget(2.0, 1e-5), data=data,
-                     storage_path=tmp_path, experiment=f"fail-{uuid.uuid4().hex[:6]}", fresh_budget=True).fit()
+    with pytest.raises(SearchFailedError, match="the final run failed") as caught:
+        DPTuner(None, param_space=space, search="one_shot_random",
+                budget=PrivacyBudget(2.0, 1e-5), data=data, storage_path=tmp_path,
+                experiment=f"fail-{uuid.uuid4().hex[:6]}", fresh_budget=True).fit()
+    result = caught.value.result
     assert result.hyperparameters is None and result.model is None
     assert result.extras["final_failed"] is True
     assert len(result.certificate.charges) == 1 and result.certificate.epsilon > 0
     public = json.loads((Path(result.experiment_path) / "public" / "release.json").read_text())
-    assert public["hyperparameters"] is None
+    assert public["hyperparameters"] is None and public["selected"] is False
+    assert public["reason"] == "the final run failed, so no trained model can be released"
 
 
 def test_default_storage_public_folder_and_publication(ray_session, data, tmp_path: Path,
@@ -516,7 +522,7 @@ def test_resume_needs_the_experiments_charges_on_its_ledger(tmp_path: Path) -> N
     with PrivacyLedger(PrivacyBudget(3.0, 1e-5), journal) as ledger:
         ledger.charge("other/plan", SubsampledGaussian(2.0, 0.01, 10))
     before = journal.read_bytes()
-    with pytest.raises(LedgerMismatchError, match="holds no charge of it .*'exp/'"):
+    with pytest.raises(LedgerMismatchError, match="holds no charge of this run .*'exp/'"):
         require_earlier_charges(journal, "exp")
     with pytest.raises(LedgerMismatchError, match="'exp/'"):
         require_earlier_charges(journal, "exp", ())  # a live ledger's charges

@@ -94,7 +94,9 @@ def test_plan_covered_trials_check_the_receipt_locally(
     trials = result.private_trials
     assert trials and all(t["error"] is None for t in trials)
     _, records = read_journal(tmp_path / name / "ledger.journal")
-    plan = [r for r in records if r["charge_id"] == f"{name}/plan"]
+    plan_id = result.certificate.charges[0][0]  # <experiment>@<run id>/plan: this run's
+    assert plan_id.startswith(f"{name}@") and plan_id.endswith("/plan")
+    plan = [r for r in records if r["charge_id"] == plan_id]
     assert len(plan) == 1
     for t in trials:
         assert t["metrics"]["attached"] is False  # no ledger actor look-up, no round trip

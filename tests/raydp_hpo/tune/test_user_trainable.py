@@ -101,3 +101,37 @@ def test_unreadable_checkpoint_releases_the_hyperparameters(ray_session, tmp_pat
     assert result.hyperparameters == {**SPACE, "variant": "corrupt_checkpoint"}
     assert result.model is None and result.model_path is None
     assert "user_model.pt" in result.extras["model_not_released"]
+
+
+def test_a_search_whose_every_trial_fails_says_so(ray_session, tmp_path: Path) -> None:
+    """Every trial dies of an ordinary exception after its charge — a ValueError in the
+    user's loop, ``trial.report(dict)``, Opacus's own ValueError (issues #41, #37): ``fit``
+    raises SearchFailedError after writing the certificate of the spend; release.json says
+    nothing was selected and why, and nothing in it reads as a selection."""
+    from raydp_hpo.errors import SearchFailedError
+    from tests.raydp_hpo.tune import _failing_trainables as failing
+
+    variants = ["value_error", "report_dict", "opacus_value_error"]
+    tuner = DPTuner(failing.trainable,
+                    param_space={**SPACE, "variant": tune.grid_search(variants)},
+                    search="grid_composed", budget=BUDGET, data=_data(), fresh_budget=True,
+                    storage_path=tmp_path, dataset_size=user.N, validation_size=user.N_VAL,
+                    search_kwargs={"score_epsilon": SCORE_EPS},
+                    tune_config=tune.TuneConfig(max_concurrent_trials=3))
+    with pytest.raises(SearchFailedError, match=r"the search selected nothing: trials failed "
+                       r"\(an exception in the trainable\).*3 of 3 trial\(s\) failed.*spent "
+                       r"stays spent.*\"selected\": false") as caught:
+        tuner.fit()
+    out = caught.value.result
+    errors = {t["config"]["variant"]: t["error"] for t in out.private_trials}
+    assert "ValueError" in errors["value_error"] and "n/a" in errors["value_error"]
+    assert "TypeError" in errors["report_dict"]
+    assert "ValueError" in errors["opacus_value_error"]
+    assert "Per sample gradient is not initialized" in errors["opacus_value_error"]
+    assert out.hyperparameters is None and len(out.certificate.charges) == 3
+    public = json.loads((Path(out.experiment_path) / "public" / "release.json").read_text())
+    assert public["selected"] is False and public["hyperparameters"] is None
+    assert public["reason"] == caught.value.reason
+    assert "output of the DP selection" not in public["note"]
+    assert "selected nothing" in public["note"] and "n/a" not in json.dumps(public)
+    assert public["certificate"]["epsilon"]["certified"] == pytest.approx(out.certificate.epsilon)
