@@ -81,14 +81,21 @@ so small a model the step is dominated by batch assembly, and the native loader 
 ``TensorDataset`` once per batch where ``DataLoader`` (and Opacus's ``DPDataLoader``) fetch and
 collate record by record.
 
+``--noise-ab`` (issue 40) times the DP book-keeping step with the float32 ``normal_`` noise of
+before (``_Float32Noise``), the float64 noise on a grid now drawn (``NoiseSource.SEEDED``) and
+``NoiseSource.SECURE``, interleaved, in this thread's CPU time; results in
+``benchmarks/results/dpsgd_throughput/issue40_noise.md`` (the float64 draw is ~3× the float32
+one: +22–37% on the 79k-parameter MLP's step, +12 µs a release on the example MLP).
+
 Usage: ``python benchmarks/dpsgd_throughput.py [--models mlp cnn1d cnn2d] [--batches 128 256]
-[--threads 1 2] [--warmup 200] [--rounds 7] [--block 5] [--no-opacus] [--make-private]``. Uses
-the GPU when one is available.
+[--threads 1 2] [--warmup 200] [--rounds 7] [--block 5] [--no-opacus] [--make-private]
+[--noise-ab]``. Uses the GPU when one is available.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import statistics
 import time
@@ -177,10 +184,13 @@ def _interleaved(
     block: int,
     device: torch.device,
     warmup: int = 2,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, list[float]]:
     """Per-step seconds of each variant in each round, variants rotated round by round, after
     ``warmup`` untimed steps of each (allocator, thread pools, the clipper's one-off choice of
-    per-layer method, oneDNN kernels for the batch sizes Poisson sampling draws most)."""
+    per-layer method, oneDNN kernels for the batch sizes Poisson sampling draws most).
+    ``clock``: wall time by default; ``time.thread_time`` (this thread's CPU time, one torch
+    thread) is what ``--noise-ab`` uses, less disturbed by other jobs on a loaded machine."""
     for fn in variants.values():
         for _ in range(warmup):
             fn()
@@ -190,11 +200,11 @@ def _interleaved(
         for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
             fn = variants[label]
             _sync(device)
-            t = time.perf_counter()
+            t = clock()
             for _ in range(block):
                 fn()
             _sync(device)
-            times[label][r] = (time.perf_counter() - t) / block
+            times[label][r] = (clock() - t) / block
     return times
 
 
@@ -310,6 +320,74 @@ def _make_private_table(batches: list[int], n: int, rounds: int, block: int,
         print(f"  B={batch:<4} {'native / Opacus':22} {_spread(speedup, '.2f'):>22} ×")
 
 
+class _Float32Noise(GaussianNoise):
+    """The noise before issue 40, for ``--noise-ab``: torch's float32 ``normal_`` (Box–Muller
+    on 24-bit uniforms) drawn into the buffer, the scaled clipped sum added to it in float32,
+    no grid. (It zeroes the buffer first as the new path does, ~3 µs for 79k values, so the
+    difference measured is the draw, the float64 sum and the rounding.)"""
+
+    def _release(self, params, add):  # type: ignore[no-untyped-def]
+        self._check_devices(params)
+        views = self._sum_views(params)
+        assert self._buffer is not None
+        self._buffer[1].normal_(0.0, self.noise_multiplier * self.max_grad_norm / self.normaliser,
+                                generator=self.generator)
+        add(views, 1.0 / self.normaliser)
+        for p, v in zip(params, views):
+            p.grad = v
+        self.releases += 1
+
+
+def _noise_ab_table(models: list[str], batches: list[int], n: int, rounds: int, block: int,
+                    warmup: int) -> None:
+    """Issue 40: the DP book-keeping step with the float32 noise before it, with the float64
+    noise (SEEDED) and with SECURE noise, interleaved in one process; per-round ratio to the
+    float32 step."""
+    from raydp_hpo.trainables.dp_step import NoiseSource
+
+    print(f"\nnoise A/B (issue 40), n={n}: ms of this thread's CPU time per DP book-keeping "
+          f"step, median (min–max) over {rounds} rounds; ratio to the float32-noise step in "
+          "the same round")
+    device = torch.device("cpu")
+    for batch in batches:
+        for name in models:
+            shape = (8,) if name == "example" else SHAPES[name]
+            classes = 2 if name == "example" else 10
+            gen = torch.Generator().manual_seed(0)
+            x_all = torch.randn(n, *shape, generator=gen)
+            y_all = torch.randint(0, classes, (n,), generator=gen)
+            torch.manual_seed(0)
+            template = _ExampleMLP() if name == "example" else build_model(name, shape, classes)
+            variants: dict[str, Callable[[], None]] = {}
+            kinds = [("float32 (before)", None), ("float64 seeded", NoiseSource.SEEDED),
+                     ("secure", NoiseSource.SECURE)]
+            for label, source in kinds:
+                model = copy.deepcopy(template)
+                opt = torch.optim.SGD(model.parameters(), lr=0.01)
+                clipper = make_clipper(model, "auto")
+                params = [p for p in model.parameters() if p.requires_grad]
+                noise_gen = torch.Generator().manual_seed(1)
+                noise = (_Float32Noise(1.0, 1.0, batch, noise_gen) if source is None
+                         else GaussianNoise(1.0, 1.0, batch, noise_gen, source))
+                sampler = PoissonBatches(n, batch / n, torch.Generator().manual_seed(2))
+
+                def dp_step(clipper=clipper, params=params, noise=noise, opt=opt,
+                            sampler=sampler, x_all=x_all, y_all=y_all) -> None:
+                    idx = sampler.next()
+                    clipper.privatised_gradient(x_all[idx], y_all[idx], 1.0, noise, params)
+                    opt.step()
+
+                variants[label] = dp_step
+            times = _interleaved(variants, rounds, block, device, warmup,
+                                 clock=time.thread_time)
+            base = times["float32 (before)"]
+            size = sum(p.numel() for p in template.parameters())
+            for label, ts in times.items():
+                ratio = "" if ts is base else _spread([t / b for t, b in zip(ts, base)], ".3f")
+                print(f"  B={batch:<4} {name:7} ({size} params) {label:17} "
+                      f"{_spread([t * 1e3 for t in ts], '.3f'):>26} {ratio:>24}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", nargs="+", default=["mlp", "cnn1d", "cnn2d"])
@@ -326,7 +404,16 @@ def main() -> None:
     parser.add_argument("--no-opacus", action="store_true")
     parser.add_argument("--make-private", action="store_true",
                         help="only the table of trial.make_private's engines on the example MLP")
+    parser.add_argument("--noise-ab", action="store_true",
+                        help="only the A/B of the DP step's noise before/after issue 40")
     args = parser.parse_args()
+    if args.noise_ab:
+        torch.set_num_threads(min(args.threads))
+        print(f"torch={torch.__version__} threads={min(args.threads)} warmup={args.warmup} "
+              f"block={args.block}")
+        _noise_ab_table([m for m in args.models if m != "cnn2d"] + ["example"], args.batches,
+                        args.n, args.rounds, args.block, args.warmup)
+        return
     if args.make_private:
         torch.set_num_threads(min(args.threads))
         print(f"torch={torch.__version__} threads={min(args.threads)} warmup={args.warmup} "

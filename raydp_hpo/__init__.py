@@ -81,6 +81,7 @@ _EXPORTS: dict[str, str] = {
     "trial_session": "raydp_hpo.trainables.session",
     "TrialSession": "raydp_hpo.trainables.session",
     "DPEngine": "raydp_hpo.trainables.native_private",
+    "NoiseSource": "raydp_hpo.trainables.dp_step.noise",
     "load_released_model": "raydp_hpo.trainables.release",
     "DPResult": "raydp_hpo.tune.tuner",
     "PrivacyCertificate": "raydp_hpo.tune.tuner",
@@ -138,6 +139,7 @@ if TYPE_CHECKING:
     from raydp_hpo.ledger.experiments import DeltaSplit
     from raydp_hpo.ledger.filter import Adaptivity, ChargeDecision, LedgerReport, PrivacyLedger
     from raydp_hpo.ledger.ledger_like import LedgerLike
+    from raydp_hpo.trainables.dp_step.noise import NoiseSource
     from raydp_hpo.trainables.native_private import DPEngine
     from raydp_hpo.trainables.release import load_released_model
     from raydp_hpo.trainables.session import TrialSession, trial_session

@@ -100,6 +100,7 @@ from raydp_hpo.accounting.mechanisms import Gaussian
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 from raydp_hpo.ledger.ledger_like import LedgerLike
 from raydp_hpo.trainables.data import Dataset
+from raydp_hpo.trainables.dp_step.noise import StandardNormal64, exact_gaussian_release
 from raydp_hpo.trainables.models import build_model
 from raydp_hpo.trainables.secret_rng import secret_generator
 from raydp_hpo.trainables.training import (
@@ -342,8 +343,9 @@ def dp_fed_avg(
     change the scale of the whole release, noise included; see the module docstring). With
     more or fewer clients present than declared the average is only rescaled (utility, not
     privacy). The clip is on the ℓ₂ norm of each client's whole update; the noise is drawn
-    from ``generator`` (a secret stream) in float64. An update whose norm is inf or NaN
-    contributes 0 (still of norm ≤ C, so the sensitivity C holds), instead of turning the
+    from ``generator`` (a secret stream) in float64 and the noisy sum rounded to a public
+    grid (:func:`~raydp_hpo.trainables.dp_step.noise.exact_gaussian_release`, issue 40). An
+    update whose norm is inf or NaN contributes 0 (still of norm ≤ C, so the sensitivity C holds), instead of turning the
     released state into NaN if and only if that client is present. Non-float tensors must
     agree across clients and are copied."""
     if len(states) == 0:
@@ -362,13 +364,15 @@ def dp_fed_avg(
         for key in floats:
             total[key] += scale * delta[key]
     std = dp.noise_multiplier * dp.clip_norm
+    # the noise as the DP-SGD step draws it (issue 40): float64 draws with no Box–Muller pair
+    # structure and a support of 12.12σ, the noisy sum rounded to a public grid
+    normal = StandardNormal64(generator)
     out: StateDict = {}
     for key in keys:
         ref = global_state[key]
         if key in total:
-            noise = torch.normal(0.0, std, size=tuple(ref.shape), generator=generator,
-                                 dtype=torch.float64)
-            new = ref.detach().to(torch.float64) + (total[key] + noise) / dp.num_clients
+            noisy = exact_gaussian_release(total[key], std, normal)
+            new = ref.detach().to(torch.float64) + noisy / dp.num_clients
             out[key] = new.to(ref.dtype).clone()
         else:
             out[key] = _agreed_copy(key, ref, states)

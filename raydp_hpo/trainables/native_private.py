@@ -65,6 +65,7 @@ from raydp_hpo.trainables.dp_step import (
     _EPS,
     BookKeepingClipper,
     GaussianNoise,
+    NoiseSource,
     PoissonBatches,
     _GradSink,
     _layer_grad,
@@ -223,7 +224,8 @@ class NativeDPOptimizer(torch.optim.Optimizer):
 
     def __init__(self, optimizer: torch.optim.Optimizer, module: NativePrivateModule, *,
                  noise_multiplier: float, max_grad_norm: float, expected_batch_size: int,
-                 generator: torch.Generator) -> None:
+                 generator: torch.Generator,
+                 noise_source: NoiseSource = NoiseSource.SEEDED) -> None:
         # no super().__init__: the state lives in the user's optimiser (as in Opacus)
         self.original_optimizer = optimizer
         self.module = module
@@ -234,7 +236,7 @@ class NativeDPOptimizer(torch.optim.Optimizer):
         self.accumulated_iterations = 1  # read by Opacus's accountant hook: no accumulation
         self.step_hooks: list[Callable[[Any], None]] = []
         self.noise = GaussianNoise(self.noise_multiplier, self.max_grad_norm,
-                                   self.expected_batch_size, generator)
+                                   self.expected_batch_size, generator, noise_source)
         #: the loader whose last batch each step must be (set by make_private; None: unchecked)
         self.loader: NativePoissonLoader | None = None
 

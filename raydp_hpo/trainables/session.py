@@ -75,6 +75,8 @@ from torch import nn
 from raydp_hpo.accounting.accountants import Accountant, epsilon
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError, TrialContractError
 from raydp_hpo.ledger.ledger_like import LedgerLike
+from raydp_hpo.trainables.dp_step.noise import NoiseSource, warn_noise_floor
+from raydp_hpo.trainables.dp_step.noise import noise_source as _noise_source
 from raydp_hpo.trainables.native_private import (
     DPEngine,
     NativeDPOptimizer,
@@ -245,6 +247,7 @@ class TrialSession:
     def make_private(self, module: nn.Module, optimizer: torch.optim.Optimizer, data: Any,
                      *, collate_fn: Callable[..., Any] | None = None,
                      engine: DPEngine | str = DPEngine.AUTO,
+                     noise_source: NoiseSource | str = NoiseSource.SEEDED,
                      ) -> tuple[nn.Module, Any, Any]:
         """``(module, optimizer, loader)`` made private at exactly the charge.
 
@@ -260,7 +263,12 @@ class TrialSession:
         is refused (its q would not be the charged one). The returned loader draws Poisson
         batches at q from the trial's secret generator; the optimiser adds N(0, σ²C²) noise
         from the trial's secret noise generator, normalises by q·n and refuses step T + 1.
+
+        ``noise_source``: :attr:`NoiseSource.SEEDED` (default) draws the noise from the trial's
+        secret generator, :attr:`NoiseSource.SECURE` from ``os.urandom``; either engine draws
+        it in float64 and rounds the release to a grid (:mod:`raydp_hpo.trainables.dp_step.noise`).
         """
+        noise_source = _noise_source(noise_source)
         self._require_open("make_private")
         if self.settings.nonprivate:
             raise TrialContractError("a nonprivate trial cannot be made private: it has no σ")
@@ -289,14 +297,14 @@ class TrialSession:
             dp_optimizer = NativeDPOptimizer(
                 optimizer, private_module, noise_multiplier=self.noise_multiplier,
                 max_grad_norm=self.max_grad_norm, expected_batch_size=self.expected_batch_size,
-                generator=self.noise_generator,
+                generator=self.noise_generator, noise_source=noise_source,
             )
             loader = NativePoissonLoader(dataset, self.sample_rate, self.sampling_generator,
                                          collate_fn)
             dp_optimizer.loader = loader
         else:
             private_module, dp_optimizer, loader = self._opacus(module, optimizer, dataset,
-                                                                collate_fn)
+                                                                collate_fn, noise_source)
         accountant = RDPAccountant()  # Opacus's own, on either engine: the history checked
         dp_optimizer.attach_step_hook(accountant.get_optimizer_hook_fn(sample_rate=self.sample_rate))
         self._guard(dp_optimizer, private_module)
@@ -306,23 +314,30 @@ class TrialSession:
         self._input_hook = module.register_forward_pre_hook(self._note_inputs)
         self.engine = chosen
         log_choice(chosen, why, module)
+        warn_noise_floor(self.noise_multiplier, sum(p.numel() for p in module.parameters()
+                                                    if p.requires_grad), self.steps, self.delta)
         return private_module, dp_optimizer, loader
 
     def _opacus(self, module: nn.Module, optimizer: torch.optim.Optimizer, dataset: Any,
-                collate_fn: Callable[..., Any] | None) -> tuple[nn.Module, Any, Any]:
-        """Opacus's GradSampleModule, DPOptimizer and DPDataLoader at the charge."""
+                collate_fn: Callable[..., Any] | None,
+                noise_source: NoiseSource = NoiseSource.SEEDED) -> tuple[nn.Module, Any, Any]:
+        """Opacus's GradSampleModule, DPOptimizer (drawing the project's noise:
+        :class:`~raydp_hpo.trainables.dp_step.opacus_noise.ExactNoiseDPOptimizer`) and
+        DPDataLoader at the charge."""
         from opacus import GradSampleModule
-        from opacus.optimizers import DPOptimizer
+
+        from raydp_hpo.trainables.dp_step.opacus_noise import ExactNoiseDPOptimizer
 
         private_module = GradSampleModule(module, batch_first=True, loss_reduction="mean")
         private_module.forbid_grad_accumulation()  # Poisson sampling: one batch per step
-        dp_optimizer = DPOptimizer(
+        dp_optimizer = ExactNoiseDPOptimizer(
             optimizer,
             noise_multiplier=self.noise_multiplier,
             max_grad_norm=self.max_grad_norm,
             expected_batch_size=self.expected_batch_size,
             loss_reduction="mean",
             generator=self.noise_generator,
+            noise_source=noise_source,
         )
         loader_kwargs: dict[str, Any] = {}
         if collate_fn is not None:

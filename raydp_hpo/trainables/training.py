@@ -51,6 +51,7 @@ from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 from raydp_hpo.ledger.ledger_like import LedgerLike
 from raydp_hpo.trainables.data import Dataset, DataSplits, select_view, view_kind
 from raydp_hpo.trainables.dp_step import GaussianNoise, PoissonBatches, make_clipper
+from raydp_hpo.trainables.dp_step.noise import NoiseSource, noise_source, warn_noise_floor
 from raydp_hpo.trainables.models import build_model
 from raydp_hpo.trainables.privacy_gate import RaydpSettings, admit, ledger_delta, resolve_ledger
 from raydp_hpo.trainables.secret_rng import derive_seed, secret_generator
@@ -160,6 +161,8 @@ TRAINABLE_CONFIG_KEYS: dict[str, str] = {
     "model_kwargs": "a mapping",
     "max_grad_norm": "a positive number",
     "grad_sample_mode": "one of auto, bk, opacus",
+    "noise_source": "seeded or secure (the DP noise from the trial's secret generator or "
+                    "os.urandom; raydp_hpo.NoiseSource)",
     "momentum": "a non-negative number",
     "ema_decay": "a number in [0, 1)",
     "adadp_tol": "a positive number",
@@ -347,6 +350,7 @@ class _Runner:
             self.max_grad_norm,
             normaliser,
             secret_generator(device, seed, index, 2),
+            noise_source(config.get("noise_source", NoiseSource.SEEDED)),
         )
         lr = float(config.get("lr", 0.1))
         if not lr > 0:
@@ -490,6 +494,8 @@ class _Runner:
             "sampler_rng": self.sampler.get_state(),
             "sampler_pending": None if self.batches is None else self.batches.state(),
             "noise_rng": self.noise.generator.get_state(),
+            # the float64 noise stream seeded from noise_rng at the first release (issue 40)
+            "noise_stream": self.noise._normal.stream_state(),
             # parameter name → its moving average (what a release publishes in place of the
             # iterate: released_model_state)
             "ema": None if self.ema is None else {
@@ -509,6 +515,7 @@ class _Runner:
         if self.batches is not None:  # no batches drawn ahead in the checkpoint: none kept
             self.batches.load(state.get("sampler_pending") or {})
         self.noise.generator.set_state(state["noise_rng"])
+        self.noise._normal.load_stream_state(state.get("noise_stream"))
         if self.ema is not None:
             saved = state.get("ema")
             if not isinstance(saved, Mapping) or set(saved) != set(self.param_names):
@@ -681,6 +688,10 @@ def train_dp(
         _Runner(config, t, privacy, settings.nonprivate, i, dev, seed=seed, normaliser=normaliser)
         for i, t in enumerate(training_sets(data.train, settings))
     ]
+    if not settings.nonprivate:  # the noise's support floor, not in the certificate (issue 40)
+        warn_noise_floor(privacy.noise_multiplier, sum(p.numel() for r in runners
+                                                       for p in r.params),
+                         privacy.steps * len(runners), delta)
     history: list[dict[str, Any]] = []
     start_epoch = 0
     if checkpoint is not None:

@@ -85,7 +85,20 @@ from raydp_hpo.trainables.dp_step.layers import (
     _matrix_layer_grad,
     _OuterProductGrad,
 )
-from raydp_hpo.trainables.dp_step.noise import GaussianNoise, _same_device
+from raydp_hpo.trainables.dp_step.noise import (
+    SNAP_BITS,
+    SUPPORT_BOUND,
+    GaussianNoise,
+    NoiseFloorWarning,
+    NoiseSource,
+    StandardNormal64,
+    _same_device,
+    exact_gaussian_release,
+    noise_floor_delta,
+    noise_source,
+    snap_grid,
+    warn_noise_floor,
+)
 from raydp_hpo.trainables.dp_step.opacus_clipper import OpacusClipper
 from raydp_hpo.trainables.dp_step.sampling import (
     _DENSE_POISSON_MAX_N,
@@ -113,6 +126,10 @@ __all__ = [
     "BookKeepingClipper",
     "OpacusClipper",
     "GaussianNoise",
+    "NoiseSource",
+    "StandardNormal64",
+    "exact_gaussian_release",
+    "noise_floor_delta",
     "make_clipper",
     "NormStrategy",
     "poisson_batch",

@@ -20,12 +20,14 @@ from raydp_hpo.trainables.dp_step import (
     GaussianNoise,
     NormStrategy,
     OpacusClipper,
+    StandardNormal64,
     _bernoulli_by_gaps,
     bk_unsupported_reason,
     make_clipper,
     poisson_batch,
     supports_bk,
 )
+from raydp_hpo.trainables.dp_step.noise import snap_grid
 from raydp_hpo.trainables.models import MODEL_NAMES, build_model
 
 CUDA = torch.cuda.is_available()
@@ -43,19 +45,35 @@ def _params_with_grads(seed: int = 0) -> list[nn.Parameter]:
 # -- A. Gaussian noise ------------------------------------------------------------------
 
 
+def _expected_releases(seed: int, grads: list[torch.Tensor], std: float, normaliser: float,
+                       releases: int = 1) -> list[list[torch.Tensor]]:
+    """What consecutive releases must be (issue 40): one flat float64 N(0, 1) draw of every
+    parameter's values from the generator's stream (StandardNormal64), times std, plus
+    g/normaliser in float64, rounded to the grid λ = snap_grid(std), cast to float32; g is
+    each release's input (the previous release for a gradient still in the buffer)."""
+    normal = StandardNormal64(torch.Generator().manual_seed(seed))
+    sizes = [g.numel() for g in grads]
+    lam = snap_grid(std)
+    out = []
+    for _ in range(releases):
+        flat = normal.fill_(torch.empty(sum(sizes), dtype=torch.float64)).mul_(std)
+        grads = [(n.view_as(g) + (g / normaliser).double()).div_(lam).round_().mul_(lam).float()
+                 for n, g in zip(flat.split(sizes), grads)]
+        out.append(grads)
+    return out
+
+
 def test_noise_is_one_flat_draw_split_in_parameter_order():
     """N(0, (σC/normaliser)²) drawn once for all parameters with the generator, split in
-    parameter order, plus g/normaliser: (g + N(0, σ²C²))/normaliser in law, one RNG call."""
+    parameter order, plus g/normaliser (formed in float64, rounded to the public grid):
+    (g + N(0, σ²C²))/normaliser in law, one draw."""
     params = _params_with_grads()
     grads = [p.grad.clone() for p in params]
     sigma, clip, normaliser = 1.3, 0.7, 0.05 * 4000
     GaussianNoise(sigma, clip, normaliser, torch.Generator().manual_seed(3)).privatise(params)
-    ref = torch.Generator().manual_seed(3)
-    flat = torch.empty(sum(g.numel() for g in grads)).normal_(0.0, sigma * clip / normaliser,
-                                                               generator=ref)
-    for p, g, noise in zip(params, grads, flat.split([g.numel() for g in grads])):
-        torch.testing.assert_close(p.grad, noise.view_as(g) + g / normaliser,
-                                   rtol=1e-6, atol=1e-9)
+    (expected,) = _expected_releases(3, grads, sigma * clip / normaliser, normaliser)
+    for p, e in zip(params, expected):
+        torch.testing.assert_close(p.grad, e, rtol=0, atol=0)
 
 
 def test_noise_divides_by_the_public_normaliser_and_counts_releases():
@@ -79,19 +97,15 @@ def test_noise_buffer_is_reused_and_a_gradient_still_in_it_is_copied_first():
     grads = [p.grad.clone() for p in params]
     sigma, clip, normaliser = 0.9, 1.1, 64.0
     noise = GaussianNoise(sigma, clip, normaliser, torch.Generator().manual_seed(5))
-    ref = torch.Generator().manual_seed(5)
-    sizes = [g.numel() for g in grads]
-    std = sigma * clip / normaliser
+    expected1, expected2 = _expected_releases(5, grads, sigma * clip / normaliser, normaliser,
+                                              releases=2)
     noise.privatise(params)
     first = [p.grad for p in params]
-    flat1 = torch.empty(sum(sizes)).normal_(0.0, std, generator=ref)
-    expected1 = [n.view_as(g) + g / normaliser for n, g in zip(flat1.split(sizes), grads)]
     for p, e in zip(params, expected1):
-        torch.testing.assert_close(p.grad, e, rtol=1e-6, atol=1e-9)
+        torch.testing.assert_close(p.grad, e, rtol=0, atol=0)
     noise.privatise(params)  # p.grad is the buffer itself here
-    flat2 = torch.empty(sum(sizes)).normal_(0.0, std, generator=ref)
-    for p, e, n, f in zip(params, expected1, flat2.split(sizes), first):
-        torch.testing.assert_close(p.grad, n.view_as(e) + e / normaliser, rtol=1e-6, atol=1e-9)
+    for p, e, f in zip(params, expected2, first):
+        torch.testing.assert_close(p.grad, e, rtol=0, atol=0)
         assert p.grad is f  # the same buffer view again
     assert noise.releases == 2
 

@@ -1,9 +1,10 @@
 """The DP-SGD noise as :class:`GaussianNoise` draws it: its law, and that its only secret is
 the trial's secret generator (:mod:`raydp_hpo.trainables.secret_rng`).
 
-The noise is ``Tensor.normal_`` with that generator (issue 33 removed the native kernel that
-drew it on the CPU: it saved no measurable wall time on whole searches,
-``benchmarks/results/native_kernel/summary.md``)."""
+The noise is a float64 draw seeded from that generator, and the release is rounded to the
+public grid λ = 2^(⌊log₂ s⌋ − 8) (issue 40, :mod:`raydp_hpo.trainables.dp_step.noise`): the
+law tests add a uniform dither of one grid step (the test's own randomness) so that the
+rounded Gaussian is compared with the continuous one it is post-processing of."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from scipy import stats
 from torch import nn
 
 from raydp_hpo.trainables.dp_step import GaussianNoise
+from raydp_hpo.trainables.dp_step.noise import snap_grid
 from raydp_hpo.trainables.secret_rng import secret_generator
 
 
@@ -33,6 +35,9 @@ def test_the_noise_law_is_standard_normal():
     """2·10⁶ values of one release at std 1: mean, variance, kurtosis and tail mass within
     ~4.5 standard errors, and a KS test at p > 1e-3."""
     (z,) = _noise(2_000_000, 1.0, secret_generator("cpu", 2024))
+    lam = snap_grid(1.0)
+    np.testing.assert_array_equal(z / lam, np.round(z / lam))  # on the grid
+    z = z + np.random.default_rng(0).uniform(-lam / 2, lam / 2, z.size)  # N ⊛ U(λ): ≈ N
     n = z.size
     assert abs(z.mean()) < 4.5 / np.sqrt(n)
     assert abs(z.var() - 1) < 4.5 * np.sqrt(2 / n)
@@ -45,10 +50,13 @@ def test_the_noise_law_is_standard_normal():
 
 def test_the_noise_has_exactly_the_declared_scale():
     """σ·C/normaliser is the standard deviation: the same generator state at std 1 and at
-    std 0.37 gives the same values scaled by 0.37 (float32 rounding: relative 1e-6)."""
+    std 0.37 gives the same values scaled by 0.37, up to each release's grid (half a step
+    each) and float32 rounding (relative 1e-6)."""
     (a,) = _noise(10_000, 1.0, secret_generator("cpu", 5))
     (b,) = _noise(10_000, 0.37, secret_generator("cpu", 5))
-    np.testing.assert_allclose(b, 0.37 * a, rtol=1e-6, atol=0)
+    grid = snap_grid(0.37) / 2 + 0.37 * snap_grid(1.0) / 2
+    np.testing.assert_allclose(b, 0.37 * a, rtol=1e-6, atol=grid)
+    assert np.abs(b - 0.37 * a).max() > 0  # the grids differ: not trivially equal
 
 
 def test_consecutive_releases_and_neighbouring_values_are_uncorrelated():
