@@ -17,7 +17,8 @@ A Tune trainable of your own (your model, your Opacus loop) runs one trial insid
   guard: the optimiser refuses a step beyond T. The engine (:class:`DPEngine`,
   :mod:`raydp_hpo.trainables.native_private`) is the project's own book-keeping DP-SGD step
   where every trainable layer is one it covers (Linear, Conv1d/2d, GroupNorm, LayerNorm), else
-  Opacus; the choice is :attr:`TrialSession.engine` and one INFO log line, and
+  Opacus (both set up in :mod:`raydp_hpo.trainables.session_engines`); the choice is
+  :attr:`TrialSession.engine` and one INFO log line, and
   ``make_private(..., engine=DPEngine.OPACUS)`` (or ``NATIVE``) overrides it;
 * :meth:`~TrialSession.report_score` releases the noisy validation score from a count of
   correct predictions (Laplace or Gaussian noise from the trial's secret stream,
@@ -79,9 +80,7 @@ from raydp_hpo.trainables.dp_step.noise import NoiseSource, warn_noise_floor
 from raydp_hpo.trainables.dp_step.noise import noise_source as _noise_source
 from raydp_hpo.trainables.native_private import (
     DPEngine,
-    NativeDPOptimizer,
     NativePoissonLoader,
-    NativePrivateModule,
     choose_engine,
     log_choice,
 )
@@ -98,9 +97,9 @@ from raydp_hpo.trainables.session_checks import (
     _FAILS,
     _fingerprint,
     _same_tensors,
-    _tracked_dp_loader_type,
     check_batch,
 )
+from raydp_hpo.trainables.session_engines import _RTOL, dataset_of, native_engine, opacus_engine
 from raydp_hpo.trial.privacy import (
     NOISY_SCORE_KEY,
     TRIAL_EPSILON_KEY,
@@ -118,8 +117,6 @@ __all__ = ["SESSION_KEY", "DPEngine", "TrialSession", "trial_session"]
 #: DPTuner releases a custom trainable's trial only if its result carries it (a trainable
 #: that reports without a session was never admitted or checked).
 SESSION_KEY = "raydp_session"
-#: Relative tolerance of the float comparisons between the engine and the charge.
-_RTOL = 1e-12
 
 ReportFn = Callable[[dict[str, Any], "str | None"], None]
 
@@ -279,7 +276,7 @@ class TrialSession:
         from torch.utils.data import DataLoader
 
         chosen, why = choose_engine(module, engine)
-        dataset = self._dataset_of(data, DataLoader, DPDataLoader)
+        dataset = dataset_of(self, data, DataLoader, DPDataLoader)
         if collate_fn is None and isinstance(data, DataLoader):
             collate_fn = data.collate_fn if not isinstance(data, DPDataLoader) else None
         params = {id(p) for p in module.parameters()}
@@ -289,22 +286,9 @@ class TrialSession:
                 "module.parameters()"
             )
         module = module.to(self.device)
-        private_module: nn.Module
-        dp_optimizer: Any
-        loader: Any
-        if chosen is DPEngine.NATIVE:
-            private_module = NativePrivateModule(module)
-            dp_optimizer = NativeDPOptimizer(
-                optimizer, private_module, noise_multiplier=self.noise_multiplier,
-                max_grad_norm=self.max_grad_norm, expected_batch_size=self.expected_batch_size,
-                generator=self.noise_generator, noise_source=noise_source,
-            )
-            loader = NativePoissonLoader(dataset, self.sample_rate, self.sampling_generator,
-                                         collate_fn)
-            dp_optimizer.loader = loader
-        else:
-            private_module, dp_optimizer, loader = self._opacus(module, optimizer, dataset,
-                                                                collate_fn, noise_source)
+        build = native_engine if chosen is DPEngine.NATIVE else opacus_engine
+        private_module, dp_optimizer, loader = build(self, module, optimizer, dataset, collate_fn,
+                                                     noise_source)
         accountant = RDPAccountant()  # Opacus's own, on either engine: the history checked
         dp_optimizer.attach_step_hook(accountant.get_optimizer_hook_fn(sample_rate=self.sample_rate))
         self._guard(dp_optimizer, private_module)
@@ -318,64 +302,11 @@ class TrialSession:
                                                     if p.requires_grad), self.steps, self.delta)
         return private_module, dp_optimizer, loader
 
-    def _opacus(self, module: nn.Module, optimizer: torch.optim.Optimizer, dataset: Any,
-                collate_fn: Callable[..., Any] | None,
-                noise_source: NoiseSource = NoiseSource.SEEDED) -> tuple[nn.Module, Any, Any]:
-        """Opacus's GradSampleModule, DPOptimizer (drawing the project's noise:
-        :class:`~raydp_hpo.trainables.dp_step.opacus_noise.ExactNoiseDPOptimizer`) and
-        DPDataLoader at the charge."""
-        from opacus import GradSampleModule
-
-        from raydp_hpo.trainables.dp_step.opacus_noise import ExactNoiseDPOptimizer
-
-        private_module = GradSampleModule(module, batch_first=True, loss_reduction="mean")
-        private_module.forbid_grad_accumulation()  # Poisson sampling: one batch per step
-        dp_optimizer = ExactNoiseDPOptimizer(
-            optimizer,
-            noise_multiplier=self.noise_multiplier,
-            max_grad_norm=self.max_grad_norm,
-            expected_batch_size=self.expected_batch_size,
-            loss_reduction="mean",
-            generator=self.noise_generator,
-            noise_source=noise_source,
-        )
-        loader_kwargs: dict[str, Any] = {}
-        if collate_fn is not None:
-            loader_kwargs["collate_fn"] = collate_fn
-        loader = _tracked_dp_loader_type()(dataset, sample_rate=self.sample_rate,
-                                           generator=self.sampling_generator, **loader_kwargs)
-        return private_module, dp_optimizer, loader
-
     def _loader_rate(self) -> Any:
         """The q the loader samples at now (Opacus: its batch sampler's)."""
         if isinstance(self._loader, NativePoissonLoader):
             return self._loader.sample_rate
         return getattr(getattr(self._loader, "batch_sampler", None), "sample_rate", None)
-
-    def _dataset_of(self, data: Any, loader_type: Any, dp_loader_type: Any) -> Any:
-        if isinstance(data, dp_loader_type):
-            rate = float(data.sample_rate)
-            if not math.isclose(rate, self.sample_rate, rel_tol=_RTOL):
-                raise TrialContractError(
-                    f"the DPDataLoader samples at q={rate!r} but the trial was charged "
-                    f"q={self.sample_rate!r}: pass the dataset to make_private instead"
-                )
-            return data.dataset
-        if isinstance(data, loader_type):
-            batch = getattr(data, "batch_size", None)
-            if batch is None or batch != self.expected_batch_size:
-                raise TrialContractError(
-                    f"the DataLoader's batch_size={batch!r} means q={batch}/{self.dataset_size}"
-                    f" but the trial was charged q={self.sample_rate!r} (expected batch "
-                    f"{self.expected_batch_size}): pass the dataset (loader.dataset) to "
-                    "make_private, or a loader with batch_size=trial.expected_batch_size"
-                )
-            return data.dataset
-        if not hasattr(data, "__getitem__") or not hasattr(data, "__len__"):
-            raise InvalidParameterError(
-                f"make_private needs a torch Dataset or DataLoader, got {type(data).__name__}"
-            )
-        return data
 
     def _guard(self, optimizer: Any, private_module: nn.Module) -> None:
         """Wrap ``optimizer.step``: check the engine, the weights and the batch before the
