@@ -301,7 +301,7 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dashboard", str(tmp_path), "--port", "70000"]) == EXIT_BAD_INPUT
     assert "--port 70000 is not a port" in capsys.readouterr().err
     assert main(["dashboard", "postgresql://u:pw@localhost/db"]) == EXIT_BAD_INPUT
-    assert "may not hold a password" in capsys.readouterr().err
+    assert "may not hold a secret" in capsys.readouterr().err
     with pytest.raises(RayDPHPOError, match="no location"):
         build_app([])
 
