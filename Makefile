@@ -38,7 +38,7 @@ test-slow: $(STAMP)
 
 # Real clusters: `ray start --head` + `ray job submit`, simulated multi-node, failures.
 test-cluster: $(STAMP)
-	$(PY) -m pytest -q -m cluster
+	$(PY) -m pytest -q -m "cluster and not postgres"
 
 # PostgreSQL ledgers against a real throw-away server (initdb + pg_ctl under a temp dir, run as
 # the `postgres` system user when we are root). Installs Debian's postgresql package if missing.
