@@ -24,7 +24,7 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/raydp-hpo demo
 
-# The fast tier (<= 8 min on 2 idle cores): every unit and property test and one small
+# The fast tier (target: <= 8 min on 2 idle cores, issue #43): every unit and property test and one small
 # end-to-end search per path; pyproject's addopts leave out the slow, cluster and postgres tests.
 test: $(STAMP)
 	$(PY) -m pytest -q
