@@ -43,8 +43,9 @@ def _is_project_warning(category: type[Warning], filename: str) -> bool:
 @contextmanager
 def one_line_warnings() -> Iterator[None]:
     """While the block runs, each project warning prints once as ``[raydp-hpo] WARNING: …`` on
-    stdout (where the CLI prints its own warning lines) — none if the CLI printed the same
-    message already; other warnings print as Python prints them. Filters are unchanged."""
+    stderr (where Python prints warnings: a ``--json`` answer on stdout stays parseable) — none
+    if the CLI printed the same message already; other warnings print as Python prints them.
+    Filters are unchanged."""
     shown: set[str] = set()
     python_format = warnings.showwarning
 
@@ -57,7 +58,7 @@ def one_line_warnings() -> Iterator[None]:
         if text in shown or printed_through_out(text):
             return
         shown.add(text)
-        print(f"{PREFIX}{text}", file=sys.stdout, flush=True)
+        print(f"{PREFIX}{text}", file=sys.stderr, flush=True)
 
     with warnings.catch_warnings():
         warnings.showwarning = show
