@@ -11,7 +11,6 @@ from raydp_hpo.trial.privacy import Optimizer
 __all__ = ["lr_transfer_factor"]
 
 
-
 def lr_transfer_factor(optimizer: Optimizer, n: float, m: float) -> float:
     """Koskela & Kulkarni (2023) learning-rate transfer from a dataset of size m to size n:
     × n/m for (momentum) SGD and full-batch GD, × 1 for Adam and ADADP."""

@@ -59,7 +59,6 @@ TUNER_DEFAULTS: tuple[str, ...] = ("dataset_size", "validation_size", "budget", 
 Admissible = Callable[[Mechanism], bool]
 
 
-
 class Phase:
     """Values of ``config["raydp"].phase``."""
 

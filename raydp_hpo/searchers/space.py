@@ -23,7 +23,6 @@ from raydp_hpo.searchers.plan import NOISE_KEYS, PRIVACY_KEYS, RESERVED_KEY
 __all__ = ["is_grid", "finite_values", "finite_grid"]
 
 
-
 def is_grid(value: object) -> bool:
     """``tune.grid_search([...])`` is the dict ``{"grid_search": [...]}``."""
     return isinstance(value, dict) and set(value) == {"grid_search"}
