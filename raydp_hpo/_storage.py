@@ -9,7 +9,8 @@ copy of the job's files (``.../runtime_resources/working_dir_files/_ray_pkg_*``)
 :func:`ephemeral_reason` says why a path is likely to be deleted (under the temporary directory,
 ``/tmp``, ``/var/tmp``, a Ray working dir or the current Ray session dir);
 :func:`warn_if_ephemeral` raises an :class:`~raydp_hpo.errors.EphemeralStorageWarning` for it
-(once per path and process) and returns the message for a CLI to print.
+(once per path and process) and returns the message for a CLI to print;
+:func:`printed_through_out` tells a CLI's warning display that a message was printed already.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "ephemeral_reason",
     "warn_if_ephemeral",
     "legacy_storage_paths",
+    "printed_through_out",
 ]
 
 #: Environment variable that overrides the default storage folder.
@@ -39,6 +41,7 @@ DEFAULT_STORAGE_NAME = "raydp_results"
 _RAY_WORKING_DIR_MARKS = ("runtime_resources", "_ray_pkg_")
 
 _warned: set[str] = set()
+_printed: set[str] = set()  # messages an ``out`` printed (the CLI shows each fact once)
 
 
 def default_storage_path() -> Path:
@@ -109,7 +112,14 @@ def warn_if_ephemeral(path: str | os.PathLike[str], what: str,
     )
     if out is not None:
         out(f"[raydp-hpo] WARNING: {message}")
+        _printed.add(message)
     if resolved not in _warned:
         _warned.add(resolved)
         warnings.warn(message, EphemeralStorageWarning, stacklevel=3)
     return message
+
+
+def printed_through_out(message: str) -> bool:
+    """Whether :func:`warn_if_ephemeral` printed ``message`` through an ``out`` in this
+    process (so the CLI does not show its Python warning a second time)."""
+    return message in _printed

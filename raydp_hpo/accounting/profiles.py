@@ -103,7 +103,9 @@ point at an explicit δ split and composes it, as the worst-case PLD of (εᵢ, 
 PLD of everything else; see its docstring.
 
 Longer than ~600 lines because it is one theorem, its proof (above) and the numerics that
-evaluate it; splitting would separate the proof from its code.
+evaluate it; splitting would separate the proof from its code. Its two inputs are neighbours,
+their names re-exported here: the laws of K (:mod:`~raydp_hpo.accounting.stopping_laws`) and
+the base profile d→, d← (:mod:`~raydp_hpo.accounting.base_profile`).
 """
 
 from __future__ import annotations
@@ -113,25 +115,34 @@ import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from enum import Enum
 
 import numpy as np
 
-from raydp_hpo._validation import (
-    nonnegative_float,
-    open_unit_float,
-    positive_float,
-    positive_int,
-    unit_interval_float,
+from raydp_hpo._validation import nonnegative_float, open_unit_float
+from raydp_hpo.accounting.base_profile import (  # noqa: F401 (re-exported)
+    _U,
+    T_MAX,
+    T_STEP,
+    HockeyStickCurve,
+    _pld_alternatives,
+    _pld_d,
+    _pmf_hockey_stick,
+    base_curve,
 )
-from raydp_hpo.accounting._rdp_kernels import truncated_negative_binomial_gamma
 from raydp_hpo.accounting.mechanisms import (
     Composition,
     Mechanism,
     RandomStopping,
-    StoppingDistribution,
     SubsampledTuning,
     WorstCase,
+)
+from raydp_hpo.accounting.stopping_laws import (  # noqa: F401 (re-exported)
+    LawKind,
+    StoppingLaw,
+    binomial_law,
+    poisson_law,
+    stopping_law,
+    truncated_negative_binomial_law,
 )
 from raydp_hpo.errors import InvalidParameterError, UnsupportedMechanismError
 
@@ -158,303 +169,13 @@ __all__ = [
     "DELTA_SPLITS",
 ]
 
-#: Step of the t-grid on which the base profile d(t) is evaluated.
-T_STEP = 0.01
-#: Largest t asked of the base profile (the grid is cut where d(t) stops decreasing).
-T_MAX = 64.0
 #: Absolute amount by which the computed 1 − G(u) is lowered (covers its rounding, ~1e-15).
 G_PAD = 1e-14
-_U = 2.0**-53  # unit roundoff of float64
 _N_CHECKED = 16  # ε₁ candidates whose value is re-evaluated with a rigorous rounding bound
 
 _N_LOG = 6000  # log-spaced u points near each end of [0, 1]
 _N_LIN = 12000  # linearly spaced u points
 _LOG_MIN = -17.0  # smallest u (and 1 − u) on the log grids: 1e-17
-
-
-# --------------------------------------------------------------------------- laws of K
-
-
-class LawKind(Enum):
-    """Family of the law of K (one PGF each)."""
-
-    TRUNCATED_NEGATIVE_BINOMIAL = "truncated_negative_binomial"
-    POISSON = "poisson"
-    BINOMIAL = "binomial"
-
-
-@dataclass(frozen=True)
-class StoppingLaw:
-    """Law of the number of runs K, by its PGF f(x) = E[x^K].
-
-    * truncated negative binomial (Papernot & Steinke 2022, Def. 1), η ≥ 0 (η = 0 logarithmic,
-      η = 1 geometric), γ ∈ (0, 1):
-      f(x) = ((1 − (1 − γ)x)^{−η} − 1)/(γ^{−η} − 1) (η = 0: log(1 − (1 − γ)x)/log γ),
-      f'(x) = η(1 − γ)(1 − (1 − γ)x)^{−η−1}/(γ^{−η} − 1) (η = 0: (1 − γ)/((1 − (1 − γ)x)·log(1/γ))),
-      f(0) = 0;
-    * Poisson(μ): f(x) = e^{μ(x − 1)}, f'(x) = μe^{μ(x − 1)}, f(0) = e^{−μ};
-    * binomial(m, p): f(x) = (1 − p + px)^m, f'(x) = mp(1 − p + px)^{m − 1}, f(0) = (1 − p)^m.
-
-    Build with :func:`truncated_negative_binomial_law`, :func:`poisson_law`,
-    :func:`binomial_law` or :func:`stopping_law`.
-    """
-
-    kind: LawKind
-    eta: float = 0.0
-    gamma: float = 0.0
-    mu: float = 0.0
-    m: int = 0
-    p: float = 0.0
-
-    def log_fprime(self, w: np.ndarray) -> np.ndarray:
-        """log f'(1 − w) for w = 1 − x ∈ [0, 1] (the complement keeps precision near x = 1)."""
-        w = np.asarray(w, dtype=float)
-        if self.kind is LawKind.TRUNCATED_NEGATIVE_BINOMIAL:
-            g = self.gamma
-            base = g + (1.0 - g) * w  # 1 − (1 − γ)x
-            return self._log_tnb_constant() - (self.eta + 1.0) * np.log(base)
-        if self.kind is LawKind.POISSON:
-            return math.log(self.mu) - self.mu * w
-        if self.m == 1:
-            return np.full_like(w, math.log(self.p))
-        with np.errstate(divide="ignore"):
-            return math.log(self.m * self.p) + (self.m - 1) * np.log1p(-self.p * w)
-
-    def _log_tnb_constant(self) -> float:
-        """log of η(1 − γ)/(γ^{−η} − 1) (η > 0) or (1 − γ)/log(1/γ) (η = 0)."""
-        g, eta = self.gamma, self.eta
-        if eta == 0.0:
-            return math.log1p(-g) - math.log(-math.log(g))
-        return math.log(eta) + math.log1p(-g) - math.log(math.expm1(-eta * math.log(g)))
-
-    @property
-    def expected_k(self) -> float:
-        """E[K] = f'(1) of this exact law (for the TNB: of its γ, not the nominal mean)."""
-        return float(math.exp(float(self.log_fprime(np.array([0.0]))[0])))
-
-    @property
-    def f0(self) -> float:
-        """P[K = 0] = f(0): the probability that nothing is selected."""
-        if self.kind is LawKind.TRUNCATED_NEGATIVE_BINOMIAL:
-            return 0.0
-        if self.kind is LawKind.POISSON:
-            return math.exp(-self.mu)
-        return (1.0 - self.p) ** self.m
-
-    def pgf(self, x: np.ndarray) -> np.ndarray:
-        """f(x) = E[x^K] on [0, 1] (used by tests for exact output laws)."""
-        x = np.asarray(x, dtype=float)
-        if self.kind is LawKind.TRUNCATED_NEGATIVE_BINOMIAL:
-            g, eta = self.gamma, self.eta
-            inner = 1.0 - (1.0 - g) * x
-            if eta == 0.0:
-                return np.log(inner) / math.log(g)
-            return np.expm1(-eta * np.log(inner)) / math.expm1(-eta * math.log(g))
-        if self.kind is LawKind.POISSON:
-            return np.exp(self.mu * (x - 1.0))
-        return (1.0 - self.p + self.p * x) ** self.m
-
-
-def truncated_negative_binomial_law(eta: float, mean: float) -> StoppingLaw:
-    """TNB(η, γ) with γ from ``mean`` exactly as the searcher samples it (see module doc).
-
-    ``mean`` = 1 can give γ = 1 (K = 1 surely; returned as binomial(1, 1)) or a γ a hair
-    below 1, which is the law the searcher then samples and is used as it is.
-    """
-    eta = nonnegative_float("eta", eta)
-    mean = positive_float("mean", mean)
-    if mean < 1.0:
-        raise InvalidParameterError(
-            f"mean must be >= 1 for a truncated negative binomial law, got mean={mean!r}"
-        )
-    gamma = truncated_negative_binomial_gamma(eta, mean)
-    if gamma >= 1.0:
-        return binomial_law(1, 1.0)
-    if not gamma > 0.0:  # pragma: no cover - the bisection stays inside (0, 1]
-        raise InvalidParameterError(f"no γ in (0, 1) for eta={eta!r}, mean={mean!r}")
-    return StoppingLaw(LawKind.TRUNCATED_NEGATIVE_BINOMIAL, eta=eta, gamma=gamma)
-
-
-def poisson_law(mean: float) -> StoppingLaw:
-    """Poisson(μ) with μ = ``mean`` (K = 0, nothing selected, has probability e^{−μ})."""
-    return StoppingLaw(LawKind.POISSON, mu=positive_float("mean", mean))
-
-
-def binomial_law(m: int, p: float) -> StoppingLaw:
-    """Binomial(m, p): E[K] = mp, K ≤ m (p = 1 is the fixed K = m)."""
-    return StoppingLaw(
-        LawKind.BINOMIAL, m=positive_int("m", m), p=unit_interval_float("p", p)
-    )
-
-
-def stopping_law(mechanism: RandomStopping) -> StoppingLaw:
-    """The law of K that the random-stopping searcher samples for ``mechanism``."""
-    if mechanism.distribution is StoppingDistribution.POISSON:
-        return poisson_law(mechanism.mean)
-    if mechanism.trials is not None:
-        m = mechanism.trials
-        return binomial_law(m, min(1.0, mechanism.mean / m))
-    return truncated_negative_binomial_law(mechanism.eta, mechanism.mean)
-
-
-# ------------------------------------------------------------------ base profile d(t)
-
-
-@dataclass(frozen=True, eq=False)
-class HockeyStickCurve:
-    """Upper bounds on the privacy profile of a base mechanism, per neighbour orientation.
-
-    For every ordered neighbouring pair (D, D') with D' = D minus one record, P = Q(D),
-    R = Q(D'): ``remove[i]`` ≥ H_{e^{t_i}}(P‖R) and ``add[i]`` ≥ H_{e^{t_i}}(R‖P) (dp-accounting's
-    REMOVE and ADD privacy loss distributions). ``t`` is ascending and starts at 0. A
-    symmetric curve has ``add`` equal to ``remove``.
-    """
-
-    t: np.ndarray
-    remove: np.ndarray
-    add: np.ndarray
-
-    def __post_init__(self) -> None:
-        t = np.asarray(self.t, dtype=float).copy()
-        if t.ndim != 1 or t.size < 2 or t[0] != 0.0 or np.any(np.diff(t) <= 0):
-            raise InvalidParameterError("t must be 1-D, start at 0 and strictly increase")
-        for name in ("remove", "add"):
-            d = np.asarray(getattr(self, name), dtype=float).copy()
-            if d.shape != t.shape:
-                raise InvalidParameterError(f"{name} has shape {d.shape}, t has {t.shape}")
-            if np.any(~np.isfinite(d)) or np.any(d < 0) or np.any(d > 1):
-                raise InvalidParameterError(f"{name} must lie in [0, 1]")
-            # H_{e^t} is non-increasing in t, so a bound valid at t' ≤ t is valid at t: take
-            # the running minimum from the left (still a valid bound at every t).
-            d = np.minimum.accumulate(d)
-            d.setflags(write=False)
-            object.__setattr__(self, name, d)
-        t.setflags(write=False)
-        object.__setattr__(self, "t", t)
-
-    @property
-    def symmetric(self) -> bool:
-        return bool(np.array_equal(self.remove, self.add))
-
-    def orientations(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(forward, reverse) bounds for each ordered pair: (remove, add) and (add, remove)."""
-        if self.symmetric:
-            return [(self.remove, self.add)]
-        return [(self.remove, self.add), (self.add, self.remove)]
-
-
-def _pld_alternatives(m: Mechanism) -> list[Mechanism]:
-    """Mechanisms with a PLD whose profiles' maximum (per orientation) bounds ``m``'s profile.
-
-    * a mechanism with a PLD: itself;
-    * WorstCase(c₁, …): the union of the candidates' alternatives. A base trial whose privacy
-      hyperparameters are drawn from the space independently of the data is the mixture
-      Σ wᵢ Qᵢ on both datasets, and H_γ(Σwᵢ Pᵢ ‖ Σwᵢ Rᵢ) ≤ Σwᵢ H_γ(Pᵢ‖Rᵢ) ≤ maxᵢ (joint
-      convexity of H_γ); a fixed but arbitrary candidate is covered by the maximum too;
-    * Composition(a, b, …) whose parts after the first all have a PLD: every
-      Composition(a', b, …) over the first part's alternatives a' (a data-independent mixture
-      followed by fixed mechanisms is the mixture of the compositions). A worst case after
-      the first part is refused: its choice could depend on earlier outputs, and the maximum
-      of the profiles does not bound an adaptively chosen mixture (RDP's pointwise maximum
-      does; use it there).
-    """
-    from raydp_hpo.accounting.pld import has_pld  # deferred: pld imports dp-accounting (~1 s)
-
-    if has_pld(m):
-        return [m]
-    if isinstance(m, WorstCase):
-        alts = [a for c in m.candidates for a in _pld_alternatives(c)]
-        if len(alts) > 256:
-            raise UnsupportedMechanismError(
-                f"profile accounting would expand {len(alts)} > 256 worst-case candidates; "
-                "use Accountant.RDP"
-            )
-        return alts
-    if isinstance(m, Composition):
-        first, rest = m.mechanisms[0], m.mechanisms[1:]
-        if all(has_pld(p) for p in rest):
-            return [Composition((a, *rest)) for a in _pld_alternatives(first)]
-        raise UnsupportedMechanismError(
-            f"profile accounting needs every part after the first of {m!r} to have a PLD "
-            "(a worst case later in a composition may be chosen adaptively); use Accountant.RDP"
-        )
-    raise UnsupportedMechanismError(
-        f"{type(m).__name__} has no privacy profile here (no PLD); profile accounting of a "
-        "selection needs a base built from SubsampledGaussian, Gaussian, Laplace, PureDP, "
-        "ApproxDP, Composition and WorstCase"
-    )
-
-
-def _pmf_hockey_stick(pmf: object, t: np.ndarray) -> np.ndarray:
-    """Upper bounds on H_{e^t} = m_∞ + Σ_{L>t} p_L (1 − e^{t − L}) of one dp-accounting loss pmf.
-
-    With S₁(t) = Σ_{L>t} p_L and S₂(t) = Σ_{L>t} p_L e^{−L} (suffix sums of non-negative
-    terms, relative error ≤ n·u each, n the number of bins, u = 2⁻⁵³) the value is
-    m_∞ + S₁ − e^t S₂, and e^t S₂ ≤ S₁ since every term has L > t: the absolute rounding
-    error is below (2n + 8)·u·S₁(t), which is added. dp-accounting computes the pmf of a
-    self-composition by FFT, whose entries carry absolute noise; negative entries are set to
-    0 (that only raises the sum) and each of the N(t) bins above t is allowed an extra
-    η = max(largest negative entry's size, 4u·max p), added as N(t)·η. Reads the dense pmf's
-    attributes (dp-accounting 0.6.0 ``DensePLDPmf``: ``_probs``, ``_lower_loss``,
-    ``_discretization``, ``_infinity_mass``); agreement with dp-accounting's own
-    ``get_delta_for_epsilon`` is tested.
-    """
-    dense = pmf.to_dense_pmf()  # type: ignore[attr-defined]
-    raw = np.asarray(dense._probs, dtype=float)  # noqa: SLF001
-    n = raw.size
-    losses = (np.arange(n) + dense._lower_loss) * dense._discretization  # noqa: SLF001
-    inf_mass = float(dense._infinity_mass)  # noqa: SLF001
-    probs = np.maximum(raw, 0.0)
-    eta = max(float(-np.min(raw, initial=0.0)), 4 * _U * float(np.max(probs, initial=0.0)))
-    s1 = np.concatenate([np.cumsum(probs[::-1])[::-1], [0.0]])  # s1[k] = Σ_{i≥k} p_i
-    s2 = np.concatenate([np.cumsum((probs * np.exp(-losses))[::-1])[::-1], [0.0]])
-    k = np.searchsorted(losses, t, side="right")  # first bin with L > t
-    value = inf_mass + s1[k] - np.exp(t) * s2[k]
-    pad = (2 * n + 8) * _U * s1[k] + (n - k) * eta + 4 * _U * inf_mass
-    return np.clip(value + pad, 0.0, 1.0)
-
-
-def _pld_d(m: Mechanism, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(remove, add) hockey-stick upper bounds of ``m``'s pessimistic PLD at ``t``."""
-    from raydp_hpo.accounting import pld  # deferred (see above)
-
-    # pld._pld_of is private; it is the composed PLD of a PLD-capable mechanism (cached
-    # leaves). Ask the lead to expose it as pld.pld_of(m). The two directions are read from
-    # dp-accounting's PrivacyLossDistribution._pmf_remove / ._pmf_add (0.6.0; their meaning is
-    # pinned by tests/raydp_hpo/accounting/test_profiles.py against exact values).
-    composed = pld._pld_of(m, 0.0)
-    if composed is None:  # pragma: no cover - a PLD-capable mechanism always has one
-        raise UnsupportedMechanismError(f"no PLD for {m!r}")
-    return (
-        _pmf_hockey_stick(composed._pmf_remove, t),  # noqa: SLF001
-        _pmf_hockey_stick(composed._pmf_add, t),  # noqa: SLF001
-    )
-
-
-@functools.lru_cache(maxsize=64)  # small: ≤ 6,401 t-points × 3 arrays
-def base_curve(mechanism: Mechanism) -> HockeyStickCurve:
-    """The privacy profile of a base mechanism on the t-grid, per orientation, from its PLD.
-
-    dp-accounting's pessimistic PLD (built as :mod:`raydp_hpo.accounting.pld` builds it; losses rounded up,
-    truncated tails moved to larger losses or +∞) gives upper bounds on the REMOVE and ADD
-    hockey-stick curves at each t ≥ 0 (:func:`_pmf_hockey_stick`). A worst case over
-    candidates takes the maximum per orientation (see :func:`_pld_alternatives`). Cached
-    (mechanisms are immutable values).
-    """
-    t = np.round(np.arange(0.0, T_MAX + T_STEP / 2, T_STEP), 10)
-    remove = np.zeros_like(t)
-    add = np.zeros_like(t)
-    for alt in _pld_alternatives(mechanism):
-        r, a = _pld_d(alt, t)
-        remove, add = np.maximum(remove, r), np.maximum(add, a)
-    # Cut the grid where both have reached their plateau (larger t adds nothing: same d,
-    # steeper lines in G and a larger e^{ε₁} factor). Keep one point past it.
-    stop = 2
-    for d in (remove, add):
-        idx = int(np.argmax(d <= d[-1] * (1.0 + 1e-9)))
-        stop = max(stop, idx + 2)
-    stop = min(stop, t.size)
-    return HockeyStickCurve(t[:stop], remove[:stop], add[:stop])
 
 
 # -------------------------------------------------------------------------- the recipe

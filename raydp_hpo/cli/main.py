@@ -656,8 +656,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse printed usage and the error (or --help): its code
         return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
+    from raydp_hpo.cli.warning_lines import one_line_warnings
+
     try:
-        return int(args.func(args))
+        with one_line_warnings():  # each warning once, as one [raydp-hpo] WARNING line
+            return int(args.func(args))
     except (BudgetExhaustedError, BudgetTooSmallError) as exc:
         print(f"raydp-hpo: budget: {exc}", file=sys.stderr)
         return EXIT_BUDGET_EXHAUSTED

@@ -24,53 +24,83 @@ final score with Laplace noise and its mechanism is ``trial_mechanism(training, 
 ``Laplace(ε_s)`` part. Trials whose score no selection reads (final runs) or whose score the
 searcher privatises itself (SVT candidates) get ``score_epsilon=None``.
 
-Longer than ~600 lines because it is the one base class every searcher derives from: plan,
-calibration, lifecycle, checkpointing and release are its shared contract; splitting would
-spread one lifecycle over several modules.
+This module holds the lifecycle (:class:`DPSearcher`); its neighbours hold one concern each
+and their names are re-exported here, where they were first defined: the plan and release
+types (:mod:`~raydp_hpo.searchers.plan`), search-space checks
+(:mod:`~raydp_hpo.searchers.space`), settings and presets (:mod:`~raydp_hpo.searchers.settings`),
+noise-calibration bracketing (:mod:`~raydp_hpo.searchers.calibration`) and the learning-rate
+transfer rule (:mod:`~raydp_hpo.searchers.lr_transfer`).
 """
 
 from __future__ import annotations
 
 import abc
-import functools
-import inspect
 import itertools
 import math
 import pickle
 import secrets
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
 
 import numpy as np
 from ray.tune.search import Searcher
-from ray.tune.search.sample import Categorical, Domain, Function
+from ray.tune.search.sample import Domain
 
 from raydp_hpo._atomic_io import atomic_write_bytes
-from raydp_hpo._validation import (
-    closest_match,
-    coerce_enum,
-    did_you_mean,
-    positive_float,
-    positive_int,
-)
-from raydp_hpo.accounting.accountants import Accountant, epsilon, smallest_noise_multiplier
+from raydp_hpo._validation import coerce_enum, positive_float, positive_int
+from raydp_hpo.accounting.accountants import smallest_noise_multiplier
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import Mechanism, WorstCase, mechanism_to_dict
 from raydp_hpo.errors import BudgetTooSmallError, InvalidParameterError, SearchSpaceError
 from raydp_hpo.ledger.plan_receipt import PlanReceipt
+from raydp_hpo.searchers.calibration import (  # noqa: F401 (_BRACKET_STEP, _guided_bracket: re-exported)
+    _BRACKET_STEP,
+    _SIGMA_FLOOR,
+    CALIBRATION_RTOL,
+    MAX_NOISE_MULTIPLIER,
+    _bracketed_by_rdp,
+    _guided_bracket,
+    plan_epsilon,
+)
+from raydp_hpo.searchers.lr_transfer import lr_transfer_factor  # noqa: F401 (re-exported)
+from raydp_hpo.searchers.plan import (
+    NOISE_KEYS,
+    PRIVACY_KEYS,
+    RESERVED_KEY,
+    TUNER_ASSIGNED,
+    TUNER_DEFAULTS,
+    Admissible,
+    Phase,
+    PrivacyPlan,
+    Release,
+)
+from raydp_hpo.searchers.settings import (  # noqa: F401 (the settings helpers: re-exported)
+    _KEYWORD_KINDS,
+    _deferring_init,
+    _init_settings,
+    _with_guess,
+    check_settings,
+    resolve_preset,
+    searcher_settings,
+)
+from raydp_hpo.searchers.space import (  # noqa: F401 (finite_grid, _contains_domain: re-exported)
+    _check_space,
+    _contains_domain,
+    finite_grid,
+    finite_values,
+    is_grid,
+)
 from raydp_hpo.trial.privacy import (
     DEFAULT_SCORE_EPSILON,
     NOISY_SCORE_KEY,
     DPSGDPrivacy,
-    Optimizer,
     ScoreNoise,
     ScoreRelease,
     privacy_from_config,
     trial_mechanism,
 )
-from raydp_hpo.trial.settings import RAYDP_KEY, RaydpSettings
+from raydp_hpo.trial.settings import RaydpSettings
 
 __all__ = [
     "RESERVED_KEY",
@@ -85,193 +115,6 @@ __all__ = [
     "check_settings",
     "resolve_preset",
 ]
-
-#: The config key carrying the privacy contract of a trial; never part of a release.
-RESERVED_KEY = RAYDP_KEY
-#: Keys read by :func:`raydp_hpo.trial.privacy.privacy_from_config`.
-PRIVACY_KEYS: tuple[str, ...] = (
-    "noise_multiplier",
-    "target_epsilon",
-    "target_delta",
-    "mu",
-    "sample_rate",
-    "batch_size",
-    "epochs",
-    "optimizer",
-)
-#: Keys that set the DP noise of a trial (at most one may appear in a space).
-NOISE_KEYS: tuple[str, ...] = ("noise_multiplier", "target_epsilon", "mu")
-
-#: ``set_search_properties`` spec keys the orchestrator always assigns: which ledger the
-#: trials charge and check, and the experiment every charge id is prefixed with. They decide
-#: no part of the plan, so a searcher built by the user is told them, never asked for them.
-TUNER_ASSIGNED: tuple[str, ...] = ("ledger_name", "namespace", "experiment")
-#: Spec keys that fill constructor arguments a searcher built without a space was not given.
-TUNER_DEFAULTS: tuple[str, ...] = ("dataset_size", "validation_size", "budget", "seed",
-                                   "admissible")
-
-#: Predicate deciding whether a plan mechanism fits the budget (the ledger's rule).
-Admissible = Callable[[Mechanism], bool]
-
-#: Largest noise multiplier a searcher will calibrate to before declaring the budget too small.
-MAX_NOISE_MULTIPLIER = 1e4
-
-
-class Phase:
-    """Values of ``config["raydp"].phase``."""
-
-    TUNE = "tune"
-    FINAL = "final"
-
-
-@dataclass(frozen=True)
-class PrivacyPlan:
-    """The whole privacy cost of a search, fixed before any trial runs.
-
-    Attributes:
-        mechanism: the total mechanism charged up front (``None`` when every trial charges
-            itself, as in :class:`~raydp_hpo.searchers.baselines.GridSearchComposed`).
-        base: per-trial base mechanism that every covered trial must be dominated by
-            (:func:`raydp_hpo.ledger.coverage.is_covered`), or ``None``.
-        per_trial_charges: ``True`` when trials charge the ledger individually.
-        algorithm: short algorithm name.
-        paper: citation of the algorithm and theorem the accounting follows.
-        description: one human-readable sentence on how the cost is composed.
-        expected_gradient_evaluations: expected number of per-example gradient evaluations
-            of the whole search (upper bound where the privacy grid varies).
-    """
-
-    mechanism: Mechanism | None
-    base: Mechanism | None
-    per_trial_charges: bool
-    algorithm: str
-    paper: str
-    description: str
-    expected_gradient_evaluations: float
-
-
-@dataclass(frozen=True)
-class Release:
-    """The public output of a search.
-
-    Attributes:
-        hyperparameters: the selected configuration without the ``"raydp"`` key, or ``None``
-            when the search selected nothing (e.g. Poisson random stopping drew K = 0).
-        trial_id: the trial whose model is released (the final run, or the best trial of a
-            selection without a final run), or ``None``.
-        algorithm: the algorithm that produced it.
-        extras: public, data-independent or selection-output extras (gradient evaluations,
-            flags). Per-trial metrics and the number of trials actually run are private and
-            never appear here.
-    """
-
-    hyperparameters: dict[str, Any] | None
-    trial_id: str | None
-    algorithm: str
-    extras: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def selected(self) -> bool:
-        """Whether a configuration was selected."""
-        return self.hyperparameters is not None
-
-
-# --------------------------------------------------------------------------------------------
-# search-space helpers
-# --------------------------------------------------------------------------------------------
-
-
-def is_grid(value: object) -> bool:
-    """``tune.grid_search([...])`` is the dict ``{"grid_search": [...]}``."""
-    return isinstance(value, dict) and set(value) == {"grid_search"}
-
-
-def finite_values(key: str, value: object) -> list[Any] | None:
-    """The finite list of values of a constant / choice / grid entry, or ``None`` otherwise."""
-    if is_grid(value):
-        values = list(value["grid_search"])  # type: ignore[index]
-        if not values:
-            raise SearchSpaceError(f"search space key {key!r}: grid_search needs >= 1 value")
-        return values
-    if isinstance(value, Categorical):
-        if any(isinstance(c, Domain) for c in value.categories):
-            return None
-        return list(value.categories)
-    if isinstance(value, Domain):
-        return None
-    if isinstance(value, dict):
-        if key in PRIVACY_KEYS or _contains_domain(value):
-            raise SearchSpaceError(
-                f"search space key {key!r} is a nested dict with search domains; DP searchers "
-                "need a flat space (flatten it, e.g. 'model_width' instead of "
-                "{'model': {'width': ...}}). Constant dicts (e.g. model_kwargs) are fine."
-            )
-        return [value]  # a constant dict, e.g. model_kwargs={"hidden": [64]}
-    return [value]
-
-
-def finite_grid(space: Mapping[str, Any], needs: str) -> list[dict[str, Any]]:
-    """Every configuration of a finite ``space`` (the Cartesian product of each key's values,
-    :func:`finite_values`), in key order. A continuous domain raises a
-    :class:`SearchSpaceError` naming the key and ``needs`` (what the searcher requires)."""
-    keys, values = [], []
-    for key, value in space.items():
-        vals = finite_values(key, value)
-        if vals is None:
-            raise SearchSpaceError(f"search space key {key!r} is a continuous domain; {needs}")
-        keys.append(key)
-        values.append(vals)
-    return [dict(zip(keys, combo)) for combo in itertools.product(*values)]
-
-
-def _contains_domain(value: object) -> bool:
-    if isinstance(value, Domain) or is_grid(value):
-        return True
-    if isinstance(value, dict):
-        return any(_contains_domain(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_contains_domain(v) for v in value)
-    return False
-
-
-def _check_space(param_space: Mapping[str, Any], *, requires_epochs: bool = True) -> dict[str, Any]:
-    if not isinstance(param_space, Mapping):
-        raise SearchSpaceError(f"param_space must be a dict, got {param_space!r}")
-    space = dict(param_space)
-    if RESERVED_KEY in space:
-        raise SearchSpaceError(
-            f"search space key {RESERVED_KEY!r} is reserved for the privacy contract; rename it"
-        )
-    if "seed" in space:
-        raise SearchSpaceError(
-            "search space key 'seed': a trial's seed drives its DP noise, and the space is "
-            "public configuration (logged by Ray Tune); remove it and pass "
-            "DPTuner(secret_seed=...) for reproducible runs, or nothing for OS entropy"
-        )
-    for key, value in space.items():
-        if not isinstance(key, str):
-            raise SearchSpaceError(f"search space keys must be strings, got {key!r}")
-        if isinstance(value, Function):
-            raise SearchSpaceError(
-                f"search space key {key!r} uses tune.sample_from, which depends on other keys; "
-                "DP searchers sample every key independently: use a Domain or a constant"
-            )
-        if isinstance(value, dict) and not is_grid(value):
-            finite_values(key, value)  # raises for nested dicts
-    noise = [k for k in NOISE_KEYS if k in space]
-    if len(noise) > 1:
-        raise SearchSpaceError(
-            f"search space sets the noise twice ({', '.join(noise)}); keep exactly one"
-        )
-    if "sample_rate" in space and "batch_size" in space:
-        raise SearchSpaceError("search space sets both 'sample_rate' and 'batch_size'; keep one")
-    if requires_epochs and "epochs" not in space:
-        raise SearchSpaceError(
-            "search space needs 'epochs' (a constant or tune.choice): the privacy cost of a "
-            "trial depends on it"
-        )
-    return space
-
 
 # --------------------------------------------------------------------------------------------
 # the base class
@@ -893,214 +736,3 @@ class DPSearcher(Searcher, abc.ABC):
             state = pickle.load(fh)  # noqa: S301 - our own private checkpoint
         self.set_state(state)
 
-
-_KEYWORD_KINDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-
-
-def _init_settings(cls: type) -> tuple[str, ...]:
-    """The keyword parameters of ``cls``'s constructors along its MRO, read from their
-    signatures (so no hand-kept list can go stale): each ``__init__`` that passes ``**kwargs``
-    on adds its parent's, down to :class:`DPSearcher`."""
-    names: list[str] = []
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        params = list(inspect.signature(init).parameters.values())[1:]  # without self
-        names += [p.name for p in params if p.kind in _KEYWORD_KINDS]
-        if klass is DPSearcher or all(p.kind is not p.VAR_KEYWORD for p in params):
-            break
-    return tuple(dict.fromkeys(names))
-
-
-def searcher_settings(cls: type[DPSearcher]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(the settings of ``cls``'s algorithm, the settings every searcher takes): every
-    keyword its constructor accepts, ``preset`` included where the algorithm has presets."""
-    common = tuple(k for k in _init_settings(DPSearcher) if k != "param_space")
-    own = [k for k in _init_settings(cls) if k not in common and k != "param_space"]
-    if cls.preset_type is not None:
-        own.append("preset")
-    return tuple(own), common
-
-
-def check_settings(cls: type[DPSearcher], settings: Mapping[str, Any]) -> None:
-    """Refuse every setting ``cls`` does not take, all at once, each with the closest valid
-    one, and list the valid settings (:class:`InvalidParameterError`, before anything is
-    built). Used by the constructors, :func:`~raydp_hpo.searchers.make_searcher`, ``DPTuner``
-    (``search_kwargs``) and experiment files (``search.settings``)."""
-    own, common = searcher_settings(cls)
-    valid = (*own, *common)
-    unknown = [k for k in settings if k not in (*valid, "param_space")]
-    if not unknown:
-        return
-    named = cls.algorithm or cls.__name__
-    listed = ", ".join(_with_guess(k, valid) for k in unknown)
-    set_by_tuner = {"metric", "mode", *TUNER_ASSIGNED, *TUNER_DEFAULTS}
-    raise InvalidParameterError(
-        f"unknown {named} setting{'s' if len(unknown) > 1 else ''}: {listed}. Settings of "
-        f"{named}: {', '.join(own) or '(none of its own)'}; of every searcher: "
-        f"{', '.join(k for k in common if k not in set_by_tuner)} (and "
-        f"{', '.join(k for k in common if k in set_by_tuner)}, which DPTuner and experiment "
-        "files set themselves)"
-    )
-
-
-def _with_guess(name: object, valid: tuple[str, ...]) -> str:
-    close = closest_match(str(name), valid)
-    return f"{name!r} (did you mean {close!r}?)" if close else repr(name)
-
-
-def resolve_preset(cls: type[DPSearcher], settings: Mapping[str, Any]) -> dict[str, Any]:
-    """``settings`` with its ``preset`` (a :attr:`DPSearcher.preset_type` member or its value)
-    replaced by the preset's settings; settings given explicitly override the preset's, and
-    one of a group of alternatives given explicitly drops the others
-    (:attr:`DPSearcher._alternative_settings`). Without ``preset``: ``settings`` as they are."""
-    if "preset" not in settings:
-        return dict(settings)
-    explicit = {k: v for k, v in settings.items() if k != "preset"}
-    if cls.preset_type is None:
-        raise InvalidParameterError(f"{cls.algorithm or cls.__name__} has no presets")
-    names = [str(m.value) for m in cls.preset_type]
-    value = settings["preset"]
-    if not isinstance(value, cls.preset_type) and value not in names:
-        raise InvalidParameterError(
-            f"unknown {cls.algorithm} preset {value!r}"
-            f"{did_you_mean(str(value), names)}; use one of {', '.join(names)}"
-        )
-    preset = cls.preset_type(getattr(value, "value", value))
-    values = dict(cls.presets[preset])
-    for group in cls._alternative_settings:
-        if group & explicit.keys():
-            for key in group:
-                values.pop(key, None)
-    return {**values, **explicit}
-
-
-def _deferring_init(init: Callable[..., None]) -> Callable[..., None]:
-    """``init`` that refuses unknown settings (:func:`check_settings`), expands a ``preset``
-    (:func:`resolve_preset`) and, called with ``param_space=None`` (positional or keyword),
-    keeps its arguments for ``set_search_properties`` instead of building the plan now."""
-
-    @functools.wraps(init)
-    def __init__(self: DPSearcher, *args: Any, **kwargs: Any) -> None:
-        check_settings(type(self), kwargs)
-        kwargs = resolve_preset(type(self), kwargs)
-        space = args[0] if args else kwargs.get("param_space")
-        if space is not None:
-            init(self, *args, **kwargs)
-            return
-        rest = args[1:]
-        kept = {k: v for k, v in kwargs.items() if k != "param_space"}
-        Searcher.__init__(self, metric=kept.get("metric"), mode=kept.get("mode", "max"))
-        self.__dict__["_deferred"] = (rest, kept)
-
-    __init__._defers_space = True  # type: ignore[attr-defined]
-    return __init__
-
-
-#: Relative tolerance of noise calibration: the calibrated σ is at most this much above the
-#: smallest admissible σ (and never below it).
-CALIBRATION_RTOL = 1e-3
-_SIGMA_FLOOR = 1e-2
-#: Factor by which the calibration steps down from the RDP-calibrated σ to find a refused σ.
-_BRACKET_STEP = 0.8
-
-
-def _bracketed_by_rdp(
-    fits: Callable[[float], bool],
-    rdp_epsilon: Callable[[float], float],
-    budget: PrivacyBudget,
-    figure: Callable[[float], float] | None = None,
-) -> float | None:
-    """Smallest σ with ``fits`` (rtol :data:`CALIBRATION_RTOL`), searched below the σ that RDP
-    alone admits; ``None`` when that σ does not exist or ``fits`` refuses it (the caller then
-    runs the generic search). ``figure(σ)``, when given, is the ε the rule compares with the
-    budget; it only guides where ``fits`` is asked (see :func:`_guided_bracket`), the answer
-    is always decided by ``fits``. See :meth:`DPSearcher._calibrate_noise`."""
-    from raydp_hpo.errors import UnsupportedMechanismError
-
-    try:
-        hi = smallest_noise_multiplier(
-            lambda s: rdp_epsilon(s) <= budget.epsilon,
-            max_noise_multiplier=MAX_NOISE_MULTIPLIER,
-            tolerance=CALIBRATION_RTOL,
-            floor=_SIGMA_FLOOR,
-            refine_below_floor=False,
-        )
-    except UnsupportedMechanismError:
-        return None
-    if hi is None or not fits(hi):
-        return None
-    lo: float | None = None
-    if figure is not None:
-        lo, hi = _guided_bracket(fits, figure, budget.epsilon, hi)
-    if lo is None:
-        lo = hi / (1.0 + CALIBRATION_RTOL)
-        while fits(lo):  # the rule is looser than RDP: step down until refused
-            hi = lo
-            if hi <= _SIGMA_FLOOR:
-                return hi
-            lo = max(hi * _BRACKET_STEP, _SIGMA_FLOOR / 2.0)
-    # invariant: fits(hi), not fits(lo)
-    while hi > lo * (1.0 + CALIBRATION_RTOL):
-        mid = math.sqrt(lo * hi)
-        if fits(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
-def _guided_bracket(
-    fits: Callable[[float], bool], figure: Callable[[float], float], target: float, hi: float
-) -> tuple[float | None, float]:
-    """A bracket (lo, hi) with ``fits(hi)`` and not ``fits(lo)``, found by a secant on
-    log ε(log σ) from ``figure`` (ε falls roughly like 1/σ), probing just above and just below
-    each estimate so that the bracket closes to the tolerance in a few steps (~5 evaluations
-    of ``figure`` instead of ~11 bisection steps). Every end returned was checked with
-    ``fits``; ``lo`` is ``None`` if no refused σ was found (the caller steps down itself)."""
-    tol = math.log1p(CALIBRATION_RTOL)
-    x_hi = math.log(hi)
-    y_hi = math.log(max(figure(hi), 1e-300) / target)  # ≤ 0 where the rule fits
-    x_lo: float | None = None
-    y_lo = 0.0
-    for _ in range(8):
-        if x_lo is not None and x_hi - x_lo <= tol:
-            break
-        # the first estimate takes slope −1 (ε ∝ 1/σ), later ones the secant of the bracket
-        x_star = x_hi + y_hi if x_lo is None else x_hi - y_hi * (x_hi - x_lo) / (y_hi - y_lo)
-        probe = x_star + 0.5 * tol
-        if x_lo is not None:
-            probe = min(max(probe, x_lo + 0.25 * tol), x_hi - 0.25 * tol)
-        else:
-            probe = min(probe, x_hi - 0.25 * tol)
-        y = math.log(max(figure(math.exp(probe)), 1e-300) / target)
-        if y <= 0 and fits(math.exp(probe)):
-            x_hi, y_hi = probe, y
-            below = x_hi - tol
-            if x_lo is None or below > x_lo:
-                y_b = math.log(max(figure(math.exp(below)), 1e-300) / target)
-                if y_b > 0 and not fits(math.exp(below)):
-                    x_lo, y_lo = below, y_b
-                elif y_b <= 0 and fits(math.exp(below)):
-                    x_hi, y_hi = below, y_b
-                else:  # the figure and the rule disagree: let the caller bisect on ``fits``
-                    break
-        elif y > 0 and not fits(math.exp(probe)):
-            x_lo, y_lo = probe, y
-        else:
-            break
-    return (None if x_lo is None else math.exp(x_lo)), math.exp(x_hi)
-
-
-def plan_epsilon(mechanism: Mechanism, delta: float) -> float:
-    """ε of ``mechanism`` at ``delta`` under the RDP accountant (the default admission rule)."""
-    return epsilon(mechanism, delta, Accountant.RDP)
-
-
-def lr_transfer_factor(optimizer: Optimizer, n: float, m: float) -> float:
-    """Koskela & Kulkarni (2023) learning-rate transfer from a dataset of size m to size n:
-    × n/m for (momentum) SGD and full-batch GD, × 1 for Adam and ADADP."""
-    if optimizer in (Optimizer.ADAM, Optimizer.ADADP):
-        return 1.0
-    return n / m

@@ -72,9 +72,11 @@ the global model, every client's η / optimiser state / minibatch generator and 
 a resumed run reproduces the uninterrupted one; it must have the same settings and seed except
 ``rounds``, which may grow).
 
-Longer than ~600 lines because it is one algorithm with its client-level DP server step and its
-Ray runner, which share the rounds' state; splitting would separate the DP server release from
-the loop whose inputs it bounds.
+This module holds the server: its (DP) averaging step, the loop whose inputs that step bounds,
+the two drivers and the command line. The settings and result types
+(:mod:`~raydp_hpo.trainables.federated_settings`) and the client side — its shard, the ADADP
+step, the :class:`Client` (:mod:`~raydp_hpo.trainables.federated_client`) — are neighbours,
+their names re-exported here.
 """
 
 from __future__ import annotations
@@ -84,31 +86,37 @@ import math
 import secrets
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from enum import Enum
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from raydp_hpo._atomic_io import atomic_write
 from raydp_hpo._ray_runtime import ensure_ray
-from raydp_hpo._validation import positive_int
-from raydp_hpo.accounting.mechanisms import Gaussian
 from raydp_hpo.errors import InvalidParameterError, RayDPHPOError
 from raydp_hpo.ledger.ledger_like import LedgerLike
 from raydp_hpo.trainables.data import Dataset
 from raydp_hpo.trainables.dp_step.noise import StandardNormal64, exact_gaussian_release
-from raydp_hpo.trainables.models import build_model
-from raydp_hpo.trainables.secret_rng import secret_generator
-from raydp_hpo.trainables.training import (
-    ADADP_ALPHA_MAX,
-    ADADP_ALPHA_MIN,
-    ADADP_TOL_NONPRIVATE,
-    count_correct,
+from raydp_hpo.trainables.federated_client import (  # noqa: F401 (re-exported)
+    AdadpOutcome,
+    Client,
+    _build,
+    _grad,
+    _seed,
+    adadp_step,
+    pathological_split,
 )
+from raydp_hpo.trainables.federated_settings import (
+    ClientDP,
+    ClientOptimizer,
+    FedResult,
+    FedSettings,
+    StateDict,
+)
+from raydp_hpo.trainables.secret_rng import secret_generator
+from raydp_hpo.trainables.training import count_correct
 
 __all__ = [
     "ClientDP",
@@ -128,162 +136,6 @@ __all__ = [
 ]
 
 CHECKPOINT_NAME = "federated_state.pt"
-StateDict = dict[str, torch.Tensor]
-
-
-class ClientOptimizer(Enum):
-    """Local update rule of every client."""
-
-    ADADP = "adadp"  # non-private ADADP with the err < tol acceptance rule
-    SGD = "sgd"  # constant learning rate
-    ADAM = "adam"
-
-
-@dataclass(frozen=True)
-class ClientDP:
-    """Client-level DP settings (module docstring): clip norm C of each client's update, noise
-    multiplier σ of the Gaussian noise σC on the sum of clipped updates, and the declared
-    number of clients K that divides the noisy sum — a public figure of the configuration,
-    never the number of clients actually present (which differs between neighbouring
-    federations)."""
-
-    clip_norm: float
-    noise_multiplier: float
-    num_clients: int
-
-    def __post_init__(self) -> None:
-        for name in ("clip_norm", "noise_multiplier"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
-                math.isfinite(v) and v > 0
-            ):
-                raise InvalidParameterError(f"{name} must be finite and > 0, got {name}={v!r}")
-            object.__setattr__(self, name, float(v))
-        object.__setattr__(self, "num_clients", positive_int("num_clients", self.num_clients))
-
-    def mechanism(self, rounds: int) -> Gaussian:
-        """``rounds`` releases of the noised sum, client-level sensitivity C: Gaussian(σ, R)."""
-        return Gaussian(self.noise_multiplier, rounds)
-
-
-@dataclass(frozen=True)
-class FedSettings:
-    """Settings of one federated run (no privacy parameters: the algorithm is not DP).
-
-    ``lr`` is SGD's constant rate, Adam's rate, or ADADP's initial η₀. ``model_kwargs`` go to
-    :func:`raydp_hpo.trainables.models.build_model`.
-    """
-
-    optimizer: ClientOptimizer = ClientOptimizer.ADADP
-    lr: float = 0.1
-    rounds: int = 10
-    local_epochs: int = 1
-    batch_size: int = 10
-    tol: float = ADADP_TOL_NONPRIVATE
-    alpha_min: float = ADADP_ALPHA_MIN
-    alpha_max: float = ADADP_ALPHA_MAX
-    model: str = "mlp"
-    model_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    client_dp: ClientDP | None = None
-
-    def __post_init__(self) -> None:
-        if self.client_dp is not None and not isinstance(self.client_dp, ClientDP):
-            raise InvalidParameterError(
-                f"client_dp must be a ClientDP or None, got {self.client_dp!r}"
-            )
-        if not isinstance(self.optimizer, ClientOptimizer):
-            raise InvalidParameterError(
-                f"optimizer must be a ClientOptimizer, got {self.optimizer!r}; use "
-                f"ClientOptimizer('adadp'|'sgd'|'adam')"
-            )
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise InvalidParameterError(f"lr must be finite and > 0, got lr={self.lr!r}")
-        for name in ("rounds", "local_epochs", "batch_size"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InvalidParameterError(f"{name} must be an int >= 1, got {name}={v!r}")
-        if not (0 < self.alpha_min < 1 < self.alpha_max and math.isfinite(self.alpha_max)):
-            raise InvalidParameterError(
-                "ADADP needs 0 < alpha_min < 1 < alpha_max < inf, got "
-                f"alpha_min={self.alpha_min!r}, alpha_max={self.alpha_max!r}"
-            )
-        if not (math.isfinite(self.tol) and self.tol > 0):
-            raise InvalidParameterError(f"tol must be finite and > 0, got tol={self.tol!r}")
-        object.__setattr__(self, "model_kwargs", dict(self.model_kwargs))
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["optimizer"] = self.optimizer.value
-        return d
-
-
-@dataclass(frozen=True)
-class FedResult:
-    """Outcome of a run. ``accuracy[r]`` is the global model's test accuracy after round r
-    (``accuracy[0]``: the initial model). ``client_lr[r][k]``: client k's learning rate at the
-    end of round r+1 (constant for SGD/Adam). ``accepted`` / ``rejected``: ADADP steps per
-    round, summed over clients (zero for SGD/Adam)."""
-
-    accuracy: list[float]
-    client_lr: list[list[float]]
-    accepted: list[int]
-    rejected: list[int]
-    state: StateDict
-
-
-# -- the ADADP client step ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AdadpOutcome:
-    """One non-private ADADP step: the error estimate, whether θ moved, the new η."""
-
-    err: float
-    accepted: bool
-    lr: float
-
-
-def _grad(model: nn.Module, params: list[nn.Parameter], x: torch.Tensor, y: torch.Tensor
-          ) -> list[torch.Tensor]:
-    loss = nn.functional.cross_entropy(model(x), y)
-    return list(torch.autograd.grad(loss, params))
-
-
-def adadp_step(
-    model: nn.Module,
-    batch1: tuple[torch.Tensor, torch.Tensor],
-    batch2: tuple[torch.Tensor, torch.Tensor],
-    lr: float,
-    *,
-    tol: float = ADADP_TOL_NONPRIVATE,
-    alpha_min: float = ADADP_ALPHA_MIN,
-    alpha_max: float = ADADP_ALPHA_MAX,
-) -> AdadpOutcome:
-    """One step of non-private ADADP (module docstring) on ``model``'s trainable parameters,
-    in place: θ ← θ̂_{ℓ+1} if err < tol, unchanged otherwise. Returns err, acceptance, η_{ℓ+1}.
-    """
-    params = [p for p in model.parameters() if p.requires_grad]
-    with torch.no_grad():
-        theta0 = [p.detach().clone() for p in params]
-    g1 = _grad(model, params, *batch1)
-    with torch.no_grad():
-        full = [t - lr * g for t, g in zip(theta0, g1)]
-        for p, t, g in zip(params, theta0, g1):
-            p.copy_(t - lr / 2 * g)
-    g2 = _grad(model, params, *batch2)
-    with torch.no_grad():
-        for p, g in zip(params, g2):
-            p.sub_(lr / 2 * g)  # θ̂_{ℓ+1}
-        sq = sum(
-            float((((f - p) / f.abs().clamp(min=1.0)) ** 2).sum()) for f, p in zip(full, params)
-        )
-        err = math.sqrt(sq)
-        accepted = err < tol
-        if not accepted:
-            for p, t in zip(params, theta0):
-                p.copy_(t)
-    factor = alpha_max if err == 0 else min(max(tol / err, alpha_min), alpha_max)
-    return AdadpOutcome(err=err, accepted=accepted, lr=lr * factor)
 
 
 # -- server ---------------------------------------------------------------------------------
@@ -377,132 +229,6 @@ def dp_fed_avg(
         else:
             out[key] = _agreed_copy(key, ref, states)
     return out
-
-
-# -- data split -----------------------------------------------------------------------------
-
-
-def pathological_split(
-    labels: np.ndarray,
-    num_clients: int,
-    random_fraction: float,
-    generator: np.random.Generator,
-) -> list[np.ndarray]:
-    """Record indices of each client: the paper's pathological split interpolated to iid.
-
-    The sorted classes are cut into ``num_clients`` contiguous groups
-    (``np.array_split``; 10 classes, 5 clients → {0,1}, {2,3}, …, {8,9}, like the paper's
-    cars/trucks, planes/ships, …). A uniformly random subset of round(p·n) records
-    (p = ``random_fraction``) is shuffled and dealt round-robin to the clients; every other
-    record goes to the client owning its class. p = 0: fully pathological; p = 1: an iid
-    split into (almost) equal shards. Every record is assigned to exactly one client.
-    """
-    y = np.asarray(labels)
-    if isinstance(num_clients, bool) or not isinstance(num_clients, int) or num_clients < 1:
-        raise InvalidParameterError(f"num_clients must be an int >= 1, got {num_clients!r}")
-    if not 0.0 <= float(random_fraction) <= 1.0:
-        raise InvalidParameterError(f"random_fraction must be in [0, 1], got {random_fraction!r}")
-    classes = np.unique(y)
-    if len(classes) < num_clients:
-        raise InvalidParameterError(
-            f"a pathological split needs at least num_clients={num_clients} classes, got "
-            f"{len(classes)}; use fewer clients"
-        )
-    owner = np.empty(int(classes.max()) + 1, dtype=np.int64)
-    for k, group in enumerate(np.array_split(classes, num_clients)):
-        owner[group] = k
-    n = len(y)
-    client = owner[y]
-    chosen = generator.permutation(n)[: round(float(random_fraction) * n)]
-    client[chosen] = np.arange(len(chosen)) % num_clients
-    return [np.flatnonzero(client == k) for k in range(num_clients)]
-
-
-# -- clients --------------------------------------------------------------------------------
-
-
-def _seed(*parts: int) -> int:
-    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
-
-
-def _build(settings: FedSettings, shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    return build_model(settings.model, shape, num_classes, **dict(settings.model_kwargs))
-
-
-class Client:
-    """One client: its own shard, a model replica, its learning rate / optimiser state and a
-    minibatch generator. :meth:`local_update` loads the server's model, trains
-    ``local_epochs`` epochs and returns (state dict, N_k, stats)."""
-
-    def __init__(
-        self, data: Dataset, settings: FedSettings, *, seed: int, num_threads: int | None = None
-    ) -> None:
-        """``num_threads``: set torch's intra-op thread count (for a client in its own process,
-        e.g. a Ray actor; leave ``None`` in-process)."""
-        if num_threads is not None:
-            torch.set_num_threads(num_threads)
-        if len(data) == 0:
-            raise InvalidParameterError("a client shard is empty; use fewer clients")
-        self.settings = settings
-        self.n = len(data)
-        self.x = torch.as_tensor(np.array(data.features))
-        self.y = torch.as_tensor(np.array(data.labels))
-        with torch.random.fork_rng(devices=[]):  # the replica's init is overwritten anyway
-            self.model = _build(settings, data.feature_shape, data.num_classes)
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.generator = torch.Generator().manual_seed(seed)
-        self.lr = settings.lr
-        self.optimizer: torch.optim.Optimizer | None = None
-        if settings.optimizer is ClientOptimizer.SGD:
-            self.optimizer = torch.optim.SGD(self.params, lr=settings.lr)
-        elif settings.optimizer is ClientOptimizer.ADAM:
-            self.optimizer = torch.optim.Adam(self.params, lr=settings.lr)
-
-    def _batches(self) -> list[torch.Tensor]:
-        b = self.settings.batch_size
-        perm = torch.randperm(self.n, generator=self.generator)
-        return [perm[i : i + b] for i in range(0, self.n - b + 1, b)] or [perm]
-
-    def local_update(self, global_state: Mapping[str, torch.Tensor]
-                     ) -> tuple[StateDict, int, dict[str, float]]:
-        s = self.settings
-        self.model.load_state_dict(global_state)
-        self.model.train()
-        accepted = rejected = 0
-        for _ in range(s.local_epochs):
-            batches = self._batches()
-            if s.optimizer is ClientOptimizer.ADADP:
-                for j in range(0, len(batches) - 1, 2):
-                    b1, b2 = batches[j], batches[j + 1]
-                    out = adadp_step(
-                        self.model, (self.x[b1], self.y[b1]), (self.x[b2], self.y[b2]),
-                        self.lr, tol=s.tol, alpha_min=s.alpha_min, alpha_max=s.alpha_max,
-                    )
-                    self.lr = out.lr
-                    accepted += out.accepted
-                    rejected += not out.accepted
-            else:
-                assert self.optimizer is not None  # set in __init__ for SGD and Adam
-                for idx in batches:
-                    self.optimizer.zero_grad(set_to_none=True)
-                    nn.functional.cross_entropy(self.model(self.x[idx]), self.y[idx]).backward()
-                    self.optimizer.step()
-        state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        return state, self.n, {"lr": self.lr, "accepted": accepted, "rejected": rejected}
-
-    def state(self) -> dict[str, Any]:
-        """Everything a resumed run needs besides the global model."""
-        return {
-            "lr": self.lr,
-            "generator": self.generator.get_state(),
-            "optimizer": None if self.optimizer is None else self.optimizer.state_dict(),
-        }
-
-    def load(self, state: Mapping[str, Any]) -> None:
-        self.lr = float(state["lr"])
-        self.generator.set_state(state["generator"])
-        if self.optimizer is not None and state["optimizer"] is not None:
-            self.optimizer.load_state_dict(state["optimizer"])
 
 
 # -- the server loop ------------------------------------------------------------------------

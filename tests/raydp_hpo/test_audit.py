@@ -1,6 +1,7 @@
 """The end-to-end privacy audit (raydp_hpo.audit): statistics, the cheap trial, the property
 checks on the real searchers, and the lower bound against the claim (fast subset here; the
-full audit is under ``slow``)."""
+full audit, the audits of the real DP-SGD step and of a dataset ledger, which run it thousands
+of times, are under ``slow``: `make test-slow`, which CI runs)."""
 
 from __future__ import annotations
 
@@ -191,6 +192,7 @@ def test_audit_catches_an_svt_without_its_noise():
     assert "released hyperparameters" in result.event
 
 
+@pytest.mark.slow  # thousands of real runs: make test-slow (CI runs it)
 def test_real_dpsgd_step_audit_stays_below_its_claim_and_sees_the_canary():
     """The training code audited black-box: the released statistic is ~N(0, Tσ²) on X and
     Binomial(T, q) + N(0, Tσ²) on X' (checked on the selection runs), the bound stays below
@@ -216,6 +218,7 @@ def test_real_dpsgd_step_audit_stays_below_its_claim_and_sees_the_canary():
     assert result.passed, audit.format_results([result])
 
 
+@pytest.mark.slow  # thousands of real runs: make test-slow (CI runs it)
 def test_dpsgd_step_audit_catches_noise_drawn_at_a_tenth_of_its_scale(monkeypatch):
     """Power on the real training code: GaussianNoise patched to draw σC/10 (a scale bug)
     is audited against the honest claim (ε 4.21) and fails. On X the statistic is then
@@ -304,6 +307,7 @@ def test_crafted_partition_pair_changes_one_partition_and_stays_below_the_claim(
     assert result.passed, audit.format_results([result])
 
 
+@pytest.mark.slow  # thousands of real runs: make test-slow (CI runs it)
 def test_dataset_ledger_audit_stays_below_its_budget_with_an_adaptive_second_experiment():
     """Two experiments on one real dataset ledger, the second picked from the first's release
     (both picks happen), audited end to end on neighbouring datasets against the ledger's

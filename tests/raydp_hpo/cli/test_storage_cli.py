@@ -5,7 +5,11 @@ is warned about. No Ray started."""
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 import uuid
+import warnings
 from pathlib import Path
 
 import pytest
@@ -82,8 +86,33 @@ def test_ledger_list_finds_every_journal_of_the_default_storages(monkeypatch, tm
 def test_dry_run_warns_about_temporary_storage(tmp_path, capsys) -> None:
     exp = tmp_path / "exp.yaml"
     exp.write_text(yaml.safe_dump(_raw(storage_path=str(tmp_path / "store"))))
-    with pytest.warns(EphemeralStorageWarning):
+    with warnings.catch_warnings():
+        warnings.simplefilter("default", EphemeralStorageWarning)  # shown, not ignored
         assert main(["run", str(exp), "--dry-run"]) == EXIT_OK
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert f"[raydp-hpo] WARNING: storage_path {tmp_path / 'store'} may be deleted" in out
     assert f"[raydp-hpo] WARNING: ledger journal {tmp_path / 'store' / 'ledgers'}" in out
+    assert (out + captured.err).count("may be deleted") == 2, out + captured.err
+    # still a Python warning under the CLI: filters (-W error) apply to it as before
+    exp.write_text(yaml.safe_dump(_raw(storage_path=str(tmp_path / "other"))))
+    with warnings.catch_warnings(), pytest.raises(EphemeralStorageWarning, match="other"):
+        warnings.simplefilter("error", EphemeralStorageWarning)
+        main(["run", str(exp), "--dry-run"])
+
+
+def test_cli_prints_each_warning_once(tmp_path) -> None:
+    """The real CLI (a subprocess, Python's default warning filters): each warning is one
+    `[raydp-hpo] WARNING:` line, not that line plus a Python warning with its source line."""
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(yaml.safe_dump(_raw(storage_path=str(tmp_path / "store"))))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[3]),
+                                         env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-m", "raydp_hpo.cli.main", "run", str(exp),
+                           "--dry-run"], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == EXIT_OK, proc.stderr
+    both = proc.stdout + proc.stderr
+    assert both.count("may be deleted") == 2, both  # storage path, ledger journal: once each
+    assert both.count("[raydp-hpo] WARNING: ") == 2, both
+    assert "EphemeralStorageWarning" not in both and "args.func(args)" not in both, both
