@@ -232,9 +232,32 @@ def test_reading_a_certificate_runs_on_the_first_search(first_search) -> None:
 @pytest.mark.parametrize("page", [p for p in PAGES if any(b.mark == "slow" for b in _blocks(p))],
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_slow_blocks_run(page: Path, tmp_path: Path, ray_session: object) -> None:
-    with _sandbox(tmp_path):
+    with _sandbox(tmp_path), _ledger_actors_of_this_page():
         os.symlink(ROOT / "cluster", tmp_path / "cluster")
         _run_page(page, tmp_path, slow=True)
+
+
+@contextlib.contextmanager
+def _ledger_actors_of_this_page() -> Iterator[None]:
+    """Two pages run the same experiment file into their own sandboxes: the dataset ledger's
+    actor the first page started in the suite's shared Ray session holds the first sandbox's
+    journal, so the second page's run (another storage path) would be refused as a ledger
+    mismatch. A user's second machine has no such actor; the page's actors go with the page."""
+    import ray
+
+    from raydp_hpo.ledger.actor import DEFAULT_NAMESPACE
+
+    def named() -> set[str]:
+        return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                if a["namespace"] == DEFAULT_NAMESPACE}
+
+    before = named()
+    try:
+        yield
+    finally:
+        for name in named() - before:
+            with contextlib.suppress(ValueError):
+                ray.kill(ray.get_actor(name, namespace=DEFAULT_NAMESPACE))
 
 
 # --- the own-training-loop excerpt --------------------------------------------------------
