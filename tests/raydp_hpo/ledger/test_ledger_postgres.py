@@ -455,7 +455,7 @@ def test_a_resume_checks_the_postgres_ledger_for_earlier_charges(
     with PrivacyLedger(BUDGET, uri) as led:
         led.charge("exp1/plan", SMALL)
     require_earlier_charges(uri, "exp1")  # its charges are there: the resume may go on
-    with pytest.raises(LedgerMismatchError, match="holds no charge of it"):
+    with pytest.raises(LedgerMismatchError, match="holds no charge of this run"):
         require_earlier_charges(uri, "exp2")
 
 
