@@ -104,6 +104,7 @@ def test_rerun_on_another_storage_path_pays_again_on_a_named_ledger(ray_session,
         assert len(ids) == 2, f"two releases, {len(ids)} charge(s): {ids}"
         runs = [json.loads((tmp_path / s / "again" / "run.json").read_text())
                 for s in ("a", "b")]
-        assert ids == [f"again@{r['run_id']}/plan" for r in runs]
+        # a named ledger composes whole experiments (issue #38): one point per run
+        assert ids == [f"again@{r['run_id']}/point" for r in runs]
     finally:
         _kill(name)
