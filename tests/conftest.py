@@ -37,6 +37,17 @@ def ray_session() -> Iterator[None]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def server() -> Iterator[object]:
+    """A throw-away PostgreSQL server for one test module (``tests/raydp_hpo/ledger/
+    pg_server.py``), cleaned up after it; the module's tests are skipped where none can start.
+    A module that needs another set-up defines its own ``server``."""
+    from tests.raydp_hpo.ledger.pg_server import running_server
+
+    with running_server() as srv:
+        yield srv
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _default_storage_in_a_tmp_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """DPTuner and experiment files store under ~/raydp_results by default: runs of the suite

@@ -5,7 +5,6 @@ of the database with its registry binding, read as the read-only role, the figur
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,16 +18,10 @@ from raydp_hpo.cli.main import EXIT_BAD_INPUT, EXIT_OK, main
 from raydp_hpo.dashboard.app import build_app
 from raydp_hpo.ledger.filter import PrivacyLedger
 from raydp_hpo.ledger.pg import register_dataset
-from tests.raydp_hpo.ledger.pg_server import READER, WRITER, PgServer, running_server
+from tests.raydp_hpo.ledger.pg_server import READER, WRITER, PgServer
 
 pytestmark = pytest.mark.postgres
 BUDGET = PrivacyBudget(6.0, 1e-5)
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[PgServer]:
-    with running_server() as srv:
-        yield srv
 
 
 def _charge(server: PgServer, monkeypatch: pytest.MonkeyPatch, name: str, n: int) -> str:

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,7 +30,7 @@ from raydp_hpo.errors import (
 from raydp_hpo.ledger.filter import PrivacyLedger
 from raydp_hpo.ledger.pg import is_postgres_uri, migrate_journal, parse_uri
 
-from .pg_server import READER, WRITER, PgServer, running_server
+from .pg_server import READER, WRITER, PgServer
 
 TRIAL = SubsampledGaussian(1.0, 0.01, 500)
 SMALL = SubsampledGaussian(4.0, 0.001, 50)  # many fit in BUDGET
@@ -116,12 +115,6 @@ def test_a_bad_ledger_uri_in_an_experiment_file_is_refused(ledger: dict[str, str
 
 
 # -- a real server ------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def server() -> Iterator[PgServer]:
-    with running_server() as srv:
-        yield srv
-
-
 @pytest.fixture
 def as_writer(monkeypatch: pytest.MonkeyPatch) -> None:
     """Connect as the least-privilege ledger role (libpq reads PGUSER, as in production)."""

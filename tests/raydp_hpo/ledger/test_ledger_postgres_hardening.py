@@ -33,7 +33,7 @@ from raydp_hpo.errors import (
 from raydp_hpo.ledger.filter import PrivacyLedger
 from raydp_hpo.ledger.pg import FREEZE_BOUND_S, SCHEMA_VERSION, is_postgres_uri, parse_uri
 
-from .pg_server import DB, READER, WRITER, PgServer, running_server
+from .pg_server import DB, READER, WRITER, PgServer
 
 SMALL = SubsampledGaussian(4.0, 0.001, 50)
 BUDGET = PrivacyBudget(3.0, 1e-5)
@@ -148,12 +148,6 @@ def test_query_parameters_override_the_path_as_libpq_reads_them(
 
 
 # -- a real server ------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def server() -> Iterator[PgServer]:
-    with running_server() as srv:
-        yield srv
-
-
 @pytest.fixture
 def as_writer(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PGUSER", WRITER)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pickle
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,19 +18,13 @@ from raydp_hpo.ledger.actor import get_ledger
 from raydp_hpo.ledger.filter import PrivacyLedger
 from raydp_hpo.trainables.data import load_digits, split
 from raydp_hpo.tune.tuner import DPTuner
-from tests.raydp_hpo.ledger.pg_server import WRITER, PgServer, running_server
+from tests.raydp_hpo.ledger.pg_server import WRITER, PgServer
 
 SPACE = {"lr": tune.loguniform(0.05, 1.0), "epochs": 1, "sample_rate": 0.1,
          "max_grad_norm": 1.0, "model": "mlp", "optimizer": "sgd"}
 BUDGET = PrivacyBudget(1.0, 1e-5)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.ray, pytest.mark.slow]  # two small searches
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[PgServer]:
-    with running_server() as srv:
-        yield srv
 
 
 def test_fit_twice_under_one_name_pays_twice_on_postgres(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import socket
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from raydp_hpo.ledger.pg import ledger_for_dataset, register_dataset
 from raydp_hpo.trainables.data import DataSplits, load_mnist1d, split
 from raydp_hpo.tune.dataset_ledger import REGISTRY_ENV, check_data_registry
 from raydp_hpo.tune.tuner import DPTuner
-from tests.raydp_hpo.ledger.pg_server import WRITER, PgServer, running_server
+from tests.raydp_hpo.ledger.pg_server import WRITER, PgServer
 
 pytestmark = [pytest.mark.postgres]
 
@@ -32,12 +31,6 @@ ROOT = Path(__file__).resolve().parents[3]
 SPACE = {"lr": tune.loguniform(0.05, 1.0), "epochs": 1, "sample_rate": 0.1,
          "max_grad_norm": 1.0, "model": "mlp", "optimizer": "sgd"}
 BUDGET = PrivacyBudget(2.0, 1e-5)
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[PgServer]:
-    with running_server() as srv:
-        yield srv
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ another. Against a REAL throw-away server (``make test-postgres``)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,19 +17,13 @@ from raydp_hpo.ledger.filter import PrivacyLedger
 from raydp_hpo.ledger.pg import ledger_for_dataset
 from raydp_hpo.trainables.data import load_mnist1d, split
 from raydp_hpo.tune.tuner import DPTuner
-from tests.raydp_hpo.ledger.pg_server import WRITER, PgServer, running_server
+from tests.raydp_hpo.ledger.pg_server import WRITER, PgServer
 
 SPACE = {"lr": tune.loguniform(0.05, 1.0), "epochs": 1, "sample_rate": 0.1,
          "max_grad_norm": 1.0, "model": "mlp", "optimizer": "sgd"}
 BUDGET = PrivacyBudget(2.0, 1e-5)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.ray, pytest.mark.slow]  # three small searches
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[PgServer]:
-    with running_server() as srv:
-        yield srv
 
 
 def _as_writer(uri: str) -> str:
