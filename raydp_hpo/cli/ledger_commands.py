@@ -126,14 +126,10 @@ def _verify_postgres(args: argparse.Namespace, scan_ledger: Any) -> int:
     if isinstance(checked, int):
         return checked
     scan, ledger, issues = checked
-    from raydp_hpo.ledger.pg import ledger_head, ledger_key
+    from raydp_hpo.ledger.pg import head_mac_status, ledger_head
 
     ok = not issues
-    head = ledger_head(uri)  # scan_ledger has checked it against the rows
-    keyed = head is not None and head[2] is not None
-    mac = ("checked under the ledger key" if ledger_key() is not None else
-           "present, NOT checked (no key: set RAYDP_HPO_LEDGER_KEY_FILE)" if keyed else
-           "none (unkeyed ledger)")
+    mac = head_mac_status(ledger_head(uri))  # scan_ledger has checked the head against the rows
     result.update(ok=ok, version=scan.version, charges=len(scan.records),
                   head=f"{len(scan.records)} records, matches the rows", head_mac=mac,
                   curve_issues=list(issues), spent_epsilon=ledger.spent(),

@@ -355,10 +355,11 @@ class Catalogue:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 if src.postgres:
-                    from raydp_hpo.ledger.pg import scan_ledger
+                    from raydp_hpo.ledger.pg import head_mac_status, ledger_head, scan_ledger
 
-                    scan = scan_ledger(src.target)
-                    summary.seal = "database (append-only tables; no seal file)"
+                    scan = scan_ledger(src.target)  # checks the rows against the ledger's head
+                    summary.seal = (f"head vouches for {len(scan.records)} records; MAC "
+                                    f"{head_mac_status(ledger_head(src.target))}")
                 else:
                     from raydp_hpo.ledger.journal import inspect_seal, read_seal, scan_journal
 

@@ -132,6 +132,7 @@ __all__ = [
     "SchemaVersionError",
     "grant_ledger_role",
     "head_mac",
+    "head_mac_status",
     "init_ledger_database",
     "is_postgres_uri",
     "dataset_bindings",
@@ -295,6 +296,17 @@ def ledger_head(uri: str) -> Head | None:
         return _fetch_head(conn, loc)
     finally:
         conn.close()
+
+
+def head_mac_status(head: Head | None) -> str:
+    """How a head's MAC stands for a reader (``ledger verify``, the dashboard): checked under
+    the ledger key (:func:`ledger_key` set; the scan has checked it), present but not checked,
+    or none."""
+    if ledger_key() is not None:
+        return "checked under the ledger key"
+    if head is not None and head[2] is not None:
+        return "present, NOT checked (no key: set RAYDP_HPO_LEDGER_KEY_FILE)"
+    return "none (unkeyed ledger)"
 
 
 def list_ledgers(uri: str) -> list[str]:
