@@ -225,7 +225,7 @@ def _row(raw: Any, i: int, source: str) -> AutoRow:
         raise _bad(source, f"{where}.searcher {searcher!r} is not one of "
                            f"{[a.value for a in SearchAlgorithm]}") from None
     if algorithm.value not in APPLICABLE[space]:
-        raise _bad(source, f"{where}: {algorithm.value} does not apply to a {space.value} space "
+        raise _bad(source, f"{where}: {algorithm.value} does not apply to a space of class {space.value} "
                            f"(applicable: {', '.join(APPLICABLE[space])})")
     settings = raw["settings"]
     if not isinstance(settings, Mapping):
@@ -392,7 +392,7 @@ def _absolute(settings: dict[str, Any], epsilon: float, num_classes: int | None
               ) -> dict[str, Any]:
     """The table's settings for a search of budget ``epsilon``: the relative ones
     (:data:`RELATIVE_SETTINGS`) resolved, lists of pairs as tuples."""
-    out = {k: tuple(v) if isinstance(v, list) else v for k, v in settings.items()}
+    out: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in settings.items()}
     fraction = out.pop("round_epsilon_fraction", None)
     if fraction is not None:
         out["round_epsilon"] = float(fraction) * float(epsilon)
