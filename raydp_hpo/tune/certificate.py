@@ -144,10 +144,13 @@ class PrivacyCertificate:
         row = a.get("table_row", {})
         flag = " — ε OUTSIDE the measured range" if a.get("outside_measured_range") else ""
         provisional = " (provisional table)" if a.get("table_provisional") else ""
+        score = a.get("S")
         return [f"  auto search   chose {a.get('setting')} = {a.get('searcher')} "
-                f"{a.get('settings') or ''} from the row (ε band {row.get('epsilon_band')}, "
-                f"compute band {row.get('compute_band')}, {row.get('space_class')}), "
-                f"S = {a.get('S')}{flag}{provisional}"]
+                f"{a.get('settings') or '(defaults)'} from the row (ε band "
+                f"{row.get('epsilon_band'):g}, compute band {row.get('compute_band')}, "
+                f"{row.get('space_class')}), S = "
+                + (f"{score:.3f}" if isinstance(score, (int, float)) else str(score))
+                + f"{flag}{provisional}"]
 
     def format(self) -> str:
         lines = [
