@@ -13,6 +13,7 @@ script runs exactly that grid, in chunks of one (dataset, ε)::
     .venv/bin/python benchmarks/defaults_study.py run --seed-set confirm --dataset digits \
         --epsilon 3 --settings one_shot_random oracle rs_tnb2_k20 ls_refined   # phase 2
     .venv/bin/python benchmarks/defaults_study.py report             # tables, rules, auto table
+    .venv/bin/python benchmarks/defaults_study.py report --install-auto-table  # ... and ship it
 
 **run** drives the real searchers and :func:`raydp_hpo.trainables.training.train_dp` in process
 (``_driver.py``, as ``privacy_utility.py`` does, whose sizing, oracle and statistics it reuses),
@@ -31,7 +32,11 @@ a fresh storage path, into ``runs/cli_<dataset>_eps<ε>.jsonl`` (resumable the s
 accuracy, RERR with its bootstrap interval, the 10th percentile and minimum of per-seed RERR,
 collapses, failures, compute G = gradient evaluations ÷ one-shot's) and applies the
 pre-registered rules (:func:`choose`, :func:`auto_table`) to write ``decisions.md`` and
-``auto_table.json``.
+``auto_table.json`` (:func:`auto_table_document`: the rows with what they were computed from,
+``provisional`` until the grid is complete). ``--install-auto-table`` also copies that file to
+``raydp_hpo/searchers/auto_table.json``, the package data ``search="auto"`` reads
+(:mod:`raydp_hpo.searchers.auto`); ``tests/benchmarks/test_defaults_study.py`` checks that
+the packaged table is the report of the committed runs.
 """
 
 from __future__ import annotations

@@ -80,6 +80,9 @@ def test_auto_from_python_runs_the_chosen_searcher_and_says_why(
 
     saved = pickle.loads((Path(result.experiment_path) / "dptuner.pkl").read_bytes())
     assert isinstance(saved["search"], auto.AutoChoice) and saved["args"]["search_kwargs"] == {}
+    restored = DPTuner.restore(result.experiment_path, data=data)  # builds, runs nothing
+    assert restored._auto_choice == tuner._auto_choice
+    assert restored._search.value == "grid_composed" and restored._search_kwargs == {}
 
 
 @pytest.mark.ray
@@ -137,8 +140,8 @@ def test_bad_auto_settings_are_refused_before_anything_runs(data: Any, test_tabl
                 search_kwargs={"max_gradient_evaluations": 1.5 * 720})
 
 
-def test_auto_in_an_experiment_file_is_checked_by_the_dry_run(tmp_path: Path,
-                                                              test_table: Path) -> None:
+def test_auto_in_an_experiment_file_is_checked_by_the_dry_run(
+        tmp_path: Path, test_table: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from raydp_hpo.cli.main import EXIT_BAD_INPUT, EXIT_OK, main
 
     raw = yaml.safe_load((ROOT / "cluster/examples/mnist1d_small.yaml").read_text())
@@ -147,6 +150,10 @@ def test_auto_in_an_experiment_file_is_checked_by_the_dry_run(tmp_path: Path,
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(raw))
     assert main(["run", str(path), "--dry-run"]) == EXIT_BAD_INPUT  # no row within 1 trial
+    assert "no measured setting fits max_trials = 1" in capsys.readouterr().err
     raw["search"]["settings"] = {"max_trials": 12}
     path.write_text(yaml.safe_dump(raw))
     assert main(["run", str(path), "--dry-run"]) == EXIT_OK
+    # the example's space tunes lr and batch_size: 'other'; ε = 8, ≤ 12 trials: rs_geom_k10
+    assert "search 'auto' chooses rs_geom_k10: ε = 8 uses the ε = 8 rows; the space is other" \
+        in capsys.readouterr().out
