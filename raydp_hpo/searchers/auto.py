@@ -530,14 +530,20 @@ def choose_auto(
                 + "; name a search instead (e.g. search='random_stopping')")
         cheapest = min(named, key=lambda r: (r.G or math.inf, r.compute_limit))
         smallest = min(r.compute_limit for r in named)
+        fixes = []
+        if limit < smallest:
+            fixes.append(f"a compute limit of at least {smallest:g} one-shot runs "
+                         f"(max_gradient_evaluations ≥ {smallest:g}× one training run)")
+        fitting = [t for r in named if r.compute_limit <= limit and (t := trials(r)) is not None]
+        if max_trials is not None and fitting:
+            fixes.append(f"max_trials ≥ {math.ceil(min(fitting))}")
         trials_note = ("" if max_trials is None or trials(cheapest) is None else
                        f", {trials(cheapest):.3g} expected trials")
         raise InvalidParameterError(
             f"search='auto': no measured setting fits {limits} at ε = {epsilon:g} with a "
-            f"space of class {cls.value}: the cheapest setting the table names for it, {cheapest.setting} "
-            f"({cheapest.searcher}), costs G = {cheapest.G:.3g} one-shot runs{trials_note}, and "
-            f"the smallest compute band with a setting is {smallest:g}. Raise the limit "
-            f"(max_gradient_evaluations to at least {smallest:g}× one training run), or name a "
+            f"space of class {cls.value}: the cheapest setting the table names for it, "
+            f"{cheapest.setting} ({cheapest.searcher}), costs G = {cheapest.G:.3g} one-shot "
+            f"runs{trials_note}. Allow {' or '.join(fixes) or 'more compute'}, or name a "
             "search (e.g. search='one_shot_random')")
     row = max(within, key=lambda r: r.compute_limit)
     assert row.searcher is not None and row.setting is not None
