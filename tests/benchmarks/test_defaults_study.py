@@ -256,3 +256,20 @@ def test_the_packaged_auto_table_is_the_report_of_the_committed_runs() -> None:
     assert json.loads(ds.PACKAGED_AUTO_TABLE.read_text()) == want, (
         "raydp_hpo/searchers/auto_table.json is not the report of the committed runs: run "
         "'python benchmarks/defaults_study.py report --install-auto-table'")
+
+
+@pytest.mark.parametrize("name", [n for n, s in ds.SETTINGS.items() if s.searcher is not None])
+def test_every_setting_is_one_the_package_table_accepts(name: str) -> None:
+    """Whatever the study picks, search='auto' can run it: its package-form settings are
+    ones its searcher takes (the relative ones resolved), and its family applies to the
+    space classes the study lets it win (the package's APPLICABLE)."""
+    from raydp_hpo.searchers import check_search_settings
+    from raydp_hpo.searchers.auto import APPLICABLE, SpaceClass, _absolute
+
+    setting = ds.SETTINGS[name]
+    settings = ds.package_settings(setting)
+    json.dumps(settings)  # JSON as written
+    check_search_settings(setting.searcher, _absolute(settings, 3.0, 10))
+    for space_class, families in ds.SPACE_CLASSES.items():
+        if setting.family in families:
+            assert setting.searcher in APPLICABLE[SpaceClass(space_class)]
