@@ -339,8 +339,8 @@ def space_class(space: Mapping[str, Any], lr_key: str = "lr") -> tuple[SpaceClas
         return SpaceClass.FINITE_GRID, what
     if tuned == [lr_key]:
         return SpaceClass.LR_ONLY, f"{lr_key!r} is the one tuned key (a range)"
-    return SpaceClass.OTHER, (f"tuned keys {', '.join(map(repr, tuned))}, "
-                              f"{', '.join(map(repr, continuous))} continuous")
+    return SpaceClass.OTHER, (f"tuned keys {', '.join(map(repr, tuned))}; continuous: "
+                              f"{', '.join(map(repr, continuous))}")
 
 
 def _grid_size(space: Mapping[str, Any]) -> int:
