@@ -13,6 +13,7 @@ script runs exactly that grid, in chunks of one (dataset, ε)::
     .venv/bin/python benchmarks/defaults_study.py run --seed-set confirm --dataset digits \
         --epsilon 3 --settings one_shot_random oracle rs_tnb2_k20 ls_refined   # phase 2
     .venv/bin/python benchmarks/defaults_study.py report             # tables, rules, auto table
+    .venv/bin/python benchmarks/defaults_study.py report --install-auto-table  # ... and ship it
 
 **run** drives the real searchers and :func:`raydp_hpo.trainables.training.train_dp` in process
 (``_driver.py``, as ``privacy_utility.py`` does, whose sizing, oracle and statistics it reuses),
@@ -31,7 +32,11 @@ a fresh storage path, into ``runs/cli_<dataset>_eps<ε>.jsonl`` (resumable the s
 accuracy, RERR with its bootstrap interval, the 10th percentile and minimum of per-seed RERR,
 collapses, failures, compute G = gradient evaluations ÷ one-shot's) and applies the
 pre-registered rules (:func:`choose`, :func:`auto_table`) to write ``decisions.md`` and
-``auto_table.json``.
+``auto_table.json`` (:func:`auto_table_document`: the rows with what they were computed from,
+``provisional`` until the grid is complete). ``--install-auto-table`` also copies that file to
+``raydp_hpo/searchers/auto_table.json``, the package data ``search="auto"`` reads
+(:mod:`raydp_hpo.searchers.auto`); ``tests/benchmarks/test_defaults_study.py`` checks that
+the packaged table is the report of the committed runs.
 """
 
 from __future__ import annotations
@@ -522,6 +527,8 @@ def cell_stats(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, float, str]
                   if evals and math.isfinite(one_shot_evals) and one_shot_evals > 0
                   else math.nan),
             "wall": float(np.mean([r.get("wall_s", 0.0) for r in rs])),
+            "trials_mean": float(np.mean([r.get("trials", 0) for r in run])) if run
+            else math.nan,
         }
     return stats
 
@@ -617,9 +624,33 @@ SPACE_CLASSES: dict[str, tuple[str, ...]] = {
 }
 
 
+def package_settings(setting: Setting) -> dict[str, Any]:
+    """``setting``'s searcher settings as ``search="auto"`` applies them
+    (:mod:`raydp_hpo.searchers.auto`): JSON values (tuples as lists), with the ε- and
+    dataset-relative ones in the two relative forms the package resolves at run time —
+    ``round_epsilon_fraction`` (SVT: ε' = fraction · the search's ε) and ``u0_chance`` (SVT:
+    u₀ = 1 / the declared number of classes), as :meth:`Setting.searcher_kwargs` sets them
+    here. ``ls_paper``'s ``lr_range`` is not written: the package reads it from the space's
+    ``lr`` bounds, as this study's range was."""
+    kw: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v
+                          for k, v in setting.kwargs.items()}
+    if setting.family == "svt_threshold":
+        kw["u0_chance"] = True
+    return kw
+
+
+def expected_trials(stats: Mapping[tuple[str, float, str], Mapping[str, Any]], name: str,
+                    epsilon: float) -> float | None:
+    """The trials a setting ran on average at ``epsilon``, the max over datasets (what a
+    ``max_trials`` limit of ``search="auto"`` is compared with)."""
+    vals = [s["trials_mean"] for (d, e, m), s in stats.items()
+            if m == name and e == epsilon and math.isfinite(s.get("trials_mean", math.nan))]
+    return max(vals) if vals else None
+
+
 def auto_table(stats: Mapping[tuple[str, float, str], Mapping[str, Any]]) -> list[dict[str, Any]]:
     """``search="auto"``'s table: per ε band, compute band L and space class, the setting the
-    rule picks (section 7.3), its S and G, and the runner-up."""
+    rule picks (section 7.3), its S and G, the trials it ran on average and the runner-up."""
     table = []
     for eps in EPSILONS:
         for cap in COMPUTE_BANDS:
@@ -629,13 +660,63 @@ def auto_table(stats: Mapping[tuple[str, float, str], Mapping[str, Any]]) -> lis
                 table.append({
                     "epsilon_band": eps, "compute_limit": "inf" if math.isinf(cap) else cap,
                     "space_class": space_class, "setting": winner,
-                    "settings": None if winner is None else dict(SETTINGS[winner].kwargs),
+                    "settings": None if winner is None else package_settings(SETTINGS[winner]),
                     "searcher": None if winner is None else SETTINGS[winner].searcher,
                     "score": next((c["score"] for c in scored if c["setting"] == winner), None),
                     "G": next((c["G"] for c in scored if c["setting"] == winner), None),
+                    "expected_trials": None if winner is None else
+                    expected_trials(stats, winner, eps),
                     "runner_up": next((c["setting"] for c in scored if c["setting"] != winner),
                                       None)})
     return table
+
+
+def grid_complete(rows: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether ``rows`` hold every pre-registered search of the grid (each dataset, ε,
+    setting and seed of sections 3–4)."""
+    have = {(r["dataset"], float(r["epsilon"]), r["setting"], int(r["seed"])) for r in rows}
+    return all((d, e, m, s) in have for d in DATASETS for e in EPSILONS for m in SETTINGS
+               for s in GRID_SEEDS[e])
+
+
+def auto_table_document(stats: Mapping[tuple[str, float, str], Mapping[str, Any]],
+                        rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``auto_table.json``: :func:`auto_table`'s rows and what they were computed from, in the
+    format :func:`raydp_hpo.searchers.auto.load_auto_table` reads (version 1). ``provisional``
+    is true until the grid is complete (:func:`grid_complete`)."""
+    searches: dict[str, int] = defaultdict(int)
+    for r in rows:
+        searches[f"{r['dataset']}/eps{float(r['epsilon']):g}"] += 1
+    complete = grid_complete(rows)
+    return {
+        "format": "raydp-hpo auto table", "version": 1,
+        "generated_by": "benchmarks/defaults_study.py report",
+        "preregistration": "benchmarks/results/defaults_study/preregistration.md (section 7.3)",
+        "provisional": not complete,
+        "note": ("computed from the complete pre-registered grid" if complete else
+                 "PROVISIONAL: computed from the runs that existed (see searches); an ε band "
+                 "or dataset without runs has no rows' settings. Replaced by the lead's "
+                 "final table (defaults_study.py report --install-auto-table)"),
+        "epsilon_bands": list(EPSILONS),
+        "compute_bands": ["inf" if math.isinf(c) else c for c in COMPUTE_BANDS],
+        "space_classes": list(SPACE_CLASSES),
+        "tie_margin": TIE_MARGIN,
+        "searches": dict(sorted(searches.items())),
+        "rows": auto_table(stats),
+    }
+
+
+#: where ``report --install-auto-table`` copies the table: the package data that
+#: ``search="auto"`` reads (:mod:`raydp_hpo.searchers.auto`)
+PACKAGED_AUTO_TABLE = ROOT / "raydp_hpo" / "searchers" / "auto_table.json"
+
+
+def grid_rows(out: Path) -> list[Mapping[str, Any]]:
+    """The in-process grid's rows under ``out/runs`` (not the CLI check, not the
+    confirmation), one per (dataset, ε, setting, seed)."""
+    files = sorted((out / "runs").glob("*.jsonl"))
+    return latest(r for p in files if not p.name.startswith(("cli_", "confirm_"))
+                  for r in read_rows(p))
 
 
 def epsilon_band(epsilon: float) -> float:
@@ -693,8 +774,7 @@ def cli_comparison(in_rows: Sequence[Mapping[str, Any]],
 
 def cmd_report(args: argparse.Namespace) -> int:
     files = sorted((args.out / "runs").glob("*.jsonl"))
-    rows = latest(r for p in files if not p.name.startswith(("cli_", "confirm_"))
-                  for r in read_rows(p))
+    rows = grid_rows(args.out)
     if not rows:
         print(f"no runs under {args.out / 'runs'}")
         return 1
@@ -734,8 +814,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     if cli:
         out += ["", "Through `raydp-hpo run` (section 5):", ""] + cli_comparison(rows, cli)
     (args.out / "decisions.md").write_text("\n".join(out) + "\n")
-    (args.out / "auto_table.json").write_text(json.dumps(auto_table(stats), indent=1) + "\n")
+    table = json.dumps(auto_table_document(stats, rows), indent=1) + "\n"
+    (args.out / "auto_table.json").write_text(table)
     print("\n".join(lines + [""] + out))
+    if args.install_auto_table:  # the package data search="auto" reads
+        PACKAGED_AUTO_TABLE.write_text(table)
+        print(f"installed {args.out / 'auto_table.json'} as {PACKAGED_AUTO_TABLE}")
     return 0
 
 
@@ -759,6 +843,9 @@ def main(argv: list[str] | None = None) -> int:
                            help="grid: 42000–; confirm: the fresh seeds 43000–43019 (phase 2)")
     p = sub.add_parser("report")
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--install-auto-table", action="store_true",
+                   help="also copy auto_table.json to raydp_hpo/searchers/auto_table.json, "
+                        "the table search='auto' reads")
     args = ap.parse_args(argv)
     if args.command == "run":
         return cmd_run(args)

@@ -78,6 +78,8 @@ _EXPORTS: dict[str, str] = {
     "NoTensorBoardLogger": "raydp_hpo.tune.hooks",
     # orchestration
     "DPTuner": "raydp_hpo.tune.tuner",
+    "choose_auto": "raydp_hpo.searchers.auto",
+    "AutoChoice": "raydp_hpo.searchers.auto",
     "trial_session": "raydp_hpo.trainables.session",
     "TrialSession": "raydp_hpo.trainables.session",
     "DPEngine": "raydp_hpo.trainables.native_private",
@@ -139,6 +141,7 @@ if TYPE_CHECKING:
     from raydp_hpo.ledger.experiments import DeltaSplit
     from raydp_hpo.ledger.filter import Adaptivity, ChargeDecision, LedgerReport, PrivacyLedger
     from raydp_hpo.ledger.ledger_like import LedgerLike
+    from raydp_hpo.searchers.auto import AutoChoice, choose_auto
     from raydp_hpo.trainables.dp_step.noise import NoiseSource
     from raydp_hpo.trainables.native_private import DPEngine
     from raydp_hpo.trainables.release import load_released_model

@@ -213,9 +213,11 @@ def validate_search(
 
 
 def _validate_search(spec: ExperimentFile, dataset_size: int, validation_size: int | None,
-                     problems: _Problems) -> None:
+                     problems: _Problems) -> Any:
+    """The checks of :func:`validate_search`; returns ``search: auto``'s choice (or None)."""
     from raydp_hpo.errors import SearchSpaceError
     from raydp_hpo.searchers import make_searcher
+    from raydp_hpo.searchers.auto import is_auto, resolve_auto
     from raydp_hpo.trainables.training import validate_trial_space
 
     space = build_param_space(spec)
@@ -225,9 +227,19 @@ def _validate_search(spec: ExperimentFile, dataset_size: int, validation_size: i
         problems.add("space", f"space: {exc}")
     search_budget = PrivacyBudget(spec.budget.epsilon - (spec.test_accuracy_epsilon or 0.0),
                                   spec.budget.delta)
+    algorithm, settings = spec.search.algorithm, dict(spec.search.settings)
+    choice = None
+    if is_auto(algorithm):  # what DPTuner will run: read off the measured table
+        try:
+            choice = resolve_auto(space, search_budget.epsilon, settings,
+                                  dataset_size=dataset_size)
+        except (RayDPHPOError, ValueError) as exc:
+            problems.add("search.settings", str(exc))
+            return None
+        algorithm, settings = choice.algorithm.value, dict(choice.settings)
     try:
         searcher = make_searcher(
-            spec.search.algorithm,
+            algorithm,
             param_space=space,
             metric=spec.search.metric,
             mode=spec.search.mode,
@@ -236,7 +248,7 @@ def _validate_search(spec: ExperimentFile, dataset_size: int, validation_size: i
             # the search's share: a DP test accuracy takes its ε_t from the budget first
             budget=search_budget,
             experiment=spec.experiment,
-            **spec.search.settings,
+            **settings,
         )
         _check_whole_grid(searcher, search_budget, problems)
     except TypeError as exc:
@@ -247,13 +259,14 @@ def _validate_search(spec: ExperimentFile, dataset_size: int, validation_size: i
     except SearchSpaceError as exc:
         hint = ""
         continuous = _continuous_without_points(spec)
-        if spec.search.algorithm in _ENUMERATING and continuous:
+        if algorithm in _ENUMERATING and continuous:
             hint = (f"; in the experiment file, give space.{continuous[0]} a number of points "
                     "to take from its range (e.g. {loguniform: [0.01, 1], points: 5}: a grid "
                     "of 5 log-spaced values)")
-        problems.add("space", f"space ({spec.search.algorithm}): {exc}{hint}")
+        problems.add("space", f"space ({algorithm}): {exc}{hint}")
     except (RayDPHPOError, ValueError) as exc:
         problems.add("search.settings", str(exc))
+    return choice
 
 
 def _check_whole_grid(searcher: Any, budget: PrivacyBudget, problems: _Problems) -> None:
@@ -286,6 +299,8 @@ class Preflight:
     data: Any
     train_size: int
     validation_size: int | None
+    #: what ``search: {algorithm: auto}`` chose (an AutoChoice), or None
+    auto: Any = None
 
 
 def preflight(spec: ExperimentFile) -> Preflight:
@@ -304,11 +319,12 @@ def preflight(spec: ExperimentFile) -> Preflight:
             train_size = len(data.train)
         if val_size is None:
             val_size = max(1, len(data.val))
+    choice = None
     if train_size is not None:
-        _validate_search(spec, train_size, val_size, problems)
+        choice = _validate_search(spec, train_size, val_size, problems)
     problems.raise_if_any(f"experiment {spec.experiment!r}")
     assert data is not None and train_size is not None  # else a problem was raised
-    return Preflight(data, train_size, val_size)
+    return Preflight(data, train_size, val_size, choice)
 
 
 def describe_sizes(spec: ExperimentFile, checked: Preflight) -> list[str]:

@@ -296,6 +296,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
               f"(ledger {spec.ledger_name}, journal {spec.ledger_journal()})")
         for line in describe_sizes(spec, checked):
             print(line)
+        if checked.auto is not None:  # search: {algorithm: auto}: what run will run
+            print(f"search 'auto' chooses {checked.auto.setting}: {checked.auto.reason}")
         return EXIT_OK
     try:
         outcome = run_experiment(spec, progress_interval_s=args.progress_interval,

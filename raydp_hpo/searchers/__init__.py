@@ -4,6 +4,10 @@ Every searcher states its whole privacy cost as a :class:`PrivacyPlan` before an
 (see :class:`DPSearcher` for the lifecycle). Use :func:`make_searcher` with a
 :class:`SearchAlgorithm` to build one by name.
 
+``search="auto"`` (:mod:`raydp_hpo.searchers.auto`, :func:`choose_auto`) picks the algorithm
+and its settings from the budget, the space and a compute limit, read off the table the
+defaults study measured.
+
 Named presets: the setting ``preset`` takes a member (or value) of the algorithm's preset Enum
 (:data:`PRESETS`): ``linear_scaling`` ``refined`` (its defaults, the best setup measured by
 ``benchmarks/privacy_utility.py``) and ``paper`` (Panda et al.'s full-batch rule);
@@ -60,6 +64,9 @@ __all__ = [
     "LinearScalingPreset",
     "RandomStoppingPreset",
     "PRESETS",
+    "AUTO",
+    "AutoChoice",
+    "choose_auto",
 ]
 
 
@@ -139,3 +146,7 @@ def check_search_settings(algorithm: SearchAlgorithm | str, settings: Mapping[st
     cls = _CLASSES[coerce_enum(SearchAlgorithm, algorithm, "search algorithm")]
     check_settings(cls, settings)
     resolve_preset(cls, settings)
+
+
+# search="auto" (the measured table; imported last: it reads SearchAlgorithm when called)
+from raydp_hpo.searchers.auto import AUTO, AutoChoice, choose_auto  # noqa: E402

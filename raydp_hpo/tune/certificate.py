@@ -5,6 +5,7 @@ ledger's halting rule and spend, and which figure is certified (:class:`PrivacyC
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,11 @@ class PrivacyCertificate:
     #: budget and its spend after the charge (basic composition of the experiments' points,
     #: :mod:`raydp_hpo.ledger.experiments`); ``None`` when it ran on no dataset ledger
     dataset_ledger: tuple[str, PrivacyBudget, float] | None = None
+    #: what ``search="auto"`` chose and why (:meth:`raydp_hpo.searchers.auto.AutoChoice.
+    #: to_dict`: setting, searcher, settings, the table row — ε band, compute band, space
+    #: class —, S, G, the "outside the measured range" flag, the reason); ``None`` when the
+    #: search was named. Public: a function of the configuration and the shipped table.
+    auto_search: Mapping[str, Any] | None = None
 
     @property
     def fixed_plan(self) -> bool:
@@ -127,12 +133,30 @@ class PrivacyCertificate:
                 "spent_epsilon": self.dataset_ledger[2],
                 "halting_rule": "experiments: the RDP filter at its δ share or basic "
                                 "composition of the experiments' (ε, δ) points"}}),
+            **({} if self.auto_search is None else {"auto_search": dict(self.auto_search)}),
         }
+
+    def _auto_lines(self) -> list[str]:
+        """``search="auto"``'s choice, when it chose."""
+        a = self.auto_search
+        if a is None:
+            return []
+        row = a.get("table_row", {})
+        flag = " — ε OUTSIDE the measured range" if a.get("outside_measured_range") else ""
+        provisional = " (provisional table)" if a.get("table_provisional") else ""
+        score = a.get("S")
+        return [f"  auto search   chose {a.get('setting')} = {a.get('searcher')} "
+                f"{a.get('settings') or '(defaults)'} from the row (ε band "
+                f"{row.get('epsilon_band'):g}, compute band {row.get('compute_band')}, "
+                f"{row.get('space_class')}), S = "
+                + (f"{score:.3f}" if isinstance(score, (int, float)) else str(score))
+                + f"{flag}{provisional}"]
 
     def format(self) -> str:
         lines = [
             "Privacy certificate",
             f"  algorithm     {self.algorithm}",
+            *self._auto_lines(),
             f"  paper         {self.paper}",
             f"  accounting    {self.description}",
             f"  budget        ε={self.budget.epsilon:g}, δ={self.budget.delta:g}",

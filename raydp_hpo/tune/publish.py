@@ -110,6 +110,9 @@ def public_manifest(*, hyperparameters: Mapping[str, Any] | None, certificate: M
         "model_file": MODEL_FILE if model_released else None,
         "budget_exhausted": bool(budget_exhausted),
         "certificate": dict(certificate),
+        # search="auto": what it chose and why (also in the certificate)
+        **({"auto_search": certificate["auto_search"]} if certificate.get("auto_search")
+           else {}),
         "dp_test_accuracy": None if dp_test_accuracy is None else dict(dp_test_accuracy),
         "files": files,
         "note": PUBLIC_NOTE if selected else NOTHING_SELECTED_NOTE.format(reason=why),

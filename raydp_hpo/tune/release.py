@@ -44,6 +44,7 @@ class _Release:
     _test_size: int
     _test_epsilon: float | None
     _dataset_ledger: LedgerHandle | None
+    _auto_choice: Any  # search="auto"'s AutoChoice, or None
 
     def _release(self, searcher: Any, ledger: LedgerHandle, grid: Any, plan: Any,
                  exp_dir: str) -> DPResult:
@@ -122,6 +123,7 @@ class _Release:
             dataset_ledger=None if self._dataset_ledger is None else (
                 self._dataset_ledger.name, self._dataset_ledger.budget,
                 self._dataset_ledger.spent()),
+            auto_search=None if self._auto_choice is None else self._auto_choice.to_dict(),
         )
         if not certificate.within_budget and not math.isclose(
             certificate.epsilon, self._budget.epsilon, rel_tol=1e-9

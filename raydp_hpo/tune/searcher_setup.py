@@ -16,11 +16,50 @@ from typing import Any
 from raydp_hpo.errors import InvalidParameterError
 
 __all__ = [
+    "resolve_auto_search",
     "check_search_and_space",
     "check_selection_inputs",
     "make_dp_searcher",
     "searcher_metric_mode",
 ]
+
+
+def resolve_auto_search(search: Any, search_kwargs: Mapping[str, Any] | None, *,
+                        param_space: Mapping[str, Any] | None, epsilon: float, data: Any,
+                        dataset_size: int | None, sizes_public: bool
+                        ) -> tuple[Any, dict[str, Any], Any]:
+    """``(search, search_kwargs, choice)``: for ``search="auto"`` the searcher and settings
+    :func:`~raydp_hpo.searchers.auto.resolve_auto` reads off the measured table (``choice``, an
+    :class:`~raydp_hpo.searchers.auto.AutoChoice`), for an ``AutoChoice`` its searcher and
+    settings, else ``search`` and ``search_kwargs`` as given (``choice`` ``None``).
+
+    Auto's inputs are public: ``epsilon`` (the search's budget), the space, its own settings
+    (the compute limit), the training size it converts ``max_gradient_evaluations`` with (the
+    ``dataset_size`` keyword, else ``data.declared_sizes``, else — with ``sizes_public`` — the
+    realised size) and the number of classes where declared (SVT's u₀)."""
+    from raydp_hpo.searchers.auto import AutoChoice, is_auto, resolve_auto
+
+    if isinstance(search, AutoChoice):
+        if search_kwargs:
+            raise InvalidParameterError(
+                "search= is an AutoChoice, which carries its searcher's settings: pass no "
+                f"search_kwargs (got {dict(search_kwargs)!r})")
+        return search.algorithm, dict(search.settings), search
+    if not is_auto(search):
+        return search, dict(search_kwargs or {}), None
+    if param_space is None or not isinstance(param_space, Mapping):
+        raise InvalidParameterError(
+            "search='auto' chooses from the search space: pass DPTuner(param_space={...})")
+    n = dataset_size
+    if n is None and data.declared_sizes is not None:
+        n = data.declared_sizes.train
+    if n is None and sizes_public:
+        n = max(1, len(data.train))
+    classes = (data.train.num_classes
+               if data.train.num_classes_declared or sizes_public else None)
+    choice = resolve_auto(param_space, epsilon, search_kwargs, dataset_size=n,
+                          num_classes=classes)
+    return choice.algorithm, dict(choice.settings), choice
 
 
 def make_dp_searcher(search: Any, search_kwargs: Mapping[str, Any], *, metric: str, mode: str,
@@ -115,7 +154,7 @@ def check_search_and_space(search: Any, param_space: Mapping[str, Any] | None) -
             names = ", ".join(a.value for a in SearchAlgorithm)
             raise InvalidParameterError(
                 f"search={search!r} is neither a DPSearcher nor a search algorithm; use "
-                f"one of {names}"
+                f"one of {names}, or 'auto' (chosen from the measured table)"
             ) from None
     searcher_space = isinstance(search, DPSearcher) and search.has_space
     if param_space is None and not searcher_space:

@@ -123,6 +123,7 @@ from raydp_hpo.tune.searcher_setup import (
     check_search_and_space,
     check_selection_inputs,
     make_dp_searcher,
+    resolve_auto_search,
     searcher_metric_mode,
 )
 from raydp_hpo.tune.sizes import _resolve_sizes
@@ -160,6 +161,12 @@ class DPTuner(_DatasetPoints, _Release):
         search: a ``raydp_hpo.searchers.SearchAlgorithm`` (or its value) or a constructed
             ``DPSearcher`` (then ``search_kwargs`` must be empty), with or without its own
             space. The tuner assigns it the ledger name, namespace and experiment name.
+            ``"auto"``: the searcher and its settings are read off the measured table from
+            the search's ε, the space and a compute limit (``search_kwargs``
+            ``max_gradient_evaluations`` and/or ``max_trials``; :mod:`raydp_hpo.searchers.auto`),
+            then run exactly as if named; the certificate's ``auto_search`` says what was
+            chosen and why. An :class:`~raydp_hpo.searchers.auto.AutoChoice`
+            (``choose_auto(...)``) runs that choice.
         budget: the total (ε, δ) of this experiment.
         tune_config, run_config: Ray Tune's ``ray.tune.TuneConfig`` / ``ray.tune.RunConfig``.
             What cannot change the privacy plan is taken (metric, mode, max_concurrent_trials,
@@ -300,6 +307,19 @@ class DPTuner(_DatasetPoints, _Release):
             raise InvalidParameterError(f"budget must be a PrivacyBudget, got {budget!r}")
         if not isinstance(data, DataSplits):
             raise InvalidParameterError(f"data must be raydp_hpo.trainables.DataSplits, got {type(data)!r}")
+        # search="auto" (or an AutoChoice): the searcher and settings read off the measured
+        # table, from public inputs only; then run exactly as if they had been named
+        t_eps = test_accuracy_epsilon if isinstance(test_accuracy_epsilon, (int, float)) \
+            and not isinstance(test_accuracy_epsilon, bool) and test_accuracy_epsilon > 0 else 0
+        search, search_kwargs, self._auto_choice = resolve_auto_search(
+            search, search_kwargs, param_space=param_space,
+            epsilon=budget.epsilon - t_eps, data=data,
+            dataset_size=dataset_size if isinstance(dataset_size, int) else None,
+            sizes_public=sizes_public is True)
+        if self._auto_choice is not None:
+            (progress or _log.info)(
+                f"[raydp-hpo] search='auto' chose {self._auto_choice.setting}: "
+                f"{self._auto_choice.reason}")
         search = check_search_and_space(search, param_space)
         if ledger is not None and not isinstance(ledger, LedgerHandle):
             raise InvalidParameterError(f"ledger must be a LedgerHandle, got {ledger!r}")
@@ -390,7 +410,9 @@ class DPTuner(_DatasetPoints, _Release):
         self._init_args: dict[str, Any] = {
             "param_space": self._space, "budget": budget, "metric": self._metric,
             "mode": self._mode, "resources": self._resources, "namespace": namespace,
-            "search_kwargs": self._search_kwargs, "max_concurrent_trials": self._max_concurrent,
+            # an AutoChoice (the restore file's search) carries its settings
+            "search_kwargs": {} if self._auto_choice is not None else self._search_kwargs,
+            "max_concurrent_trials": self._max_concurrent,
             "max_failures": self._max_failures, "dataset_size": dataset_size,
             "validation_size": validation_size, "test_accuracy_epsilon": test_accuracy_epsilon,
             "test_size": test_size, "sizes_public": sizes_public, "verbose": self._verbose,
@@ -621,7 +643,9 @@ class DPTuner(_DatasetPoints, _Release):
 
     def _write_restore_file(self, exp_dir: Path) -> None:
         """:func:`~raydp_hpo.tune.restore_file.write_restore_file` of this tuner's settings."""
-        write_restore_file(exp_dir, init_args=self._init_args, search=self._search,
+        write_restore_file(exp_dir, init_args=self._init_args,
+                           search=self._search if self._auto_choice is None
+                           else self._auto_choice,
                            ledger_name=None if self._ledger is None else self._ledger.name,
                            run_id=self._run_id)
 

@@ -107,7 +107,8 @@ def _rows(accs: dict[str, dict[str, list[float]]], evals: dict[str, float],
                 status = "refused" if name in refused else "ok"
                 out.append({"dataset": dataset, "epsilon": 3.0, "setting": name, "seed": seed,
                             "status": status, "test_accuracy": acc if status == "ok" else None,
-                            "gradient_evaluations": evals[name]})
+                            "gradient_evaluations": evals[name],
+                            "trials": max(1, round(evals[name]))})
     return out
 
 
@@ -164,7 +165,10 @@ def test_report_writes_the_table_the_decisions_and_the_auto_table(tmp_path: Path
     decisions = (tmp_path / "decisions.md").read_text()
     assert "Package default (cap G ≤ 25): **ls_refined**" in decisions
     assert "digits ε=3 ls_refined: CLI 0.8700" in decisions and "→ inside" in decisions
-    table = json.loads((tmp_path / "auto_table.json").read_text())
+    doc = json.loads((tmp_path / "auto_table.json").read_text())
+    assert doc["provisional"] is True  # two seeds per cell: not the pre-registered grid
+    assert doc["searches"] == {f"{d}/eps{e:g}": 8 for d in ds.DATASETS for e in ds.EPSILONS}
+    table = doc["rows"]
     assert len(table) == len(ds.EPSILONS) * len(ds.COMPUTE_BANDS) * len(ds.SPACE_CLASSES)
     row = next(r for r in table if r["epsilon_band"] == 3.0 and r["compute_limit"] == "inf"
                and r["space_class"] == "lr_only")
@@ -172,6 +176,19 @@ def test_report_writes_the_table_the_decisions_and_the_auto_table(tmp_path: Path
     other = next(r for r in table if r["epsilon_band"] == 3.0 and r["compute_limit"] == "inf"
                  and r["space_class"] == "other")
     assert other["setting"] == "rs_tnb2_k20"  # linear scaling needs an lr-only space
+    assert other["expected_trials"] == 20  # the trials it ran (the rows say 20)
+    # the package reads the table the report wrote, and picks these rows from it
+    from ray import tune
+
+    from raydp_hpo.searchers.auto import choose_auto, load_auto_table
+
+    loaded = load_auto_table(tmp_path / "auto_table.json")
+    base = {"epochs": 15, "sample_rate": 0.1}
+    assert choose_auto(3.0, {**base, "lr": tune.loguniform(1e-3, 10)}, table=loaded
+                       ).setting == "ls_refined"
+    assert choose_auto(3.0, {**base, "lr": tune.loguniform(1e-3, 10),
+                             "momentum": tune.uniform(0, 1)}, table=loaded
+                       ).setting == "rs_tnb2_k20"
     assert "| tabular | 3 | ls_refined | 2 |" in (tmp_path / "results_table.md").read_text()
 
 
@@ -194,3 +211,65 @@ def test_a_shipped_default_stays_within_the_tie_margin() -> None:
     assert ds.family_default(stats, "random_stopping")[0] == "rs_geom_k10"
     # a shipped default far behind (score 0.5) is replaced
     assert ds.family_default(stats_with(0.7), "random_stopping")[0] == "rs_geom_k5"
+
+
+def test_install_auto_table_copies_the_report_into_the_package(tmp_path: Path,
+                                                               monkeypatch) -> None:
+    evals = {"one_shot_random": 1.0, "oracle": 7.0, "ls_refined": 7.0}
+    accs = {d: {"one_shot_random": [0.5, 0.6], "oracle": [0.9, 0.9], "ls_refined": [0.88, 0.86]}
+            for d in ds.DATASETS}
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "x_eps3.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in _rows(accs, evals)))
+    target = tmp_path / "package" / "auto_table.json"
+    target.parent.mkdir()
+    monkeypatch.setattr(ds, "PACKAGED_AUTO_TABLE", target)
+    assert ds.main(["report", "--out", str(tmp_path)]) == 0
+    assert not target.exists()  # only when asked
+    assert ds.main(["report", "--out", str(tmp_path), "--install-auto-table"]) == 0
+    assert target.read_text() == (tmp_path / "auto_table.json").read_text()
+
+
+def _committed_runs() -> list[Path]:
+    """The grid's runs files committed to git (not those of a study still running)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "-C", str(ds.ROOT), "ls-files", "--",
+                              "benchmarks/results/defaults_study/runs"],
+                             capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    return [ds.ROOT / line for line in out.splitlines() if line.endswith(".jsonl")
+            and not Path(line).name.startswith(("cli_", "confirm_"))]
+
+
+def test_the_packaged_auto_table_is_the_report_of_the_committed_runs() -> None:
+    """search='auto' is reproducible from the study: the table shipped in the package is
+    exactly what ``defaults_study.py report`` computes from the committed runs."""
+    files = _committed_runs()
+    if not files:
+        pytest.skip("no defaults-study runs are committed yet (the packaged table is "
+                    "provisional until the lead commits them with the final table)")
+    rows = ds.latest(r for p in files for r in ds.read_rows(p))
+    want = json.loads(json.dumps(ds.auto_table_document(ds.cell_stats(rows), rows)))
+    assert json.loads(ds.PACKAGED_AUTO_TABLE.read_text()) == want, (
+        "raydp_hpo/searchers/auto_table.json is not the report of the committed runs: run "
+        "'python benchmarks/defaults_study.py report --install-auto-table'")
+
+
+@pytest.mark.parametrize("name", [n for n, s in ds.SETTINGS.items() if s.searcher is not None])
+def test_every_setting_is_one_the_package_table_accepts(name: str) -> None:
+    """Whatever the study picks, search='auto' can run it: its package-form settings are
+    ones its searcher takes (the relative ones resolved), and its family applies to the
+    space classes the study lets it win (the package's APPLICABLE)."""
+    from raydp_hpo.searchers import check_search_settings
+    from raydp_hpo.searchers.auto import APPLICABLE, SpaceClass, _absolute
+
+    setting = ds.SETTINGS[name]
+    settings = ds.package_settings(setting)
+    json.dumps(settings)  # JSON as written
+    check_search_settings(setting.searcher, _absolute(settings, 3.0, 10))
+    for space_class, families in ds.SPACE_CLASSES.items():
+        if setting.family in families:
+            assert setting.searcher in APPLICABLE[SpaceClass(space_class)]

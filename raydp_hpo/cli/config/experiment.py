@@ -34,7 +34,9 @@ The file, with what each key means (``?`` = optional)::
       name: mlp                      # mlp | cnn1d | cnn2d | linear | random_kernels1d | package.module:Class
       kwargs?: {hidden: [32]}
     search:
-      algorithm: random_stopping     # a raydp_hpo.searchers.SearchAlgorithm value
+      algorithm: random_stopping     # a raydp_hpo.searchers.SearchAlgorithm value, or auto:
+                                     # chosen from the measured table by the budget, the
+                                     # space and settings max_gradient_evaluations / max_trials
       settings?: {distribution: geometric, mean: 3}   # -> DPTuner(search_kwargs=...)
       preset?: tnb20                 # named settings (raydp_hpo.searchers.PRESETS), which
                                      # settings override: linear_scaling refined | paper

@@ -84,8 +84,9 @@ class ModelModel(Strict):
 
 def _algorithm_names() -> list[str]:
     from raydp_hpo.searchers import SearchAlgorithm
+    from raydp_hpo.searchers.auto import AUTO
 
-    return [a.value for a in SearchAlgorithm]
+    return [a.value for a in SearchAlgorithm] + [AUTO]
 
 
 def _algorithm(name: str) -> str:
@@ -105,7 +106,9 @@ class SearchModel(Strict):
     """The search algorithm and its settings."""
 
     algorithm: Annotated[Text, AfterValidator(_algorithm)] = Field(
-        description="a raydp_hpo.searchers.SearchAlgorithm value",
+        description="a raydp_hpo.searchers.SearchAlgorithm value, or auto (chosen from "
+                    "the measured table by the budget, the space and settings "
+                    "max_gradient_evaluations / max_trials)",
         json_schema_extra=lazy_enum(_algorithm_names))
     settings: dict[str, Any] = Field(
         default_factory=dict,
@@ -140,7 +143,11 @@ class SearchModel(Strict):
         if self.preset is None:
             return self
         from raydp_hpo.searchers import PRESETS, SearchAlgorithm
+        from raydp_hpo.searchers.auto import AUTO
 
+        if self.algorithm == AUTO:
+            fail("{path}.preset: auto chooses the searcher and its settings from the measured "
+                 "table; name the algorithm to use a preset")
         presets = PRESETS.get(SearchAlgorithm(self.algorithm))
         names = [str(p.value) for p in presets] if presets is not None else []
         if self.preset not in names:
