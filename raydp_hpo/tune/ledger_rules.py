@@ -208,10 +208,10 @@ Refusal = tuple[str, str]  # (what the refusing rule says, the fix)
 
 @dataclass(frozen=True)
 class _Slot:
-    """An experiment's place on a dataset ledger (see :meth:`DPTuner._take_slot`): it is the
-    k-th charge, with δ share ``delta``, after the charges ``prior``; it calibrates within
-    ``cap``; ``reserved`` is the ``ApproxDP`` reservation of an experiment whose trials charge
-    themselves (``None``: its plan is its point)."""
+    """An experiment's place on a dataset ledger (see :meth:`raydp_hpo.tune.dataset_points.
+    DatasetPlace.take`): it is the k-th charge, with δ share ``delta``, after the charges
+    ``prior``; it calibrates within ``cap``; ``reserved`` is the ``ApproxDP`` reservation of an
+    experiment whose trials charge themselves (``None``: its plan is its point)."""
 
     k: int
     cap: float
