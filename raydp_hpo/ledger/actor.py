@@ -37,6 +37,7 @@ __all__ = [
     "default_journal_path",
     "driver_on_head_node",
     "get_ledger",
+    "may_charge_before_start",
     "start_ledger",
 ]
 
@@ -423,3 +424,17 @@ def driver_on_head_node() -> bool:
         and "node:__internal_head__" in (node.get("Resources") or {})
         for node in ray.nodes()
     )
+
+
+def may_charge_before_start(name: str, namespace: str) -> bool:
+    """Whether a driver may charge the journal of the ledger actor ``name`` itself before
+    that actor starts (:func:`charge_before_start`): only where it sees the actor's files (on
+    the head node, not a Ray Client: :func:`driver_on_head_node`) and no actor of that name is
+    alive (one would hold the journal)."""
+    if not driver_on_head_node():
+        return False
+    try:
+        ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        return True
+    return False

@@ -241,7 +241,7 @@ def check_data_registry(names: Iterable[str | None], charged: str | Path | None,
         f"charged on {what}")
 
 
-def shared_ledger(ledger: LedgerHandle | None, dataset: str | None, storage: Path, data_name: str,
+def shared_ledger(ledger: LedgerHandle | None, dataset: str | None, storage: Path, data_name: str | None,
                   budget: PrivacyBudget, *, experiment: str, namespace: str,
                   progress: Callable[[str], None] | None, log: logging.Logger) -> LedgerHandle | None:
     """The ledger this experiment shares with others (verified): the one given, else the

@@ -208,10 +208,10 @@ Refusal = tuple[str, str]  # (what the refusing rule says, the fix)
 
 @dataclass(frozen=True)
 class _Slot:
-    """An experiment's place on a dataset ledger (see :meth:`DPTuner._take_slot`): it is the
-    k-th charge, with δ share ``delta``, after the charges ``prior``; it calibrates within
-    ``cap``; ``reserved`` is the ``ApproxDP`` reservation of an experiment whose trials charge
-    themselves (``None``: its plan is its point)."""
+    """An experiment's place on a dataset ledger (see :meth:`raydp_hpo.tune.dataset_points.
+    DatasetPlace.take`): it is the k-th charge, with δ share ``delta``, after the charges
+    ``prior``; it calibrates within ``cap``; ``reserved`` is the ``ApproxDP`` reservation of an
+    experiment whose trials charge themselves (``None``: its plan is its point)."""
 
     k: int
     cap: float
@@ -434,6 +434,19 @@ def dedicated_adaptivity(search: Any, max_failures: int) -> Adaptivity:
     if isinstance(search, raydp_hpo.searchers.DPSearcher) and type(search) not in builtin:
         return Adaptivity.ADAPTIVE
     return Adaptivity.FIXED_PLAN
+
+
+def say_if_adaptive_filter(shared: LedgerHandle, say: Callable[[str], None]) -> None:
+    """Tell the user (``say``) when the shared ledger ``shared`` halts on the adaptive RDP
+    filter: every charge of the experiment is then priced by it, not at the tightest figure
+    a ledger composing whole experiments would use."""
+    if shared.settings()["adaptivity"] != Adaptivity.ADAPTIVE.value:
+        return
+    say(f"[raydp-hpo] the shared ledger {shared.name!r} halts on the adaptive RDP "
+        "filter (the rule it was created with): this experiment's charges are priced "
+        "by it. A ledger that composes whole experiments prices a plan at its tightest "
+        "figure instead (raydp-hpo run creates one; in Python get_ledger(..., "
+        "adaptivity=Adaptivity.EXPERIMENTS, accountant=Accountant.TIGHTEST))")
 
 
 def say_if_name_used(shared: LedgerHandle | None, experiment: str, run_id: str | None,

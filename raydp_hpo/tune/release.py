@@ -1,6 +1,10 @@
-"""DPTuner's release: the released model, the certificate of every charge, the public folder,
-the DP test accuracy and the private evaluation (:class:`_Release`, a mixin of
-:class:`~raydp_hpo.tune.tuner.DPTuner`, whose state it uses).
+"""Building and publishing one run's release (:class:`ReleaseBuilder`): the released model,
+the certificate of every charge, the public folder, the DP test accuracy and the private
+evaluation.
+
+:class:`~raydp_hpo.tune.tuner.DPTuner` composes it once its search has run: it states the
+run's settings (:class:`ReleaseBuilder`'s fields) and gets the :class:`DPResult` of
+:meth:`ReleaseBuilder.build`. Nothing here reads or sets the tuner's state.
 """
 
 from __future__ import annotations
@@ -8,6 +12,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,26 +33,42 @@ from raydp_hpo.tune.run_output import _root_cause
 from raydp_hpo.tune.sizes import _Size
 
 
-class _Release:
-    """The release methods of :class:`~raydp_hpo.tune.tuner.DPTuner`."""
+@dataclass(frozen=True)
+class ReleaseBuilder:
+    """Builds and publishes the release of one run (:meth:`build`), from its settings.
 
-    # DPTuner's state these methods read (DPTuner.__init__ and fit set it)
-    _trainable: Any
-    _data: Any
-    _budget: PrivacyBudget
-    _metric: str
-    _storage: Path
-    _experiment: str
-    _charge_prefix: str  # <experiment>@<run id>: every charge id of this run starts with it
-    _secret_seed: int | None
-    _sizes: tuple[_Size, _Size, _Size]
-    _test_size: int
-    _test_epsilon: float | None
-    _dataset_ledger: LedgerHandle | None
-    _auto_choice: Any  # search="auto"'s AutoChoice, or None
+    ``experiment`` and ``charge_prefix`` (``<experiment>@<run id>``) name the run and its
+    charges; ``budget`` is its (ε, δ) (the certificate's); ``metric`` what it selects on;
+    ``storage`` its storage path (a release naming it gets a warning); ``data`` its
+    ``DataSplits`` (the test split of the DP test accuracy, the released model's shape);
+    ``trainable_given`` whether a trainable was passed (not built from ``data``; a trainable
+    of the user's own, ``raydp_hpo.trial_session``, is told from the built-in one by its
+    checkpoint); ``sizes`` the public (training, validation, test) sizes;
+    ``test_epsilon`` the ε_t of a DP test accuracy (``None``: none); ``secret_seed`` the run's
+    secret seed (never printed); ``dataset_ledger`` the dataset ledger its point is on, if
+    any (the certificate states it); ``auto_choice`` the
+    :class:`~raydp_hpo.searchers.auto.AutoChoice` of ``search="auto"`` (``None``: the search was
+    named), which the certificate and release.json state."""
 
-    def _release(self, searcher: Any, ledger: LedgerHandle, grid: Any, plan: Any,
-                 exp_dir: str) -> DPResult:
+    experiment: str
+    charge_prefix: str
+    budget: PrivacyBudget
+    metric: str
+    storage: Path
+    data: Any = field(repr=False)
+    trainable_given: bool
+    sizes: tuple[_Size, _Size, _Size]
+    test_epsilon: float | None = None
+    secret_seed: int | None = field(default=None, repr=False)
+    dataset_ledger: LedgerHandle | None = None
+    auto_choice: Any = None
+
+    def build(self, searcher: Any, ledger: LedgerHandle, grid: Any, plan: Any, exp_dir: str
+              ) -> DPResult:
+        """The release of the finished search ``searcher`` (its result ``grid`` of Tune, its
+        ``plan``; ``ledger`` the one its trials charged), written to ``exp_dir``'s public
+        folder with its private evaluation beside it. A search that selected nothing, or a
+        user trainable that broke the trial contract, raises after writing its certificate."""
         release = completed_release(searcher)
         trials: list[dict[str, Any]] = []
         by_id: dict[str, Any] = {}
@@ -73,7 +94,7 @@ class _Release:
         contract, unreleased = None, None  # a user trainable's broken contract / lost model
         if release.trial_id is not None:
             result = self._find_result(by_id, release.trial_id)
-            if result is not None and self._trainable is not None and not _builtin_result(result):
+            if result is not None and self.trainable_given and not _builtin_result(result):
                 # a trainable of the user's own (raydp_hpo.trial_session): raydp_hpo.tune.custom
                 from raydp_hpo.tune import custom
 
@@ -93,15 +114,15 @@ class _Release:
                 test_acc = (result.metrics or {}).get("test_accuracy")
         extras = dict(release.extras)
         dp_test = None
-        if model is not None and self._test_epsilon is not None:
+        if model is not None and self.test_epsilon is not None:
             dp_test = self._dp_test_accuracy(model, ledger, extras)
         # charges of this experiment (plan and/or individual trials, DP test accuracy)
-        prefix = f"{self._charge_prefix}/"  # this run's, never another run's of the name
+        prefix = f"{self.charge_prefix}/"  # this run's, never another run's of the name
         charges = tuple(
             (c.charge_id, c.mechanism) for c in ledger.charges() if c.charge_id.startswith(prefix)
         )
         mechs = [m for _, m in charges]
-        delta = self._budget.delta
+        delta = self.budget.delta
         eps_rdp = epsilon(mechs, delta, Accountant.RDP) if mechs else 0.0
         eps_pld = epsilon(mechs, delta, Accountant.PLD) if mechs else 0.0
         # random stopping by privacy profiles; inf where that accountant has no figure
@@ -111,22 +132,22 @@ class _Release:
             algorithm=plan.algorithm,
             paper=plan.paper,
             description=plan.description,
-            budget=self._budget,
+            budget=self.budget,
             charges=charges,
             epsilon_rdp=eps_rdp,
             epsilon_pld=eps_pld,
             ledger_name=ledger.name,
             ledger_spent_epsilon=ledger.spent(),
             ledger_halting_rule=f"{settings['adaptivity']}/{settings['accountant']}",
-            public=self._public_quantities(),
+            public=self.public_quantities(),
             epsilon_profile=eps_profile,
-            dataset_ledger=None if self._dataset_ledger is None else (
-                self._dataset_ledger.name, self._dataset_ledger.budget,
-                self._dataset_ledger.spent()),
-            auto_search=None if self._auto_choice is None else self._auto_choice.to_dict(),
+            dataset_ledger=None if self.dataset_ledger is None else (
+                self.dataset_ledger.name, self.dataset_ledger.budget,
+                self.dataset_ledger.spent()),
+            auto_search=None if self.auto_choice is None else self.auto_choice.to_dict(),
         )
         if not certificate.within_budget and not math.isclose(
-            certificate.epsilon, self._budget.epsilon, rel_tol=1e-9
+            certificate.epsilon, self.budget.epsilon, rel_tol=1e-9
         ):
             raise RayDPHPOError(  # pragma: no cover - would be a bug in admission
                 f"internal error: charged ε={certificate.epsilon} exceeds the budget"
@@ -139,11 +160,11 @@ class _Release:
             # the hyperparameters are paid for and selected: released; the model is not
             extras["model_not_released"] = unreleased
             warnings.warn(f"the model is not released: {unreleased}", UserWarning, stacklevel=3)
-        elif (hyperparameters is None and self._trainable is not None
+        elif (hyperparameters is None and self.trainable_given
               and "no trial reported the metric" in str(extras.get("reason", ""))):
             from raydp_hpo.tune.custom import explain_no_selection
 
-            contract = explain_no_selection(trials, self._metric)
+            contract = explain_no_selection(trials, self.metric)
             if contract is not None:
                 extras["reason"] = contract
         if hyperparameters is not None and model is None and unreleased is None:
@@ -166,7 +187,7 @@ class _Release:
             private_trials=trials,
             experiment_path=exp_dir,
             dp_test_accuracy=dp_test,
-            dp_test_accuracy_epsilon=None if dp_test is None else self._test_epsilon,
+            dp_test_accuracy_epsilon=None if dp_test is None else self.test_epsilon,
             private_result_grid=grid,
             private_checkpoint_path=ckpt_path,
         )
@@ -197,11 +218,11 @@ class _Release:
         )
 
         manifest = out.public()
-        private = (exp_dir, self._storage)
+        private = (exp_dir, self.storage)
         found = machine_paths(manifest, private=private)
         if found:
             warnings.warn(
-                f"the public release of {self._experiment!r} names paths of this machine "
+                f"the public release of {self.experiment!r} names paths of this machine "
                 f"({', '.join(found[:3])}): remove them from the search space's constants "
                 "before publishing it", UserWarning, stacklevel=3,
             )
@@ -227,32 +248,32 @@ class _Release:
         from raydp_hpo.accounting.mechanisms import Laplace
         from raydp_hpo.trainables.training import count_correct
 
-        assert self._test_epsilon is not None
-        charge_id = f"{self._charge_prefix}/test_accuracy"
+        assert self.test_epsilon is not None
+        charge_id = f"{self.charge_prefix}/test_accuracy"
         if ledger.has_charge(charge_id):
             extras["dp_test_accuracy"] = "already released once by this experiment: not again"
             return None
-        decision = ledger.try_charge(charge_id, Laplace(self._test_epsilon), owner=self._experiment)
+        decision = ledger.try_charge(charge_id, Laplace(self.test_epsilon), owner=self.experiment)
         if not decision.admitted:
             extras["dp_test_accuracy"] = "refused by the ledger (budget exhausted): not released"
             return None
         rng = np.random.default_rng(
-            secrets.randbits(128) if self._secret_seed is None else [self._secret_seed, 7]
+            secrets.randbits(128) if self.secret_seed is None else [self.secret_seed, 7]
         )
-        noisy = count_correct(model, self._data.test) + float(
-            rng.laplace(0.0, calibrate_laplace(self._test_epsilon))
+        noisy = count_correct(model, self.data.test) + float(
+            rng.laplace(0.0, calibrate_laplace(self.test_epsilon))
         )
-        return min(1.0, max(0.0, noisy / self._test_size))
+        return min(1.0, max(0.0, noisy / self.sizes[2].value))
 
-    def _public_quantities(self) -> tuple[tuple[str, str], ...]:
+    def public_quantities(self) -> tuple[tuple[str, str], ...]:
         """What the certificate's guarantee treats as public (DESIGN.md, "Released vs
         private" and "Secrets and neighbouring datasets")."""
-        train, val, test = self._sizes
+        train, val, test = self.sizes
         return (
             ("training-set size", f"{train.value} ({train.how})"),
             ("validation-set size", f"{val.value} ({val.how})"),
             *((("test-set size", f"{test.value} ({test.how})"),)
-              if self._test_epsilon is not None else ()),
+              if self.test_epsilon is not None else ()),
             *self._class_count(),
             ("configuration", "the search space, search settings, budget, model, sample rates, "
              "epochs and the train/validation/test split seed"),
@@ -261,7 +282,7 @@ class _Release:
     def _class_count(self) -> tuple[tuple[str, str], ...]:
         """The number of classes fixes the released model's output width: declared, or read
         off the labels (``load_parquet`` without ``num_classes``) and then treated as public."""
-        train = getattr(self._data, "train", None)
+        train = getattr(self.data, "train", None)
         if train is None:  # a user trainable with its own data: nothing known here
             return ()
         how = ("declared" if train.num_classes_declared else "max label + 1 in the data, "
@@ -285,7 +306,7 @@ class _Release:
         generators' states."""
         from raydp_hpo.trainables.release import RELEASED_MODEL_FILE, save_released_model
 
-        train = self._data.train
+        train = self.data.train
         public_dir.mkdir(parents=True, exist_ok=True)
         return str(save_released_model(
             public_dir / RELEASED_MODEL_FILE,
@@ -303,7 +324,7 @@ class _Release:
         from raydp_hpo.trainables.training import load_checkpoint, released_model_state
 
         payload = load_checkpoint(checkpoint_path)
-        train = self._data.train
+        train = self.data.train
         model = build_model(
             config.get("model", "mlp"),
             train.feature_shape,

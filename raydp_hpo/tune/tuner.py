@@ -46,8 +46,9 @@ is private except its ``public/`` folder, which holds exactly the release
 
 This module is :class:`DPTuner` itself: construction, the ledgers it charges, :meth:`DPTuner.fit`,
 :meth:`DPTuner.restore` and the run. Its other concerns live beside it: the certificate
-(:mod:`.certificate`), :class:`DPResult` (:mod:`.result`), the release (:mod:`.release`) and the
-experiment's point on a dataset ledger (:mod:`.dataset_points`), both mixins of DPTuner, the
+(:mod:`.certificate`), :class:`DPResult` (:mod:`.result`), the release it builds
+(:class:`~.release.ReleaseBuilder`) and the experiment's place on a dataset ledger
+(:class:`~.dataset_points.DatasetPlace`), objects it composes with explicit inputs, the
 public sizes (:mod:`.sizes`), whose ledger is charged and the rules that admit its charges
 (:mod:`.ledger_rules`, with :func:`require_earlier_charges`), the searcher's setup
 (:mod:`.searcher_setup`), the Tune run it starts (:mod:`.tune_run`), the restore file
@@ -68,13 +69,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import ray
-
 from raydp_hpo._ray_runtime import ensure_ray
 from raydp_hpo._storage import default_storage_path, warn_if_ephemeral
 from raydp_hpo.accounting.accountants import Accountant
 from raydp_hpo.accounting.budget import PrivacyBudget
-from raydp_hpo.accounting.mechanisms import Mechanism
 from raydp_hpo.errors import (
     BudgetTooSmallError,
     InvalidParameterError,
@@ -85,30 +83,29 @@ from raydp_hpo.ledger.actor import (
     DEFAULT_NAMESPACE,
     LedgerHandle,
     charge_before_start,
-    driver_on_head_node,
+    may_charge_before_start,
     start_ledger,
 )
 from raydp_hpo.ledger.filter import Adaptivity
 from raydp_hpo.ledger.plan_receipt import PlanReceipt
 from raydp_hpo.tune.certificate import PrivacyCertificate
 from raydp_hpo.tune.dataset_ledger import shared_ledger
-from raydp_hpo.tune.dataset_points import _DatasetPoints
+from raydp_hpo.tune.dataset_points import DatasetPlace, PointRequest, search_share
 from raydp_hpo.tune.ledger_rules import (
     _BothRules,
-    _DatasetPointRule,
     _FirstChargeRule,
     _resumed_accountant,
     _SharedLedgerRule,
-    _Slot,
     _whose_budget,
     charge_prefix,
     dedicated_adaptivity,
     plan_charged_up_front,
     refuse_retries_under_a_plan,
     require_earlier_charges,
+    say_if_adaptive_filter,
     say_if_name_used,
 )
-from raydp_hpo.tune.release import _Release
+from raydp_hpo.tune.release import ReleaseBuilder
 from raydp_hpo.tune.restore_file import (
     _RESTORE_FILE,
     can_restore,
@@ -144,7 +141,7 @@ def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", text)
 
 
-class DPTuner(_DatasetPoints, _Release):
+class DPTuner:
     """Run one DP hyperparameter search on Ray Tune within one total privacy budget.
 
     Shaped like ``ray.tune.Tuner``: ``DPTuner(trainable, *, param_space=..., search=...,
@@ -309,26 +306,16 @@ class DPTuner(_DatasetPoints, _Release):
             raise InvalidParameterError(f"data must be raydp_hpo.trainables.DataSplits, got {type(data)!r}")
         # search="auto" (or an AutoChoice): the searcher and settings read off the measured
         # table, from public inputs only; then run exactly as if they had been named
-        t_eps = test_accuracy_epsilon if isinstance(test_accuracy_epsilon, (int, float)) \
-            and not isinstance(test_accuracy_epsilon, bool) and test_accuracy_epsilon > 0 else 0
         search, search_kwargs, self._auto_choice = resolve_auto_search(
-            search, search_kwargs, param_space=param_space,
-            epsilon=budget.epsilon - t_eps, data=data,
-            dataset_size=dataset_size if isinstance(dataset_size, int) else None,
-            sizes_public=sizes_public is True)
-        if self._auto_choice is not None:
-            (progress or _log.info)(
-                f"[raydp-hpo] search='auto' chose {self._auto_choice.setting}: "
-                f"{self._auto_choice.reason}")
+            search, search_kwargs, param_space=param_space, budget=budget,
+            test_accuracy_epsilon=test_accuracy_epsilon, data=data, dataset_size=dataset_size,
+            sizes_public=sizes_public, progress=progress or _log.info)
         search = check_search_and_space(search, param_space)
         if ledger is not None and not isinstance(ledger, LedgerHandle):
             raise InvalidParameterError(f"ledger must be a LedgerHandle, got {ledger!r}")
         self._dataset = _whose_budget(ledger, dataset, fresh_budget, data)
         self._fresh_budget = fresh_budget
-        self._slot: _Slot | None = None  # this run's place on a dataset ledger (fit)
-        self._slot_rule: _DatasetPointRule | None = None  # its plan's admission there
-        self._point: Mechanism | None = None  # what it charges there
-        self._dataset_ledger: LedgerHandle | None = None  # the ledger that point is on
+        self._place: DatasetPlace | None = None  # this run's place on a dataset ledger (fit)
         settings = resolve_tune_settings(
             tune_config=tune_config,
             run_config=run_config,
@@ -373,7 +360,7 @@ class DPTuner(_DatasetPoints, _Release):
         self._max_concurrent = settings.max_concurrent_trials
         self._max_failures = settings.max_failures
         if self._max_failures > 0:
-            refuse_retries_under_a_plan(self._max_failures, self._plan_charged_up_front())
+            refuse_retries_under_a_plan(self._max_failures, plan_charged_up_front(self._search))
         if secret_seed is not None and (
             isinstance(secret_seed, bool) or not isinstance(secret_seed, int)
         ):
@@ -391,7 +378,7 @@ class DPTuner(_DatasetPoints, _Release):
             None if test_accuracy_epsilon is None
             else positive_float("test_accuracy_epsilon", test_accuracy_epsilon)
         )
-        self._set_budget(budget)
+        self._search_budget = search_share(budget, self._test_epsilon)  # ε − ε_t
         if not isinstance(sizes_public, bool):
             raise InvalidParameterError(f"sizes_public must be True or False, got {sizes_public!r}")
         self._sizes_public = sizes_public
@@ -445,16 +432,12 @@ class DPTuner(_DatasetPoints, _Release):
         :meth:`can_restore` take. A private artefact (Tune's trials, the audit trail)."""
         return self._storage / self._experiment
 
-    def _plan_charged_up_front(self) -> bool | None:
-        """:func:`~raydp_hpo.tune.ledger_rules.plan_charged_up_front` of this search."""
-        return plan_charged_up_front(self._search)
-
     # ------------------------------------------------------------------ pieces
     @property
     def ledger_name(self) -> str:
         """Name of the ledger actor trials charge/check: the one given, the dataset's, or the
         dedicated one (``fresh_budget=True``)."""
-        if self._slot is not None:  # within its point on a dataset ledger: its own ledger
+        if self._place is not None:  # within its point on a dataset ledger: its own ledger
             return f"ledger-{self._experiment}"
         if self._ledger is not None:
             return self._ledger.name
@@ -468,35 +451,25 @@ class DPTuner(_DatasetPoints, _Release):
         """:func:`~raydp_hpo.tune.ledger_rules.dedicated_adaptivity` of this search."""
         return dedicated_adaptivity(self._search, self._max_failures)
 
+    def _point_request(self) -> PointRequest:
+        """What this experiment asks of a dataset ledger (:class:`DatasetPlace`)."""
+        adaptivity = self._dedicated_adaptivity()
+        return PointRequest(
+            experiment=self._experiment, charge_prefix=self._charge_prefix,
+            budget=self._budget, test_epsilon=self._test_epsilon, adaptivity=adaptivity,
+            plan_is_point=(adaptivity is Adaptivity.FIXED_PLAN
+                           and bool(plan_charged_up_front(self._search))))
+
     def _dedicated_journal(self) -> Path:
         return self._storage / self._experiment / "ledger.journal"
-
-    def _may_charge_before_start(self) -> bool:
-        """Whether the driver may charge the dedicated ledger's journal itself before its actor
-        starts (:func:`raydp_hpo.ledger.actor.charge_before_start`): only where it sees the
-        actor's files (on the head node, not a Ray Client) and no actor of that name is alive
-        (one would hold the journal)."""
-        if not driver_on_head_node():
-            return False
-        try:
-            ray.get_actor(self.ledger_name, namespace=self._namespace)
-        except ValueError:
-            return True
-        return False
 
     def _start_dedicated(self, handle: LedgerHandle, adaptivity: Adaptivity,
                          accountant: Accountant, expect_charge: PlanReceipt | None = None
                          ) -> None:
         """Start (or attach to) the dedicated ledger's actor without waiting: ``_fit``
         verifies it before relying on it."""
-        start_ledger(
-            handle,
-            self._budget,
-            self._dedicated_journal(),
-            adaptivity=adaptivity,
-            accountant=accountant,
-            expect_charge=expect_charge,
-        )
+        start_ledger(handle, self._budget, self._dedicated_journal(), adaptivity=adaptivity,
+                     accountant=accountant, expect_charge=expect_charge)
 
     def _build_searcher(self, shared: LedgerHandle | None, dedicated: Adaptivity | None) -> Any:
         """The DP searcher, given its space, metric and mode through Tune's
@@ -515,8 +488,9 @@ class DPTuner(_DatasetPoints, _Release):
             # first charge — locally, the same on a first run and on resume (where the ledger
             # already holds this very plan and must not count it twice).
             admissible = _FirstChargeRule(budget, dedicated)
-            if self._slot_rule is not None:  # and admitted as its point on the dataset ledger
-                admissible = _BothRules(admissible, self._slot_rule)
+            point_rule = None if self._place is None else self._place.plan_rule
+            if point_rule is not None:  # and admitted as its point on the dataset ledger
+                admissible = _BothRules(admissible, point_rule)
             ledger_name, namespace = self.ledger_name, self._namespace
         else:
             ledger = shared
@@ -663,48 +637,32 @@ class DPTuner(_DatasetPoints, _Release):
             self._set_run_id(recorded_run_id(self._storage / self._experiment))
         else:
             say_if_name_used(shared, self._experiment, self._run_id, self._progress, _log)
-        dataset_ledger = None
+        place = None  # its place on a dataset ledger
         if shared is not None and shared.settings()["adaptivity"] == (
                 Adaptivity.EXPERIMENTS.value):
             # A dataset ledger composes whole experiments: this one takes its (ε, δ) point
             # there and runs within it on a ledger of its own (raydp_hpo.ledger.experiments).
-            dataset_ledger, shared = shared, None
-            self._slot = self._take_slot(dataset_ledger, resume)
-            self._set_budget(PrivacyBudget(self._slot.cap, self._slot.delta))
-            if self._slot.reserved is None:  # its plan is its point: calibrated to fit there
-                self._slot_rule = _DatasetPointRule(
-                    dataset_ledger.budget, self._slot.accountant, self._slot.prior,
-                    self._test_epsilon, self._slot.split)
-        elif shared is not None and shared.settings()["adaptivity"] == (
-                Adaptivity.ADAPTIVE.value):
-            (self._progress or _log.info)(
-                f"[raydp-hpo] the shared ledger {shared.name!r} halts on the adaptive RDP "
-                "filter (the rule it was created with): this experiment's charges are priced "
-                "by it. A ledger that composes whole experiments prices a plan at its tightest "
-                "figure instead (raydp-hpo run creates one; in Python get_ledger(..., "
-                "adaptivity=Adaptivity.EXPERIMENTS, accountant=Accountant.TIGHTEST))")
+            place = self._place = DatasetPlace.take(shared, self._point_request(), resume=resume)
+            shared = None  # its trials charge a ledger of its own, within its place
+            self._search_budget = search_share(place.budget, self._test_epsilon)
+            self._budget = place.budget
+        elif shared is not None:
+            say_if_adaptive_filter(shared, self._progress or _log.info)
         dedicated = None if shared is not None else self._dedicated_adaptivity()
         try:
             searcher = self._build_searcher(shared, dedicated)
         except BudgetTooSmallError as exc:
-            if dataset_ledger is None or self._slot is None:
+            if place is None:
                 raise
-            report = dataset_ledger.report()
-            raise BudgetTooSmallError(
-                f"{exc}. On the dataset ledger {dataset_ledger.name!r} (spent "
-                f"ε={report.spent_epsilon:.4g} of ε={report.budget.epsilon:g}, "
-                f"δ={report.budget.delta:g}) this experiment would be charge {self._slot.k}, "
-                f"at δ={self._slot.delta:.3g}: its plan must also fit what the dataset has left"
-            ) from None
+            raise place.too_small(exc) from None
         check_selection_inputs(searcher, builtin_trainable=self._trainable is None,
                                metric=self._metric, validation_size=self._validation_size)
         plan = searcher.privacy_plan()
         if self._max_failures > 0:  # before anything is charged
             refuse_retries_under_a_plan(self._max_failures, plan.mechanism is not None)
-        if self._slot is not None:
-            assert dataset_ledger is not None
-            self._point = self._point_mechanism(plan, searcher, dataset_ledger)
-            self._budget = PrivacyBudget(self._point_epsilon(), self._slot.delta)
+        point = None if place is None else place.point(plan, searcher)
+        if point is not None:  # its own ledger's budget: never beyond its point
+            self._budget = point.budget
         trainable = trainable_with_data(self._trainable, self._data, self._resources,
                                         self._secret_seed)
         exp_dir = self._storage / self._experiment
@@ -733,7 +691,7 @@ class DPTuner(_DatasetPoints, _Release):
             ledger = LedgerHandle(self.ledger_name, self._namespace, None)
             started.append(ledger)
             charge_first = (plan.mechanism is not None and not resume
-                            and self._may_charge_before_start())
+                            and may_charge_before_start(self.ledger_name, self._namespace))
             if not charge_first:
                 self._start_dedicated(ledger, dedicated, accountant)
         overlap_start = ledger.created and plan.mechanism is None and not resume
@@ -770,8 +728,8 @@ class DPTuner(_DatasetPoints, _Release):
         # worker start is ~1 s). Should the actor fail to start, every admission fails
         # (nothing runs), the LedgerStopper stops the search, and verify() below says why.
         try:
-            if dataset_ledger is not None:
-                self._reserve(dataset_ledger)  # refused: raises, and nothing ran
+            if place is not None and point is not None:  # refused: raises, nothing ran
+                place.reserve(point, self._progress)
             if charge_first:
                 assert dedicated is not None and plan.mechanism is not None
                 # Admitted and fsync'd in the journal before the actor exists, which then
@@ -816,5 +774,15 @@ class DPTuner(_DatasetPoints, _Release):
         if resume:
             # Tune ran its own (unpickled) copy of the searcher: read back its final state.
             searcher.restore_from_dir(str(tune_dir))
-        return self._release(searcher, ledger, grid, plan, str(exp_dir))
+        return self._release_builder().build(searcher, ledger, grid, plan, str(exp_dir))
+
+    def _release_builder(self) -> ReleaseBuilder:
+        """What builds this run's release: its settings, as they stand once it has run."""
+        return ReleaseBuilder(
+            experiment=self._experiment, charge_prefix=self._charge_prefix,
+            budget=self._budget, metric=self._metric, storage=self._storage, data=self._data,
+            trainable_given=self._trainable is not None, sizes=self._sizes,
+            test_epsilon=self._test_epsilon, secret_seed=self._secret_seed,
+            dataset_ledger=None if self._place is None else self._place.ledger,
+            auto_choice=self._auto_choice)
 

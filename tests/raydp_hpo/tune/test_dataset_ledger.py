@@ -30,7 +30,8 @@ from raydp_hpo.trainables.data import (
     split,
 )
 from raydp_hpo.tune.dataset_ledger import create_dataset_ledger, dataset_ledger_journal
-from raydp_hpo.tune.tuner import DPTuner, _DatasetPointRule
+from raydp_hpo.tune.dataset_points import DatasetPlace
+from raydp_hpo.tune.tuner import DPTuner
 
 SPACE = {"lr": tune.loguniform(0.05, 1.0), "epochs": 1, "sample_rate": 0.1,
          "max_grad_norm": 1.0, "model": "mlp", "optimizer": "sgd"}
@@ -217,37 +218,35 @@ def test_an_experiment_is_calibrated_as_its_point_and_resumes_as_the_same_point(
                         data=data, dataset="x", experiment="exp", search_kwargs={"mean": 2.0})
         if run_id is not None:  # a resume continues the run its experiment dir records
             tuner._set_run_id(run_id)
-        tuner._slot = tuner._take_slot(ledger, resume)
-        tuner._set_budget(Budget(tuner._slot.cap, tuner._slot.delta))
-        tuner._slot_rule = _DatasetPointRule(ledger.budget, Accountant.TIGHTEST,
-                                             tuner._slot.prior, None)
+        # what DPTuner.fit does on a dataset ledger, up to the Tune run
+        place = tuner._place = DatasetPlace.take(ledger, tuner._point_request(), resume=resume)
+        tuner._budget = tuner._search_budget = place.budget
+        assert place.plan_rule is not None  # its plan is its point: calibrated to fit there
         searcher = tuner._build_searcher(None, Adaptivity.FIXED_PLAN)
         p = searcher.privacy_plan()
-        tuner._point = tuner._point_mechanism(p, searcher, ledger)
-        tuner._budget = Budget(tuner._point_epsilon(), tuner._slot.delta)
-        return tuner, p.mechanism
+        return place, place.point(p, searcher), p.mechanism
 
-    tuner, mechanism = plan(resume=False)
+    place, point, mechanism = plan(resume=False)
     # another run, planned at the same time as the same (2nd) charge: a race
-    racing, _ = plan(resume=False)
-    assert tuner._slot.k == 2 and tuner._slot.delta == experiment_delta(1e-5, 2)
-    assert ledger.would_admit(mechanism)
-    figure = epsilon(mechanism, tuner._slot.delta, Accountant.TIGHTEST)
-    assert tuner._budget.epsilon == pytest.approx(figure, rel=1e-6)  # its own ledger's budget
+    racing, racing_point, _ = plan(resume=False)
+    assert place.slot.k == 2 and place.slot.delta == experiment_delta(1e-5, 2)
+    assert point.mechanism == mechanism and ledger.would_admit(mechanism)
+    figure = epsilon(mechanism, place.slot.delta, Accountant.TIGHTEST)
+    assert point.budget.epsilon == pytest.approx(figure, rel=1e-6)  # its own ledger's budget
     assert figure <= BUDGET.epsilon
-    tuner._reserve(ledger)
-    assert [c.charge_id for c in ledger.charges()] == ["earlier/point",
-                                                       f"exp@{tuner.run_id}/point"]
+    place.reserve(point)
+    run_id = place.request.charge_prefix.removeprefix("exp@")
+    assert [c.charge_id for c in ledger.charges()] == ["earlier/point", f"exp@{run_id}/point"]
     # the point is on the ledger: k and prior as before
-    again, same = plan(resume=True, run_id=tuner.run_id)
-    assert again._slot.k == 2 and same == mechanism and again._point == tuner._point
-    again._reserve(ledger)  # a replay
+    again, again_point, same = plan(resume=True, run_id=run_id)
+    assert again.slot.k == 2 and same == mechanism and again_point == point
+    again.reserve(again_point)  # a replay
     assert len(ledger.charges()) == 2
     # the race: another experiment was admitted between its planning and its charge
     ledger.charge("sneaked/point", SubsampledGaussian(50.0, 0.01, 10))
     before = ledger.charges()
     with pytest.raises(RayDPHPOError, match="run this experiment again"):
-        racing._reserve(ledger)
+        racing.reserve(racing_point)
     assert ledger.charges() == before
 
 
@@ -271,16 +270,16 @@ def test_a_grid_is_charged_as_its_whole_composition_when_the_dataset_can_pay_it(
                        accountant=Accountant.TIGHTEST)
         tuner = DPTuner(None, param_space=grid, search="grid_composed",
                         budget=Budget(8.0, 1e-5), data=data, dataset="x", experiment="g")
-        tuner._slot = tuner._take_slot(ledger, False)
-        tuner._set_budget(Budget(tuner._slot.cap, tuner._slot.delta))
+        place = tuner._place = DatasetPlace.take(ledger, tuner._point_request(), resume=False)
+        tuner._budget = tuner._search_budget = place.budget
         searcher = tuner._build_searcher(None, Adaptivity.FIXED_PLAN)
-        mech = tuner._point_mechanism(searcher.privacy_plan(), searcher, ledger)
-        return tuner, searcher, mech
+        return searcher, place.point(searcher.privacy_plan(), searcher)
 
-    tuner, searcher, mech = point(8.0)
-    assert mech == searcher.composed_mechanism()
-    whole = epsilon(mech, experiment_delta(1e-5, 1), Accountant.TIGHTEST)
-    tuner._point = mech
-    assert tuner._point_epsilon() == pytest.approx(whole, rel=1e-6) and whole < 8.0
-    _, _, reserved = point(0.95 * whole)  # the dataset cannot pay the whole grid
-    assert isinstance(reserved, ApproxDP) and reserved.epsilon == pytest.approx(0.95 * whole)
+    searcher, whole_grid = point(8.0)
+    assert whole_grid.mechanism == searcher.composed_mechanism()
+    whole = epsilon(whole_grid.mechanism, experiment_delta(1e-5, 1), Accountant.TIGHTEST)
+    assert whole_grid.budget.epsilon == pytest.approx(whole, rel=1e-6) and whole < 8.0
+    _, reserved = point(0.95 * whole)  # the dataset cannot pay the whole grid
+    assert isinstance(reserved.mechanism, ApproxDP)
+    assert reserved.mechanism.epsilon == pytest.approx(0.95 * whole)
+    assert reserved.budget.epsilon == reserved.mechanism.epsilon

@@ -262,12 +262,13 @@ def test_the_certificate_says_whether_the_number_of_classes_was_declared(data, t
     def undeclared(d: Dataset) -> Dataset:
         return Dataset(d.features, d.labels, d.num_classes, num_classes_declared=False)
 
-    declared = dict(make(data, storage_path=tmp_path)._public_quantities())
+    declared = dict(make(data, storage_path=tmp_path)._release_builder()
+                    .public_quantities())
     assert declared["number of classes"] == f"{data.train.num_classes} (declared)"
     read_off = DataSplits(undeclared(data.train), undeclared(data.val), undeclared(data.test))
     with pytest.warns(UserWarning, match="sizes_public=True"):
         tuner = make(read_off, storage_path=tmp_path, sizes_public=True)
-    public = dict(tuner._public_quantities())
+    public = dict(tuner._release_builder().public_quantities())
     assert "treated as public" in public["number of classes"]
 
 
@@ -345,7 +346,7 @@ def test_sizes_public_accepts_the_realised_sizes_and_says_so(data, tmp_path) -> 
     private = _hand_built(data)
     with pytest.warns(UserWarning, match="realised training-set, validation-set size"):
         tuner = make(private, storage_path=tmp_path, sizes_public=True)
-    public = dict(tuner._public_quantities())
+    public = dict(tuner._release_builder().public_quantities())
     assert public["training-set size"] == (f"{len(private.train)} (taken from the data and "
                                            "treated as public: sizes_public=True)")
     assert public["validation-set size"].startswith(f"{len(private.val)} (taken from the data")
@@ -361,7 +362,8 @@ def test_a_searchers_own_sizes_are_declarations(data) -> None:
     tuner = DPTuner(None, search=searcher, budget=BUDGET, data=_hand_built(data),
                     fresh_budget=True)
     assert tuner._dataset_size == 321
-    assert "declared by the searcher" in dict(tuner._public_quantities())["training-set size"]
+    public = dict(tuner._release_builder().public_quantities())
+    assert "declared by the searcher" in public["training-set size"]
     with pytest.raises(InvalidParameterError, match="conflicts with the searcher's own"):
         DPTuner(None, search=searcher, budget=BUDGET, data=data, dataset_size=300,
                 fresh_budget=True)

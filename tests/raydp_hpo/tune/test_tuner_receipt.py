@@ -71,6 +71,7 @@ def test_plan_covered_trials_check_the_receipt_locally(
     first and charges it. Either way every covered trial checks the receipt locally."""
     import ray
 
+    import raydp_hpo.ledger.actor as ledger_actor
     import raydp_hpo.tune.tuner as tuner_module
 
     name = f"rcpt-{uuid.uuid4().hex[:6]}"
@@ -86,7 +87,7 @@ def test_plan_covered_trials_check_the_receipt_locally(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(tuner_module, "charge_before_start", spy)
-    monkeypatch.setattr(tuner_module, "driver_on_head_node", lambda: driver_on_head)
+    monkeypatch.setattr(ledger_actor, "driver_on_head_node", lambda: driver_on_head)
     result = _run(tmp_path, name)
     assert made_before_actor == ([True] if driver_on_head else [])
     assert result.certificate.ledger_spent_epsilon == pytest.approx(
