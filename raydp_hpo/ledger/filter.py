@@ -65,7 +65,14 @@ from raydp_hpo.ledger.pld_snapshot import (
     read_pld_snapshot,
     write_pld_snapshot,
 )
-from raydp_hpo.ledger.records import Adaptivity, Charge, ChargeDecision, LedgerReport
+from raydp_hpo.ledger.records import (
+    Adaptivity,
+    Charge,
+    ChargeDecision,
+    LedgerReport,
+    ReleaseClaim,
+    ReleaseRecord,
+)
 
 if TYPE_CHECKING:
     from raydp_hpo.accounting.pld import PldComposer
@@ -177,6 +184,10 @@ class PrivacyLedger:
         self._lock = threading.RLock()
         self._charges: list[Charge] = []
         self._by_id: dict[str, Charge] = {}
+        # release markers by run (claim_release), and the number of records of every kind
+        # (a charge's seq is its record number: releases interleave with charges)
+        self._releases: dict[str, ReleaseRecord] = {}
+        self._records = 0
         self._rdp = RdpProfile.zero()
         self._pld_composer: PldComposer | None = None  # built on first PLD use (see _pld)
         # the last admission check's composition with its candidate, reused by _commit:
@@ -265,6 +276,10 @@ class PrivacyLedger:
         side_eps = side_delta = 0.0
         pure: float | None = 0.0
         for i, rec in enumerate(scan.records):
+            if rec.get("kind") == "release":
+                self._add_release(self._release_record(rec, f"journal {scan.path}: "
+                                                       f"{scan.where(i)}"))
+                continue
             try:
                 mech = mechanism_from_dict(rec["mechanism"])
                 charge = Charge(
@@ -278,7 +293,7 @@ class PrivacyLedger:
                 stored = rec.get("rdp")
                 if isinstance(stored, dict) and stored.get("orders") == ORDERS_FINGERPRINT:
                     curve = _decode_curve(stored)
-                    self._unverified[i] = curve
+                    self._unverified[len(self._charges)] = curve
                 else:
                     profile = rdp_profile(mech)
                     curve = (profile.values, profile.side_epsilon, profile.side_delta)
@@ -304,6 +319,7 @@ class PrivacyLedger:
                 pure = None if p is None else pure + p
         self._rdp = RdpProfile(total, side_eps, side_delta)
         self._pure = pure
+        self._records = len(scan.records)
         if self._split is not None:  # EXPERIMENTS: few charges, whole experiments
             self._points = [self._point(c.mechanism, i + 1)
                             for i, c in enumerate(self._charges)]
@@ -526,6 +542,7 @@ class PrivacyLedger:
             self._point_trial = None
         self._charges.append(charge)
         self._by_id[charge.charge_id] = charge
+        self._records = charge.seq
         self._rdp = self._rdp + profile
         if self._pure is not None:
             p = pure_epsilon(charge.mechanism)
@@ -598,6 +615,15 @@ class PrivacyLedger:
         """Fold in charge records other processes admitted (checked by the store), in order,
         exactly as a replay would; their stored curves join the curve check."""
         for rec in records:
+            if rec.get("kind") == "release":
+                release = self._release_record(rec, f"ledger {self._source}: record "
+                                               f"{rec.get('seq')}")
+                if release.seq != self._records + 1:
+                    raise LedgerCorruptedError(
+                        f"ledger {self._source}: release record {release.seq} skips a record; "
+                        "restore the database from a backup")
+                self._add_release(release)
+                continue
             try:
                 mech = mechanism_from_dict(rec["mechanism"])
                 charge = Charge(
@@ -611,7 +637,7 @@ class PrivacyLedger:
                     f"ledger {self._source}: record {rec.get('seq')} passes its chain but is not "
                     f"a valid charge record ({type(exc).__name__}: {exc})"
                 ) from None
-            if charge.seq != len(self._charges) + 1 or charge.charge_id in self._by_id:
+            if charge.seq != self._records + 1 or charge.charge_id in self._by_id:
                 raise LedgerCorruptedError(
                     f"ledger {self._source}: record {charge.seq} ({charge.charge_id!r}) repeats "
                     "a charge id or skips a record; restore the database from a backup"
@@ -685,7 +711,7 @@ class PrivacyLedger:
             if not (after <= self._budget.epsilon):
                 return ChargeDecision(False, charge_id, after, spent, self._budget)
             charge = Charge(
-                seq=len(self._charges) + 1,
+                seq=self._records + 1,
                 charge_id=charge_id,
                 owner=str(owner),
                 time=time.time(),
@@ -726,6 +752,72 @@ class PrivacyLedger:
     def has_charge(self, charge_id: str) -> bool:
         with self._lock:
             return charge_id in self._by_id
+
+    # -- release markers ------------------------------------------------------------------
+    @staticmethod
+    def _release_record(rec: dict[str, Any], where: str) -> ReleaseRecord:
+        try:
+            return ReleaseRecord(
+                seq=int(rec["seq"]), run=str(rec["run"]), time=float(rec["time"]),
+                where=str(rec.get("where", "")), owner=str(rec.get("owner", "")),
+                token=str(rec.get("token", "")))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise LedgerCorruptedError(
+                f"{where} passes its checksum but is not a valid release record "
+                f"({type(exc).__name__}: {exc}); restore the ledger from a backup"
+            ) from None
+
+    def _add_release(self, release: ReleaseRecord) -> None:
+        if release.run in self._releases:
+            raise LedgerCorruptedError(
+                f"ledger {self._source}: record {release.seq} repeats the release of run "
+                f"{release.run!r} (record {self._releases[release.run].seq}); a ledger never "
+                "records two releases of one run: restore it from a backup")
+        self._releases[release.run] = release
+        self._records = release.seq
+
+    def claim_release(self, run: str, where: str = "", owner: str = "",
+                      token: str = "") -> ReleaseClaim:
+        """Claim the one release of run ``run`` (``<experiment>@<run id>``), atomically.
+
+        Granted (a ``release`` record is made durable, like a charge, before this returns)
+        iff the ledger holds no release of ``run`` yet; the same ``token`` asking again (a
+        retried call) is granted again as a replay. Otherwise refused, with the first
+        release's record, and nothing changes. The marker charges nothing: no ε, no δ, no
+        slot of a dataset ledger (it is not a :class:`Charge`). Serialised like an admission:
+        by this ledger's lock and the journal's exclusive lock, or for PostgreSQL by the
+        admission transaction's advisory lock (which first absorbs the records others made),
+        so of two attempts racing on one run exactly one is granted."""
+        if not isinstance(run, str) or not run:
+            raise InvalidParameterError(f"run must be a non-empty string, got {run!r}")
+        if not isinstance(token, str):
+            raise InvalidParameterError(f"token must be a string, got {token!r}")
+        with self._lock, self._admission():
+            self._check_open()
+            first = self._releases.get(run)
+            if first is not None:
+                replay = bool(token) and first.token == token
+                return ReleaseClaim(replay, first, replayed=replay)
+            release = ReleaseRecord(seq=self._records + 1, run=run, time=time.time(),
+                                    where=str(where), owner=str(owner), token=token)
+            if self._journal is not None:
+                record = release.to_dict()
+                record.pop("seq")
+                self._journal.append_charge(record, kind="release")  # durable first
+            self._add_release(release)
+            return ReleaseClaim(True, release)
+
+    def release_of(self, run: str) -> ReleaseRecord | None:
+        """The release marker of run ``run`` on this ledger, or None (not released). A
+        shared (PostgreSQL) ledger answers from the records seen at its last admission:
+        :meth:`refresh` first to see other processes' releases."""
+        with self._lock:
+            return self._releases.get(run)
+
+    def releases(self) -> tuple[ReleaseRecord, ...]:
+        """Every release marker, in ledger order."""
+        with self._lock:
+            return tuple(self._releases.values())
 
     def _spent(self) -> float:
         if not self._charges:
@@ -781,4 +873,5 @@ class PrivacyLedger:
                 epsilon_by_accountant=by_acc,
                 charges=tuple(self._charges),
                 delta_split=None if self._split is None else self._split.value,
+                releases=tuple(self._releases.values()),
             )

@@ -16,7 +16,8 @@ from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import Mechanism, mechanism_to_dict
 from raydp_hpo.errors import BudgetExhaustedError
 
-__all__ = ["Adaptivity", "Charge", "ChargeDecision", "LedgerReport"]
+__all__ = ["Adaptivity", "Charge", "ChargeDecision", "LedgerReport", "ReleaseClaim",
+           "ReleaseRecord"]
 
 
 class Adaptivity(Enum):
@@ -54,6 +55,44 @@ class Charge:
             "mechanism": mechanism_to_dict(self.mechanism),
             "epsilon_after": self.epsilon_after,
         }
+
+
+@dataclass(frozen=True)
+class ReleaseRecord:
+    """A run's release marker on the ledger: the run ``run`` (``<experiment>@<run id>``)
+    claimed its one release, as record ``seq`` of the ledger (journal line / row), at
+    ``time``, publishing to ``where`` (host and folder, for the operator). It charges
+    nothing: it is not a :class:`Charge`, takes no slot of a dataset ledger and no part in
+    any ε or δ figure. ``token`` is the claiming attempt's nonce: the same attempt asking
+    again (a retried actor call, a commit whose answer was lost) is granted again, any other
+    attempt is refused."""
+
+    seq: int
+    run: str
+    time: float
+    where: str
+    owner: str
+    token: str
+
+    @property
+    def release_id(self) -> str:
+        """``<run>/release``: how ledger listings name the marker."""
+        return f"{self.run}/release"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seq": self.seq, "run": self.run, "time": self.time, "where": self.where,
+                "owner": self.owner, "token": self.token}
+
+
+@dataclass(frozen=True)
+class ReleaseClaim:
+    """The answer to :meth:`PrivacyLedger.claim_release`: ``granted`` (this attempt holds the
+    run's one release; ``replayed`` when it had claimed it already) or refused, ``record``
+    then being the first release of the run."""
+
+    granted: bool
+    record: ReleaseRecord
+    replayed: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,6 +135,8 @@ class LedgerReport:
     epsilon_by_accountant: dict[str, float]
     charges: tuple[Charge, ...] = field(default=())
     delta_split: str | None = None  # EXPERIMENTS: its DeltaSplit's value
+    #: release markers (one per run that published; they charge nothing)
+    releases: tuple[ReleaseRecord, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -107,6 +148,7 @@ class LedgerReport:
             "epsilon_by_accountant": dict(self.epsilon_by_accountant),
             "charges": [c.to_dict() for c in self.charges],
             "delta_split": self.delta_split,
+            "releases": [r.to_dict() for r in self.releases],
         }
 
     def _figures(self) -> tuple[list[tuple[str, float, float]], list[tuple[str, float, float]]]:
@@ -179,4 +221,10 @@ class LedgerReport:
                 f"  #{c.seq:<4} {stamp}  {c.charge_id}  owner={c.owner or '-'}  "
                 f"ε_after={c.epsilon_after:.4f}  {type(c.mechanism).__name__}"
             )
+        if self.releases:
+            lines.append(f"releases          {len(self.releases)} (markers: they charge nothing)")
+            for r in self.releases:
+                stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.time))
+                lines.append(f"  #{r.seq:<4} {stamp}  {r.release_id}  released to "
+                             f"{r.where or '-'}")
         return "\n".join(lines)

@@ -687,6 +687,12 @@ class DPTuner(_DatasetPoints, _Release):
         tune_dir = exp_dir / "tune"
         check_tune_state(exp_dir, self._experiment, resume=resume)
         if resume:
+            # one release per run: a run whose release is on its ledger runs nothing again
+            from raydp_hpo.tune.release_claim import refuse_if_released
+
+            refuse_if_released(dataset_ledger or shared, None if dataset_ledger or shared
+                               else self._dedicated_journal(), self._experiment,
+                               self._charge_prefix)
             # before the dedicated ledger's actor starts: it would create a fresh journal
             if shared is None:
                 require_earlier_charges(self._dedicated_journal(), self._experiment,
@@ -792,5 +798,12 @@ class DPTuner(_DatasetPoints, _Release):
         if resume:
             # Tune ran its own (unpickled) copy of the searcher: read back its final state.
             searcher.restore_from_dir(str(tune_dir))
+        from raydp_hpo.tune.publish import PUBLIC_DIR
+        from raydp_hpo.tune.release_claim import claim_release
+
+        # one release per run (a copied run directory resumed twice continues one run): its
+        # release is claimed on the ledger holding its charge before anything is published
+        claim_release(dataset_ledger or ledger, self._experiment, self._charge_prefix,
+                      exp_dir / PUBLIC_DIR)
         return self._release(searcher, ledger, grid, plan, str(exp_dir))
 
