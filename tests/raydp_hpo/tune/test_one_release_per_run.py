@@ -141,7 +141,8 @@ def test_copied_run_dir_resumed_releases_once_on_a_named_ledger(ray_session, tmp
 
 def test_a_second_claim_after_training_publishes_nothing(ray_session, tmp_path: Path) -> None:
     """Two copies racing past the up-front check: the one whose claim comes second raises
-    before anything of its release is written, and the ledger's spend is unchanged."""
+    before anything of its release is written, and the ledger's spend is unchanged; claims
+    racing on the ledger actor: exactly one wins."""
     from raydp_hpo.tune.release_claim import claim_release
 
     name = f"release-claim-{uuid.uuid4().hex[:6]}"
@@ -162,5 +163,15 @@ def test_a_second_claim_after_training_publishes_nothing(ray_session, tmp_path: 
         assert info.value.run == "exp@abc" and info.value.first.seq == 2
         assert ledger.spent() == spent and len(ledger.charges()) == 1
         assert not (tmp_path / "b").exists()
+        # eight claims of one run sent to the ledger actor at once: it runs one call at a
+        # time, so exactly one is granted and every refusal names that one marker
+        import ray
+
+        refs = [ledger.actor.claim_release.remote("exp@def", f"h:/c{k}", "exp", f"t{k}")
+                for k in range(8)]
+        claims = ray.get(refs)
+        assert sum(c.granted for c in claims) == 1
+        assert len({c.record.seq for c in claims}) == 1
+        assert ledger.spent() == spent and len(ledger.charges()) == 1
     finally:
         ledger.kill()
