@@ -741,4 +741,4 @@ def migrate_journal(journal: str | os.PathLike[str], uri: str) -> int:
         raise LedgerUnavailableError(f"migrating {path} into {uri}: {_first_line(exc)}") from None
     finally:
         conn.close()
-    return len(scan.records)
+    return sum(r.get("kind") == "charge" for r in scan.records)  # release markers are no charges

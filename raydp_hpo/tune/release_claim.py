@@ -21,12 +21,15 @@ number of copies racing, exactly one is granted; every other raises
 ``public/`` (the first release is the one to use). The marker charges nothing: no ε, no δ,
 no slot of a dataset ledger; the spend is unchanged either way.
 
-A resume of a run whose release is on its ledger is refused up front, before any trial runs
-(:func:`refuse_if_released`). A run that claimed and then crashed before ``public/`` was
-complete stays released: fail closed, it is never published twice; its ``where`` says where
-the first attempt was writing. A run's dedicated ledger lives in its run directory, so a copy
-of such a run copies its ledger too: the marker then stops a resume of the same directory
-after it released, not a copy (shared and dataset ledgers are where copies meet).
+Every release claims, a search that selected nothing too (its ``release.json`` saying
+``"selected": false`` and why is that run's one release: a copy may not publish a selection
+after it). A resume of a run whose release is on its ledger is refused up front, before any
+trial runs (:func:`refuse_if_released`). A run that claimed and then crashed before
+``public/`` was complete stays released: fail closed, it is never published twice; its
+``where`` says where the first attempt was writing. A run's dedicated ledger lives in its run
+directory, so a copy of such a run copies its ledger too: the marker then stops a resume of
+the same directory after it released, not a copy (shared and dataset ledgers are where
+copies meet).
 """
 
 from __future__ import annotations
