@@ -31,6 +31,7 @@ _EXPORTS: dict[str, str] = {
     "ConfigError": "raydp_hpo.errors",
     "TrialContractError": "raydp_hpo.errors",
     "SearchFailedError": "raydp_hpo.errors",
+    "ReleaseAlreadyPublishedError": "raydp_hpo.errors",
     # budget and mechanisms
     "PrivacyBudget": "raydp_hpo.accounting.budget",
     "Mechanism": "raydp_hpo.accounting.mechanisms",
@@ -131,6 +132,7 @@ if TYPE_CHECKING:
         LedgerCorruptedError,
         LedgerMismatchError,
         RayDPHPOError,
+        ReleaseAlreadyPublishedError,
         SearchFailedError,
         SearchSpaceError,
         TrialContractError,

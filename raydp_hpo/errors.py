@@ -28,6 +28,7 @@ __all__ = [
     "ConfigError",
     "TrialContractError",
     "SearchFailedError",
+    "ReleaseAlreadyPublishedError",
     "EphemeralStorageWarning",
 ]
 
@@ -187,6 +188,20 @@ class SearchFailedError(RayDPHPOError):
         super().__init__(message)
         self.reason = reason
         self.result: Any = result
+
+
+class ReleaseAlreadyPublishedError(RayDPHPOError):
+    """A run's release was already claimed on its ledger: at most one release (selected
+    hyperparameters, model, certificate) is published per run id, so a run directory copied
+    and resumed twice, or a run resumed after it released, publishes nothing more. Raised
+    before anything of the second release is written; the ledger's spend is unchanged.
+    ``run`` is ``<experiment>@<run id>``; ``first`` the ledger's record of the first release
+    (:class:`~raydp_hpo.ledger.records.ReleaseRecord`)."""
+
+    def __init__(self, message: str, *, run: str = "", first: object = None) -> None:
+        super().__init__(message)
+        self.run = run
+        self.first: Any = first
 
 
 class EphemeralStorageWarning(UserWarning):

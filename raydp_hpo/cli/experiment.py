@@ -235,6 +235,11 @@ def _run_experiment(spec: ExperimentFile, progress_interval_s: float,
         )
     if resume:  # before Ray and the ledger actor, which would create a fresh journal
         _require_earlier_charges(spec, run_dir)
+        from raydp_hpo.tune.release_claim import refuse_if_released
+
+        # one release per run: a run (or a copy of its directory) that released runs no more
+        refuse_if_released(None, spec.ledger_journal(), spec.experiment,
+                           charge_prefix(spec.experiment, recorded_run_id(run_dir)))
     checked = preflight(spec)  # every check, all errors at once: before Ray and any ledger
     data = checked.data
     train_size, val_size = spec.data.public_sizes()

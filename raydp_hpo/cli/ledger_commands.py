@@ -58,7 +58,8 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
     result.update(
         ok=ok,
         version=scan.version,
-        charges=len(scan.records),
+        charges=len(ledger.charges()),
+        releases=len(ledger.releases()),
         bytes=scan.end + (scan.torn.length if scan.torn else 0),
         seal_records=None if claim is None else claim.records,
         seal_problems=seal_problems,
@@ -76,7 +77,8 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
         chain = "hash-chained" if scan.version >= 2 else "CRC-32 per record, no chain"
         lines = [
             f"journal {path}: {'ok' if ok else 'CORRUPTED'}",
-            f"  format      version {scan.version} ({chain}), {len(scan.records)} charge records",
+            f"  format      version {scan.version} ({chain}), {len(ledger.charges())} charge "
+            f"records{_releases_note(ledger)}",
             "  seal        " + (f"vouches for {claim.records} records ({seal_path(path)})"
                                 if claim else "none (no truncation check)"),
             *(f"    DAMAGED: {problem}" for problem in seal_problems),
@@ -93,6 +95,12 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
     if seal_problems:  # also on stderr, where the CLI's errors go
         print(f"raydp-hpo: error: {'; '.join(seal_problems)}", file=sys.stderr)
     return EXIT_OK if ok else EXIT_BAD_INPUT
+
+
+def _releases_note(ledger: Any) -> str:
+    """', 2 run releases (markers: no charge)' when the ledger holds release markers."""
+    n = len(ledger.releases())
+    return f", {n} run release(s) (markers: no charge)" if n else ""
 
 
 def _scan_and_check(scan_of: Callable[[], Any], label: str, args: argparse.Namespace,
@@ -130,8 +138,8 @@ def _verify_postgres(args: argparse.Namespace, scan_ledger: Any) -> int:
 
     ok = not issues
     mac = head_mac_status(ledger_head(uri))  # scan_ledger has checked the head against the rows
-    result.update(ok=ok, version=scan.version, charges=len(scan.records),
-                  head=f"{len(scan.records)} records, matches the rows", head_mac=mac,
+    result.update(ok=ok, version=scan.version, charges=len(ledger.charges()),
+                  releases=len(ledger.releases()), head=f"{len(scan.records)} records, matches the rows", head_mac=mac,
                   curve_issues=list(issues), spent_epsilon=ledger.spent(),
                   budget=ledger.budget.to_dict())
     if args.json:
@@ -139,8 +147,8 @@ def _verify_postgres(args: argparse.Namespace, scan_ledger: Any) -> int:
     else:
         print("\n".join([
             f"ledger {uri}: {'ok' if ok else 'CORRUPTED'}",
-            f"  format      version {scan.version} (hash-chained), {len(scan.records)} charge "
-            "records in PostgreSQL",
+            f"  format      version {scan.version} (hash-chained), {len(ledger.charges())} charge "
+            f"records{_releases_note(ledger)} in PostgreSQL",
             f"  head        {result['head']}; MAC {mac}",
             f"  RDP curves  {'not checked (--quick)' if args.quick else 'MISMATCH' if issues else 'ok'}",
             *(f"    {issue}" for issue in issues),

@@ -275,7 +275,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     SearchFailedError`: every trial failed, K = 0 drawn, ...; its certificate is written and
     its message says why)."""
     from raydp_hpo.cli.experiment import format_summary, load_experiment, run_experiment
-    from raydp_hpo.errors import ConfigError, LedgerMismatchError, SearchFailedError
+    from raydp_hpo.errors import (
+        ConfigError,
+        LedgerMismatchError,
+        ReleaseAlreadyPublishedError,
+        SearchFailedError,
+    )
 
     spec = load_experiment(args.experiment)  # ConfigError -> EXIT_BAD_INPUT, before anything
     if args.storage_path:
@@ -303,7 +308,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         outcome = run_experiment(spec, progress_interval_s=args.progress_interval,
                                  resume=args.resume, num_cpus=args.num_cpus,
                                  ray_temp_dir=args.ray_temp_dir)
-    except (BudgetExhaustedError, ConfigError, LedgerMismatchError, ValueError):
+    except (BudgetExhaustedError, ConfigError, LedgerMismatchError, ReleaseAlreadyPublishedError,
+            ValueError):
         raise  # mapped by main(): 3 / 2
     except SearchFailedError as exc:  # ran, spent, selected nothing: its certificate is written
         print(exc.result.certificate.format())

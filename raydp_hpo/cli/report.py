@@ -83,6 +83,8 @@ def replay_spend(journal: str | Path) -> tuple[Any, list[SpendPoint]]:
     points = [SpendPoint(0, float(header.get("created", records[0]["time"] if records else 0.0)),
                          "", "", {"rdp": 0.0, "rdp_filter": 0.0, "pld": 0.0})]
     for rec in records:
+        if rec.get("kind") == "release":  # a run's release marker: it charges nothing
+            continue
         replay.charge(rec["charge_id"], mechanism_from_dict(rec["mechanism"]), rec.get("owner", ""))
         eps = dict(replay.report().epsilon_by_accountant)
         eps.pop("pure", None)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         tightest_halting_accountant,
     )
     from raydp_hpo.ledger.ledger_like import LedgerLike
+    from raydp_hpo.ledger.records import ReleaseClaim, ReleaseRecord
 
 _EXPORTS: dict[str, str] = {
     "Adaptivity": "raydp_hpo.ledger.filter",
@@ -36,6 +37,8 @@ _EXPORTS: dict[str, str] = {
     "tightest_halting_accountant": "raydp_hpo.ledger.filter",
     "get_ledger": "raydp_hpo.ledger.actor",
     "LedgerLike": "raydp_hpo.ledger.ledger_like",
+    "ReleaseClaim": "raydp_hpo.ledger.records",
+    "ReleaseRecord": "raydp_hpo.ledger.records",
     "LedgerHandle": "raydp_hpo.ledger.actor",
     "DEFAULT_NAMESPACE": "raydp_hpo.ledger.actor",
 }

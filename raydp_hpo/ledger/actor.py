@@ -28,7 +28,14 @@ from raydp_hpo.accounting.mechanisms import Mechanism
 from raydp_hpo.errors import LedgerMismatchError, RayDPHPOError
 from raydp_hpo.ledger.pg import is_postgres_uri
 from raydp_hpo.ledger.plan_receipt import PlanReceipt, receipt_for
-from raydp_hpo.ledger.records import Adaptivity, Charge, ChargeDecision, LedgerReport
+from raydp_hpo.ledger.records import (
+    Adaptivity,
+    Charge,
+    ChargeDecision,
+    LedgerReport,
+    ReleaseClaim,
+    ReleaseRecord,
+)
 
 __all__ = [
     "DEFAULT_NAMESPACE",
@@ -104,6 +111,13 @@ class _LedgerActor:
 
     def has_charge(self, charge_id: str) -> bool:
         return self._ledger.has_charge(charge_id)
+
+    def claim_release(self, run: str, where: str, owner: str, token: str) -> ReleaseClaim:
+        return self._ledger.claim_release(run, where, owner, token)
+
+    def release_of(self, run: str) -> ReleaseRecord | None:
+        self._ledger.refresh()  # a shared (PostgreSQL) ledger: others' releases too
+        return self._ledger.release_of(run)
 
     def receipt(self, charge_id: str) -> PlanReceipt | None:
         path = self._ledger.journal_path
@@ -198,6 +212,17 @@ class LedgerHandle:
 
     def has_charge(self, charge_id: str) -> bool:
         return ray.get(self._actor.has_charge.remote(charge_id))
+
+    def claim_release(self, run: str, where: str = "", owner: str = "", token: str = ""
+                      ) -> ReleaseClaim:
+        """One round trip: :meth:`PrivacyLedger.claim_release` (the actor serialises it with
+        every admission, so of two claims of one run exactly one is granted; a retried call
+        with the same ``token`` is a replay)."""
+        return ray.get(self._actor.claim_release.remote(run, where, owner, token))
+
+    def release_of(self, run: str) -> ReleaseRecord | None:
+        """The release marker of run ``run`` (``<experiment>@<run id>``), or None."""
+        return ray.get(self._actor.release_of.remote(run))
 
     def receipt(self, charge_id: str) -> PlanReceipt | None:
         """Where admitted charge ``charge_id`` lies in the journal, for trials to check it

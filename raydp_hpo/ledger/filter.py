@@ -58,6 +58,11 @@ from raydp_hpo.ledger.halting import (
     tightest_halting_accountant,
 )
 from raydp_hpo.ledger.journal import Journal, JournalScan, read_header, scan_journal
+from raydp_hpo.ledger.ledger_settings import (
+    check_ledger_settings,
+    check_supported,
+    settings_of_header,
+)
 from raydp_hpo.ledger.pg import PgJournal, is_postgres_uri, scan_ledger
 from raydp_hpo.ledger.pld_snapshot import (
     PLD_SNAPSHOT_EVERY,
@@ -65,7 +70,16 @@ from raydp_hpo.ledger.pld_snapshot import (
     read_pld_snapshot,
     write_pld_snapshot,
 )
-from raydp_hpo.ledger.records import Adaptivity, Charge, ChargeDecision, LedgerReport
+from raydp_hpo.ledger.records import (
+    Adaptivity,
+    Charge,
+    ChargeDecision,
+    LedgerReport,
+    ReleaseBook,
+    ReleaseClaim,
+    ReleaseRecord,
+    release_from_record,
+)
 
 if TYPE_CHECKING:
     from raydp_hpo.accounting.pld import PldComposer
@@ -91,13 +105,9 @@ __all__ = [
 MAX_ATTEMPTS = 10_000
 
 
-def admits_as_first_charge(
-    budget: PrivacyBudget,
-    mechanism: Mechanism,
-    *,
-    adaptivity: Adaptivity,
-    accountant: Accountant = Accountant.RDP,
-) -> bool:
+def admits_as_first_charge(budget: PrivacyBudget, mechanism: Mechanism, *,
+                           adaptivity: Adaptivity, accountant: Accountant = Accountant.RDP
+                           ) -> bool:
     """Whether a fresh ledger with these settings would admit ``mechanism`` (no actor call)."""
     return PrivacyLedger(budget, adaptivity=adaptivity, accountant=accountant).would_admit(
         mechanism
@@ -136,36 +146,7 @@ class PrivacyLedger:
         curve_check: CurveCheck = CurveCheck.BACKGROUND,
         delta_split: DeltaSplit | None = None,
     ) -> None:
-        if not isinstance(curve_check, CurveCheck):
-            raise InvalidParameterError(f"curve_check must be a CurveCheck, got {curve_check!r}")
-        if not isinstance(budget, PrivacyBudget):
-            raise InvalidParameterError(f"budget must be a PrivacyBudget, got {budget!r}")
-        if not isinstance(adaptivity, Adaptivity):
-            raise InvalidParameterError(f"adaptivity must be an Adaptivity, got {adaptivity!r}")
-        if not isinstance(accountant, Accountant):
-            raise InvalidParameterError(f"accountant must be an Accountant, got {accountant!r}")
-        if adaptivity is Adaptivity.ADAPTIVE and accountant is Accountant.PROFILE:
-            raise InvalidParameterError(
-                "halting with accountant='profile' is only valid for a plan fixed before any "
-                "data is touched: its composition gives each selection one (ε, δ) point at a "
-                "δ split over the selections of the whole sequence, which adaptively chosen "
-                "charges do not fix in advance, and no privacy-filter theorem covers it; use "
-                "adaptivity=Adaptivity.FIXED_PLAN, or accountant=Accountant.RDP (adaptive RDP "
-                "filter)"
-            )
-        if adaptivity is Adaptivity.ADAPTIVE and accountant is not Accountant.RDP:
-            raise InvalidParameterError(
-                f"halting with accountant={accountant.value!r} is only justified for a plan "
-                "fixed up front; use accountant=Accountant.RDP (adaptive RDP filter) or "
-                "adaptivity=Adaptivity.FIXED_PLAN"
-            )
-        if delta_split is not None and not isinstance(delta_split, DeltaSplit):
-            raise InvalidParameterError(
-                f"delta_split must be a DeltaSplit or None, got {delta_split!r}")
-        if delta_split is not None and adaptivity is not Adaptivity.EXPERIMENTS:
-            raise InvalidParameterError(
-                f"delta_split={delta_split.value!r} is only for adaptivity=Adaptivity.EXPERIMENTS "
-                f"(got {adaptivity.value!r}); leave it unset")
+        check_ledger_settings(budget, adaptivity, accountant, curve_check, delta_split)
         self._budget = budget
         self._adaptivity = adaptivity
         self._accountant = accountant
@@ -177,6 +158,10 @@ class PrivacyLedger:
         self._lock = threading.RLock()
         self._charges: list[Charge] = []
         self._by_id: dict[str, Charge] = {}
+        # release markers by run (claim_release), and the number of records of every kind
+        # (a charge's seq is its record number: releases interleave with charges)
+        self._releases = ReleaseBook()
+        self._records = 0
         self._rdp = RdpProfile.zero()
         self._pld_composer: PldComposer | None = None  # built on first PLD use (see _pld)
         # the last admission check's composition with its candidate, reused by _commit:
@@ -265,6 +250,10 @@ class PrivacyLedger:
         side_eps = side_delta = 0.0
         pure: float | None = 0.0
         for i, rec in enumerate(scan.records):
+            if rec.get("kind") == "release":
+                self._releases.add(release_from_record(rec, f"journal {scan.path}: "
+                                                       f"{scan.where(i)}"), scan.path)
+                continue
             try:
                 mech = mechanism_from_dict(rec["mechanism"])
                 charge = Charge(
@@ -278,7 +267,7 @@ class PrivacyLedger:
                 stored = rec.get("rdp")
                 if isinstance(stored, dict) and stored.get("orders") == ORDERS_FINGERPRINT:
                     curve = _decode_curve(stored)
-                    self._unverified[i] = curve
+                    self._unverified[len(self._charges)] = curve
                 else:
                     profile = rdp_profile(mech)
                     curve = (profile.values, profile.side_epsilon, profile.side_delta)
@@ -304,6 +293,7 @@ class PrivacyLedger:
                 pure = None if p is None else pure + p
         self._rdp = RdpProfile(total, side_eps, side_delta)
         self._pure = pure
+        self._records = len(scan.records)
         if self._split is not None:  # EXPERIMENTS: few charges, whole experiments
             self._points = [self._point(c.mechanism, i + 1)
                             for i, c in enumerate(self._charges)]
@@ -329,34 +319,13 @@ class PrivacyLedger:
         with self._verify_lock:
             return not self._unverified
 
-    @staticmethod
-    def _settings_of(
-        journal: str | Path, header: dict[str, Any]
-    ) -> tuple[PrivacyBudget, Adaptivity, Accountant, DeltaSplit | None]:
-        try:
-            adaptivity = Adaptivity(header["adaptivity"])
-            return (
-                PrivacyBudget.from_dict(header["budget"]),
-                adaptivity,
-                Accountant(header["accountant"]),
-                split_of_header(header) if adaptivity is Adaptivity.EXPERIMENTS else None,
-            )
-        except LedgerMismatchError:
-            raise
-        except (KeyError, TypeError, ValueError, RayDPHPOError) as exc:
-            raise LedgerCorruptedError(
-                f"journal {journal}: the header (line 1, byte offset 0) passes its checksum but "
-                f"its settings are invalid ({type(exc).__name__}: {exc}); restore the journal "
-                "from a backup"
-            ) from None
-
     @classmethod
     def open(cls, journal: str | Path, *, curve_check: CurveCheck = CurveCheck.BACKGROUND
              ) -> PrivacyLedger:
         """Open an existing journal for writing, with the settings stored in its header."""
         header = (scan_ledger(str(journal)).header if is_postgres_uri(journal)
                   else read_header(journal))
-        budget, adaptivity, accountant, split = cls._settings_of(journal, header)
+        budget, adaptivity, accountant, split = settings_of_header(journal, header)
         return cls(
             budget, journal, adaptivity=adaptivity, accountant=accountant, curve_check=curve_check,
             delta_split=split,
@@ -383,7 +352,7 @@ class PrivacyLedger:
         cls, scan: JournalScan, *, curve_check: CurveCheck = CurveCheck.BACKGROUND
     ) -> PrivacyLedger:
         """An in-memory ledger replayed from a checked journal (see :func:`scan_journal`)."""
-        budget, adaptivity, accountant, split = cls._settings_of(scan.path, scan.header)
+        budget, adaptivity, accountant, split = settings_of_header(scan.path, scan.header)
         ledger = cls(
             budget, None, adaptivity=adaptivity, accountant=accountant, curve_check=curve_check,
             delta_split=split,
@@ -526,6 +495,7 @@ class PrivacyLedger:
             self._point_trial = None
         self._charges.append(charge)
         self._by_id[charge.charge_id] = charge
+        self._records = charge.seq
         self._rdp = self._rdp + profile
         if self._pure is not None:
             p = pure_epsilon(charge.mechanism)
@@ -598,6 +568,15 @@ class PrivacyLedger:
         """Fold in charge records other processes admitted (checked by the store), in order,
         exactly as a replay would; their stored curves join the curve check."""
         for rec in records:
+            if rec.get("kind") == "release":
+                release = release_from_record(rec, f"ledger {self._source}: record "
+                                              f"{rec.get('seq')}")
+                if release.seq != self._records + 1:
+                    raise LedgerCorruptedError(
+                        f"ledger {self._source}: release record {release.seq} skips a record; "
+                        "restore the database from a backup")
+                self._records = self._releases.add(release, self._source)
+                continue
             try:
                 mech = mechanism_from_dict(rec["mechanism"])
                 charge = Charge(
@@ -611,7 +590,7 @@ class PrivacyLedger:
                     f"ledger {self._source}: record {rec.get('seq')} passes its chain but is not "
                     f"a valid charge record ({type(exc).__name__}: {exc})"
                 ) from None
-            if charge.seq != len(self._charges) + 1 or charge.charge_id in self._by_id:
+            if charge.seq != self._records + 1 or charge.charge_id in self._by_id:
                 raise LedgerCorruptedError(
                     f"ledger {self._source}: record {charge.seq} ({charge.charge_id!r}) repeats "
                     "a charge id or skips a record; restore the database from a backup"
@@ -630,7 +609,7 @@ class PrivacyLedger:
         """ε the ledger would report after admitting ``mechanism`` (changes nothing)."""
         with self._lock:
             profile = rdp_profile(mechanism)
-            self._check_supported(profile)
+            check_supported(self._adaptivity, profile)
             return self._halting_epsilon(self._rdp + profile, mechanism)
 
     def would_admit(self, mechanism: Mechanism) -> bool:
@@ -646,15 +625,6 @@ class PrivacyLedger:
             )
         if self._journal is not None:
             self._journal.check_writable()
-
-    def _check_supported(self, profile: RdpProfile) -> None:
-        if self._adaptivity is Adaptivity.ADAPTIVE and (
-            profile.side_delta > 0 or profile.side_epsilon > 0
-        ):
-            raise InvalidParameterError(
-                "an ApproxDP (ε, δ)-only mechanism has no RDP curve, so the adaptive RDP filter "
-                "cannot admit it; use a ledger with adaptivity=Adaptivity.FIXED_PLAN"
-            )
 
     def try_charge(self, charge_id: str, mechanism: Mechanism, owner: str = "") -> ChargeDecision:
         """Admit ``mechanism`` under ``charge_id`` iff the budget still covers it.
@@ -679,13 +649,13 @@ class PrivacyLedger:
                     True, charge_id, existing.epsilon_after, self._spent(), self._budget, True
                 )
             profile = rdp_profile(mechanism)
-            self._check_supported(profile)
+            check_supported(self._adaptivity, profile)
             after = self._halting_epsilon(self._rdp + profile, mechanism)
             spent = self._spent()
             if not (after <= self._budget.epsilon):
                 return ChargeDecision(False, charge_id, after, spent, self._budget)
             charge = Charge(
-                seq=len(self._charges) + 1,
+                seq=self._records + 1,
                 charge_id=charge_id,
                 owner=str(owner),
                 time=time.time(),
@@ -726,6 +696,50 @@ class PrivacyLedger:
     def has_charge(self, charge_id: str) -> bool:
         with self._lock:
             return charge_id in self._by_id
+
+    # -- release markers ------------------------------------------------------------------
+    def claim_release(self, run: str, where: str = "", owner: str = "",
+                      token: str = "") -> ReleaseClaim:
+        """Claim the one release of run ``run`` (``<experiment>@<run id>``), atomically.
+
+        Granted (a ``release`` record is made durable, like a charge, before this returns)
+        iff the ledger holds no release of ``run`` yet; the same ``token`` asking again (a
+        retried call) is granted again as a replay. Otherwise refused, with the first
+        release's record, and nothing changes. The marker charges nothing: no ε, no δ, no
+        slot of a dataset ledger (it is not a :class:`Charge`). Serialised like an admission:
+        by this ledger's lock and the journal's exclusive lock, or for PostgreSQL by the
+        admission transaction's advisory lock (which first absorbs the records others made),
+        so of two attempts racing on one run exactly one is granted."""
+        if not isinstance(run, str) or not run:
+            raise InvalidParameterError(f"run must be a non-empty string, got {run!r}")
+        if not isinstance(token, str):
+            raise InvalidParameterError(f"token must be a string, got {token!r}")
+        with self._lock, self._admission():
+            self._check_open()
+            first = self._releases.get(run)
+            if first is not None:
+                replay = bool(token) and first.token == token
+                return ReleaseClaim(replay, first, replayed=replay)
+            release = ReleaseRecord(seq=self._records + 1, run=run, time=time.time(),
+                                    where=str(where), owner=str(owner), token=token)
+            if self._journal is not None:
+                record = release.to_dict()
+                record.pop("seq")
+                self._journal.append_charge(record, kind="release")  # durable first
+            self._records = self._releases.add(release, self._source)
+            return ReleaseClaim(True, release)
+
+    def release_of(self, run: str) -> ReleaseRecord | None:
+        """The release marker of run ``run`` on this ledger, or None (not released). A
+        shared (PostgreSQL) ledger answers from the records seen at its last admission:
+        :meth:`refresh` first to see other processes' releases."""
+        with self._lock:
+            return self._releases.get(run)
+
+    def releases(self) -> tuple[ReleaseRecord, ...]:
+        """Every release marker, in ledger order."""
+        with self._lock:
+            return self._releases.all()
 
     def _spent(self) -> float:
         if not self._charges:
@@ -781,4 +795,5 @@ class PrivacyLedger:
                 epsilon_by_accountant=by_acc,
                 charges=tuple(self._charges),
                 delta_split=None if self._split is None else self._split.value,
+                releases=self._releases.all(),
             )

@@ -1,7 +1,7 @@
 """Append-only, fsync'd, hash-chained journal of a privacy ledger.
 
 One JSON object per line. The first line is a header with the budget and settings; each
-further line is one admitted charge. A record is durable (written, flushed and ``fsync``'d)
+further line is one admitted charge or a run's release marker (:data:`RECORD_KINDS`). A record is durable (written, flushed and ``fsync``'d)
 *before* the ledger acknowledges the admission, so an acknowledged charge is never lost by a
 crash of the writer.
 
@@ -90,6 +90,7 @@ from raydp_hpo.ledger.journal_io import (
 
 __all__ = [
     "JOURNAL_VERSION",
+    "RECORD_KINDS",
     "TEST_PAUSE_ENV",
     "Journal",
     "JournalScan",
@@ -103,6 +104,12 @@ __all__ = [
     "read_journal",
     "scan_journal",
 ]
+
+#: The kinds of record after the header: ``charge`` (an admitted charge) and ``release`` (a
+#: run's release marker, :meth:`~raydp_hpo.ledger.filter.PrivacyLedger.claim_release`: it
+#: charges nothing). Both count in ``seq``, the chain and the seal. A raydp-hpo from before
+#: release markers refuses a journal holding one as corrupted (fail closed, never a miscount).
+RECORD_KINDS = ("charge", "release")
 
 #: Version written for new journals; version 1 is still read and appended to.
 JOURNAL_VERSION = 2
@@ -277,10 +284,10 @@ def scan_bytes(path: Path, raw: bytes) -> JournalScan:
             header = rec
             continue
         seq = line_no - 1
-        if rec.get("kind") != "charge" or rec.get("seq") != seq:
+        if rec.get("kind") not in RECORD_KINDS or rec.get("seq") != seq:
             raise _corrupt(
                 path, line_no, start,
-                f"expected charge record seq={seq}, got kind={rec.get('kind')!r} "
+                f"expected a charge or release record seq={seq}, got kind={rec.get('kind')!r} "
                 f"seq={rec.get('seq')!r} (a record is missing or out of order)",
             )
         records.append(rec)
@@ -695,16 +702,20 @@ class Journal:
             )
             raise JournalReplacedError(self._broken)
 
-    def append_charge(self, record: dict[str, Any]) -> None:
-        """Append charge ``record`` (gets ``kind`` and the next ``seq``) and fsync it.
+    def append_charge(self, record: dict[str, Any], kind: str = "charge") -> None:
+        """Append charge ``record`` (gets ``kind``, a :data:`RECORD_KINDS` member, and the
+        next ``seq``) and fsync it.
 
         On return the record is durable; on any error nothing was appended (a partial write
         is cut back) and the journal refuses further appends if that could not be ensured.
         """
         self.check_writable()
         assert self._fd is not None
+        if kind not in RECORD_KINDS:
+            raise InvalidParameterError(f"journal record kind must be one of {RECORD_KINDS}, "
+                                        f"got {kind!r}")
         seq = self._seq + 1
-        body = {**record, "kind": "charge", "seq": seq}
+        body = {**record, "kind": kind, "seq": seq}
         if self._version == 1:
             data, chain = _v1_line(body), None
         else:

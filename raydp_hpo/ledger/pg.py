@@ -18,8 +18,9 @@ grants the roles, :func:`init_ledger_database`; a newer version than :data:`SCHE
 refused, an older or missing one names ``ledger init``: :class:`SchemaVersionError`):
 
 * ``ledgers(name, header, header_chain, created_at, migrated_from)`` — the header line;
-* ``charges(ledger, seq, record, chain)`` — one row per admitted charge, the journal line
-  (``json`` keeps its text byte for byte) and its chain hash;
+* ``charges(ledger, seq, record, chain)`` — one row per admitted charge (or run's release
+  marker, ``"kind": "release"``, which charges nothing), the journal line (``json`` keeps its
+  text byte for byte) and its chain hash;
 * ``heads(ledger, records, chain, mac)`` — the ledger's record count and last chain hash (the
   journal's ``.seal``), advanced in each admission transaction; its trigger lets it only grow
   and only to the last stored row; ``mac`` is HMAC-SHA256 under the ledger key
@@ -82,6 +83,7 @@ from raydp_hpo.errors import (
 )
 from raydp_hpo.ledger.journal import (
     JOURNAL_VERSION,
+    RECORD_KINDS,
     JournalScan,
     _chain,
     _v2_line,
@@ -501,7 +503,7 @@ class PgJournal:
             expected = _chain(chain, body)
             rec = json.loads(line)
             if (row_seq != seq + 1 or stored != expected or col_chain != stored
-                    or rec.get("seq") != seq + 1 or rec.get("kind") != "charge"):
+                    or rec.get("seq") != seq + 1 or rec.get("kind") not in RECORD_KINDS):
                 raise LedgerCorruptedError(
                     f"{where} does not continue the chain after record {seq} (expected seq "
                     f"{seq + 1} with chain {expected[:12]}…): a record was changed, removed or "
@@ -514,9 +516,10 @@ class PgJournal:
         self._seq, self._chain = seq, chain
         return out
 
-    def append_charge(self, record: dict[str, Any]) -> None:
-        """Insert charge ``record`` (gets ``kind`` and the next ``seq``), advance the ledger's
-        head (and its MAC under the key) and commit: on return it is durable.
+    def append_charge(self, record: dict[str, Any], kind: str = "charge") -> None:
+        """Insert charge ``record`` (gets ``kind``, ``charge`` or ``release``: a run's release
+        marker, and the next ``seq``), advance the ledger's head (and its MAC under the key)
+        and commit: on return it is durable.
 
         Must follow :meth:`begin_admission`. An error before the ``COMMIT`` is sent, or an
         error the server answers to it, is a refusal: :class:`LedgerUnavailableError`, and
@@ -528,8 +531,11 @@ class PgJournal:
         psycopg = _psycopg()
         if not self._in_tx:
             raise RayDPHPOError(f"ledger {self.path}: append outside an admission transaction")
+        if kind not in RECORD_KINDS:
+            raise InvalidParameterError(f"ledger record kind must be one of {RECORD_KINDS}, "
+                                        f"got {kind!r}")
         seq = self._seq + 1
-        data, chain = _v2_line({**record, "kind": "charge", "seq": seq}, self._chain)
+        data, chain = _v2_line({**record, "kind": kind, "seq": seq}, self._chain)
         mac = None if self._key is None else head_mac(self._key, self.location.ledger, seq, chain)
         guard: _Guard | None = None
         try:
@@ -558,7 +564,8 @@ class PgJournal:
             why = (f"no answer within {FREEZE_BOUND_S:g} s" if commit.fired
                    else _first_line(exc))
             raise LedgerOutcomeUnknownError(
-                f"ledger {self.path}: the commit of charge {record.get('charge_id')!r} was sent "
+                f"ledger {self.path}: the commit of {kind} "
+                f"{record.get('charge_id', record.get('run'))!r} was sent "
                 f"but not answered ({why}): it MAY be stored. It is not acknowledged, so its "
                 "mechanism must not run; it is not refused either. Ask again under the same "
                 "charge id once the server answers: a stored charge is replayed (admitted), an "
@@ -734,4 +741,4 @@ def migrate_journal(journal: str | os.PathLike[str], uri: str) -> int:
         raise LedgerUnavailableError(f"migrating {path} into {uri}: {_first_line(exc)}") from None
     finally:
         conn.close()
-    return len(scan.records)
+    return sum(r.get("kind") == "charge" for r in scan.records)  # release markers are no charges

@@ -40,7 +40,8 @@ def pld_snapshot_path(journal: str | Path) -> Path:
 
 
 def _snapshot_seq_candidates(data: bytes, charges: int) -> list[int]:
-    """The record count a snapshot claims (read from its metadata, checked later)."""
+    """The record count a snapshot claims (read from its metadata, checked later);
+    ``charges`` is the ledger's record count (charges and release markers)."""
     try:
         head = data.split(b"\n", 2)[1]
         seq = int(json.loads(head)["binding"]["seq"])
@@ -49,9 +50,15 @@ def _snapshot_seq_candidates(data: bytes, charges: int) -> list[int]:
     return [seq] if 0 < seq <= charges else []
 
 
+def _records_through(ledger: PrivacyLedger, charges: int) -> int:
+    """The number of records up to and including the ``charges``-th charge (its seq): the
+    same number unless release markers, which are records but no charges, come between."""
+    return ledger._charges[charges - 1].seq if charges else 0
+
+
 def pld_binding(ledger: PrivacyLedger, seq: int) -> dict[str, Any] | None:
-    """What a PLD snapshot of the first ``seq`` charges is bound to: the journal's header
-    hash and its chain hash after ``seq`` records (None without a version-2 journal)."""
+    """What a PLD snapshot ending with record ``seq`` (a charge's) is bound to: the journal's
+    header hash and its chain hash after ``seq`` records (None without a version-2 journal)."""
     if isinstance(ledger._journal, Journal):
         if ledger._journal.version != 2:
             return None
@@ -79,8 +86,11 @@ def read_pld_snapshot(ledger: PrivacyLedger) -> tuple[PldComposer | None, int]:
         data = pld_snapshot_path(ledger._source).read_bytes()
     except OSError:
         return None, 0
-    for seq in _snapshot_seq_candidates(data, len(ledger._charges)):
-        binding = pld_binding(ledger, seq)
+    for records in _snapshot_seq_candidates(data, ledger._records):
+        seq = sum(c.seq <= records for c in ledger._charges)  # the charges it covers
+        if seq == 0 or _records_through(ledger, seq) != records:
+            continue  # not bound to a charge's record
+        binding = pld_binding(ledger, records)
         if binding is None:
             continue
         composer = PldComposer.from_snapshot(data, binding)
@@ -99,7 +109,7 @@ def write_pld_snapshot(ledger: PrivacyLedger) -> None:
             or ledger._journal.closed):
         return  # a PostgreSQL ledger keeps no snapshot file
     seq = len(ledger._charges)
-    binding = pld_binding(ledger, seq)
+    binding = pld_binding(ledger, _records_through(ledger, seq))
     if binding is None:
         return
     path = pld_snapshot_path(ledger._journal.path)

@@ -14,9 +14,10 @@ from typing import Any
 from raydp_hpo.accounting.accountant_kind import Accountant
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.accounting.mechanisms import Mechanism, mechanism_to_dict
-from raydp_hpo.errors import BudgetExhaustedError
+from raydp_hpo.errors import BudgetExhaustedError, LedgerCorruptedError
 
-__all__ = ["Adaptivity", "Charge", "ChargeDecision", "LedgerReport"]
+__all__ = ["Adaptivity", "Charge", "ChargeDecision", "LedgerReport", "ReleaseBook",
+           "ReleaseClaim", "ReleaseRecord", "release_from_record"]
 
 
 class Adaptivity(Enum):
@@ -54,6 +55,85 @@ class Charge:
             "mechanism": mechanism_to_dict(self.mechanism),
             "epsilon_after": self.epsilon_after,
         }
+
+
+@dataclass(frozen=True)
+class ReleaseRecord:
+    """A run's release marker on the ledger: the run ``run`` (``<experiment>@<run id>``)
+    claimed its one release, as record ``seq`` of the ledger (journal line / row), at
+    ``time``, publishing to ``where`` (host and folder, for the operator). It charges
+    nothing: it is not a :class:`Charge`, takes no slot of a dataset ledger and no part in
+    any ε or δ figure. ``token`` is the claiming attempt's nonce: the same attempt asking
+    again (a retried actor call, a commit whose answer was lost) is granted again, any other
+    attempt is refused."""
+
+    seq: int
+    run: str
+    time: float
+    where: str
+    owner: str
+    token: str
+
+    @property
+    def release_id(self) -> str:
+        """``<run>/release``: how ledger listings name the marker."""
+        return f"{self.run}/release"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seq": self.seq, "run": self.run, "time": self.time, "where": self.where,
+                "owner": self.owner, "token": self.token}
+
+
+def release_from_record(rec: dict[str, Any], where: str) -> ReleaseRecord:
+    """The :class:`ReleaseRecord` of a stored ``release`` record (a journal line, a row);
+    :class:`~raydp_hpo.errors.LedgerCorruptedError` naming ``where`` if it is not one."""
+    try:
+        return ReleaseRecord(
+            seq=int(rec["seq"]), run=str(rec["run"]), time=float(rec["time"]),
+            where=str(rec.get("where", "")), owner=str(rec.get("owner", "")),
+            token=str(rec.get("token", "")))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise LedgerCorruptedError(
+            f"{where} passes its checksum but is not a valid release record "
+            f"({type(exc).__name__}: {exc}); restore the ledger from a backup"
+        ) from None
+
+
+class ReleaseBook:
+    """The release markers of one ledger, by run, in ledger order: at most one per run."""
+
+    def __init__(self) -> None:
+        self._by_run: dict[str, ReleaseRecord] = {}
+
+    def add(self, release: ReleaseRecord, source: Any) -> int:
+        """Record ``release``; returns its record number. A second release of one run is
+        :class:`~raydp_hpo.errors.LedgerCorruptedError` (a ledger never records one), naming
+        the ledger ``source`` and both records."""
+        first = self._by_run.get(release.run)
+        if first is not None:
+            raise LedgerCorruptedError(
+                f"ledger {source}: record {release.seq} repeats the release of run "
+                f"{release.run!r} (record {first.seq}); a ledger never records two releases "
+                "of one run: restore it from a backup")
+        self._by_run[release.run] = release
+        return release.seq
+
+    def get(self, run: str) -> ReleaseRecord | None:
+        return self._by_run.get(run)
+
+    def all(self) -> tuple[ReleaseRecord, ...]:
+        return tuple(self._by_run.values())
+
+
+@dataclass(frozen=True)
+class ReleaseClaim:
+    """The answer to :meth:`PrivacyLedger.claim_release`: ``granted`` (this attempt holds the
+    run's one release; ``replayed`` when it had claimed it already) or refused, ``record``
+    then being the first release of the run."""
+
+    granted: bool
+    record: ReleaseRecord
+    replayed: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,6 +176,8 @@ class LedgerReport:
     epsilon_by_accountant: dict[str, float]
     charges: tuple[Charge, ...] = field(default=())
     delta_split: str | None = None  # EXPERIMENTS: its DeltaSplit's value
+    #: release markers (one per run that published; they charge nothing)
+    releases: tuple[ReleaseRecord, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -107,6 +189,7 @@ class LedgerReport:
             "epsilon_by_accountant": dict(self.epsilon_by_accountant),
             "charges": [c.to_dict() for c in self.charges],
             "delta_split": self.delta_split,
+            "releases": [r.to_dict() for r in self.releases],
         }
 
     def _figures(self) -> tuple[list[tuple[str, float, float]], list[tuple[str, float, float]]]:
@@ -179,4 +262,10 @@ class LedgerReport:
                 f"  #{c.seq:<4} {stamp}  {c.charge_id}  owner={c.owner or '-'}  "
                 f"ε_after={c.epsilon_after:.4f}  {type(c.mechanism).__name__}"
             )
+        if self.releases:
+            lines.append(f"releases          {len(self.releases)} (markers: they charge nothing)")
+            for r in self.releases:
+                stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.time))
+                lines.append(f"  #{r.seq:<4} {stamp}  {r.release_id}  released to "
+                             f"{r.where or '-'}")
         return "\n".join(lines)

@@ -105,7 +105,9 @@ from raydp_hpo.tune.ledger_rules import (
     say_if_adaptive_filter,
     say_if_name_used,
 )
+from raydp_hpo.tune.publish import PUBLIC_DIR, write_private_note
 from raydp_hpo.tune.release import ReleaseBuilder
+from raydp_hpo.tune.release_claim import claim_release, refuse_if_released
 from raydp_hpo.tune.restore_file import (
     _RESTORE_FILE,
     can_restore,
@@ -669,6 +671,10 @@ class DPTuner:
         tune_dir = exp_dir / "tune"
         check_tune_state(exp_dir, self._experiment, resume=resume)
         if resume:
+            # one release per run: a run whose release is on its ledger runs nothing again
+            holder = shared if place is None else place.ledger
+            refuse_if_released(holder, None if holder is not None else self._dedicated_journal(),
+                               self._experiment, self._charge_prefix)
             # before the dedicated ledger's actor starts: it would create a fresh journal
             if shared is None:
                 require_earlier_charges(self._dedicated_journal(), self._experiment,
@@ -716,8 +722,6 @@ class DPTuner:
             tuner = restore_tune(tune_dir, trainable, callbacks=callbacks, stopper=stopper)
         else:
             self._write_restore_file(exp_dir)
-            from raydp_hpo.tune.publish import write_private_note
-
             write_private_note(exp_dir)  # the folder says that all but public/ is private
             tuner = tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
         # The ledger actor started in the background meanwhile (unless the plan is charged
@@ -774,6 +778,10 @@ class DPTuner:
         if resume:
             # Tune ran its own (unpickled) copy of the searcher: read back its final state.
             searcher.restore_from_dir(str(tune_dir))
+        # one release per run (a copied run directory resumed twice continues one run): its
+        # release is claimed on the ledger holding its charge before anything is published
+        claim_release(ledger if place is None else place.ledger, self._experiment,
+                      self._charge_prefix, exp_dir / PUBLIC_DIR)
         return self._release_builder().build(searcher, ledger, grid, plan, str(exp_dir))
 
     def _release_builder(self) -> ReleaseBuilder:

@@ -72,13 +72,16 @@ def test_rerun_after_deleting_the_run_dir_pays_again_and_resume_proves_its_run(
         assert second["charge_prefix"] == f"again@{second['run_id']}/"
         assert "was already run on the ledger" in capsys.readouterr().out
 
-        # --resume of the second run (its release removed): attaches to its own point
+        # --resume of the second run, its release removed: the run proves itself, but its
+        # release is on the ledger: refused before Ray starts (one release per run)
         shutil.rmtree(run_dir / "public")
-        assert _run(str(path), "--resume") == EXIT_OK
+        capsys.readouterr()
+        assert _run(str(path), "--resume") == EXIT_BAD_INPUT
+        assert "the release of this run is already published" in capsys.readouterr().err
         assert len(PrivacyLedger.read_only(journal).charges()) == 2
+        assert not (run_dir / "public").exists()
 
         # a run directory whose recorded run id is on no charge of the ledger: refused
-        shutil.rmtree(run_dir / "public")
         saved = pickle.loads((run_dir / "dptuner.pkl").read_bytes())
         (run_dir / "dptuner.pkl").write_bytes(pickle.dumps({**saved, "run_id": "0" * 16}))
         capsys.readouterr()

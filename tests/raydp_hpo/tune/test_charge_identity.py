@@ -17,7 +17,7 @@ import pytest
 from ray import tune
 
 from raydp_hpo.accounting.budget import PrivacyBudget
-from raydp_hpo.errors import LedgerMismatchError
+from raydp_hpo.errors import LedgerMismatchError, ReleaseAlreadyPublishedError
 from raydp_hpo.ledger.actor import get_ledger
 from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger
 from raydp_hpo.trainables.data import dataset_ledger_name, load_digits, split
@@ -106,8 +106,10 @@ def test_fit_twice_under_one_name_pays_twice_on_the_dataset_ledger(ray_session, 
 
         assert recorded_run_id(exp) == second_tuner.run_id
 
-        # a resume proves it continues its run: attaches to its point, charges nothing
-        DPTuner.restore(exp, data=_data()).fit()
+        # a resume of its run proves the run, but the run has released: refused before it
+        # runs anything (one release per run), nothing charged
+        with pytest.raises(ReleaseAlreadyPublishedError, match="already published"):
+            DPTuner.restore(exp, data=_data()).fit()
         assert len(PrivacyLedger.read_only(journal).charges()) == 2
 
         # a run id on no point of the ledger: refused with both choices, nothing charged

@@ -13,7 +13,7 @@ import pytest
 from ray import tune
 
 from raydp_hpo.accounting.budget import PrivacyBudget
-from raydp_hpo.errors import LedgerMismatchError
+from raydp_hpo.errors import LedgerMismatchError, ReleaseAlreadyPublishedError
 from raydp_hpo.ledger.actor import get_ledger
 from raydp_hpo.ledger.filter import PrivacyLedger
 from raydp_hpo.trainables.data import load_digits, split
@@ -49,9 +49,11 @@ def test_fit_twice_under_one_name_pays_twice_on_postgres(
         assert len(ids) == 2, f"two releases, {len(ids)} charge(s): {ids}"
         assert ids == [f"same-name@{t.run_id}/plan" for t in tuners]
 
-        # a resume proves its run: b's own run id attaches (no third charge) ...
+        # a resume of b's own run proves it, but b has released: refused (one release per
+        # run), no third charge ...
         exp_b = tmp_path / "b" / "same-name"
-        DPTuner.restore(exp_b, data=data, ledger=ledger).fit()
+        with pytest.raises(ReleaseAlreadyPublishedError, match="already published"):
+            DPTuner.restore(exp_b, data=data, ledger=ledger).fit()
         assert len(PrivacyLedger.read_only(uri).charges()) == 2
         # ... a run id on no charge of the ledger is refused, nothing charged
         saved = pickle.loads((exp_b / "dptuner.pkl").read_bytes())

@@ -16,6 +16,7 @@ from raydp_hpo.errors import (
     InvalidParameterError,
     LedgerMismatchError,
     RayDPHPOError,
+    ReleaseAlreadyPublishedError,
     SearchFailedError,
     TrialContractError,
 )
@@ -315,11 +316,13 @@ def test_resume_replays_the_plan_charge(ray_session, data, tmp_path: Path) -> No
     with pytest.raises(InvalidParameterError, match="already exists"):
         make().fit()  # a second fresh run of the same experiment is refused
     assert DPTuner.can_restore(first.experiment_path)
-    again = DPTuner.restore(first.experiment_path, data=data).fit()
-    assert len(again.certificate.charges) == 1
-    assert again.certificate.charges == first.certificate.charges
-    assert again.certificate.epsilon == pytest.approx(first.certificate.epsilon)
-    assert again.hyperparameters == first.hyperparameters
+    # the run released: a resume of it is refused up front (one release per run; an
+    # interrupted run's resume replays the plan: test_tuner_restore.py)
+    journal = Path(first.experiment_path) / "ledger.journal"
+    with pytest.raises(ReleaseAlreadyPublishedError, match="already published"):
+        DPTuner.restore(first.experiment_path, data=data).fit()
+    assert [c.charge_id for c in PrivacyLedger.read_only(journal).charges()] == [
+        c for c, _ in first.certificate.charges]
     # issue #31: the journal and its seal moved away, a resume would charge the plan afresh on
     # a new ledger: it is refused, naming the journal, before the ledger's actor starts
     journal = Path(first.experiment_path) / "ledger.journal"
