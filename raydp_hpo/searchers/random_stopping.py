@@ -47,7 +47,6 @@ from raydp_hpo._stopping_defaults import (
     DEFAULT_MEAN,
     DEFAULT_SHAPE,
     default_law,
-    law_text,
 )
 from raydp_hpo._validation import coerce_enum, positive_float
 from raydp_hpo.accounting._rdp_kernels import truncated_negative_binomial_gamma
