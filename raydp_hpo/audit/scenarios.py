@@ -169,7 +169,8 @@ def default_scenarios() -> dict[str, AuditScenario]:
                     "line_fit": "proportional", "sweep_draw": "log_uniform",
                     "sweep_estimate": "quadratic"}
     scenarios = [
-        AuditScenario("random_stopping", {"param_space": choice, "mean": 3.0}, budget,
+        AuditScenario("random_stopping",
+                      {"param_space": choice, "distribution": "geometric", "mean": 3.0}, budget,
                       description="geometric K, E[K]=3"),
         AuditScenario("subsampled_transfer",
                       {"param_space": choice, "mean": 3.0, "subsample_rate": 0.2}, budget,

@@ -72,7 +72,11 @@ def run_demo(*, quick: bool = False, storage_path: str | None = None) -> int:
     print(f"  data: {samples} records, split 70/15/15 % (declared public sizes: {train_size} "
           f"train, {val_size} validation)")
     print(f"  budget: ε={budget.epsilon}, δ={budget.delta} for the whole search")
-    print(f"  search: Papernot–Steinke random stopping, geometric K with E[K]={mean_trials:g}")
+    from raydp_hpo._stopping_defaults import DEFAULT_DISTRIBUTION, DEFAULT_SHAPE, law_text
+
+    # the search below takes random stopping's default law with this mean
+    law = law_text(DEFAULT_DISTRIBUTION, mean_trials, DEFAULT_SHAPE)
+    print(f"  search: Papernot–Steinke random stopping, {law}")
     start = time.time()
     started_ray = ensure_ray(num_cpus=os.cpu_count() or 2)
     try:

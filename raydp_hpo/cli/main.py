@@ -127,8 +127,9 @@ def _cmd_account(args: argparse.Namespace) -> int:
     ``--mechanism``, the calibrated noise of a one-shot release instead."""
     if args.mechanism is not None:
         extra = [_flag(n) for n in _SGD_ARGS if getattr(args, n) is not None]
-        if args.search is not None or args.mean is not None or args.shape is not None:
-            extra.append("--search/--mean/--shape")
+        if (args.search is not None or args.mean is not None or args.shape is not None
+                or args.distribution is not None):
+            extra.append("--search/--mean/--distribution/--shape")
         if args.accountant is not None:
             extra.append("--accountant")
         if extra:
@@ -180,10 +181,14 @@ def _account_plan(args: argparse.Namespace) -> Callable[[float], Mechanism]:
     if args.search == "random_stopping":
         if args.mean is None:
             raise RayDPHPOError("--search random_stopping needs --mean (E[K], >= 1)")
-    elif args.mean is not None or args.shape is not None:
+    elif args.mean is not None or args.shape is not None or args.distribution is not None:
         raise RayDPHPOError("--mean/--shape/--distribution price a search: add "
                             "--search random_stopping")
-    law = StoppingDistribution(args.distribution)
+    from raydp_hpo._stopping_defaults import default_law
+
+    # no --distribution: random stopping's default law (η too, unless --shape gives it)
+    distribution, shape = default_law(args.distribution, args.shape)
+    law = StoppingDistribution(distribution)
 
     def plan_of(sigma: float) -> Mechanism:
         trial: Gaussian | SubsampledGaussian
@@ -192,7 +197,7 @@ def _account_plan(args: argparse.Namespace) -> Callable[[float], Mechanism]:
         else:
             trial = SubsampledGaussian(sigma, args.sample_rate, args.steps)
         if args.search == "random_stopping":
-            return RandomStopping(trial, law, args.mean, args.shape)
+            return RandomStopping(trial, law, args.mean, shape)
         return trial
 
     return plan_of
@@ -535,10 +540,11 @@ def _build_parser() -> argparse.ArgumentParser:
     acc.add_argument("--search", choices=["random_stopping"], default=None,
                      help="price a Papernot–Steinke search over these trials instead of one run")
     acc.add_argument("--mean", type=_at_least_one, default=None, help="E[K] of the search (>= 1)")
-    acc.add_argument("--distribution", default="geometric",
+    acc.add_argument("--distribution", default=None,
                      choices=["geometric", "logarithmic", "poisson", "truncated_negative_binomial",
                               "binomial"],
-                     help="law of the secret number of trials K")
+                     help="law of the secret number of trials K (default: the default law of "
+                          "search='random_stopping', its η included)")
     acc.add_argument("--shape", type=_finite_float, default=None,
                      help="η of the truncated negative binomial, or m (draws) of the binomial")
     acc.add_argument("--json", action="store_true")

@@ -16,6 +16,11 @@ release only the best trial (its hyperparameters and its model). D is one of
   PGF is the law sampled here); its RDP figure is the m-fold composition of the base (valid,
   loose), so a plan fixed up front gains from it only on ``Accountant.TIGHTEST``.
 
+Default law (:data:`DEFAULT_DISTRIBUTION`, :data:`DEFAULT_MEAN`, :data:`DEFAULT_SHAPE`, set in
+:mod:`raydp_hpo._stopping_defaults` only): the truncated negative binomial with η = 2 and
+E[K] = 10, chosen by the defaults study (issue #42, rule 7.2 of
+``benchmarks/results/defaults_study/preregistration.md``).
+
 Privacy: one :class:`~raydp_hpo.accounting.mechanisms.RandomStopping` charge over the worst-case base
 trial, whose base is the trial's *whole* mechanism Q of P&S (model and score):
 ``trial_mechanism(training, ε_s) = Composition((training, Laplace(ε_s)))`` — each trial
@@ -37,13 +42,20 @@ import numpy as np
 from ray.tune.search import Searcher
 from scipy.special import gammaln
 
+from raydp_hpo._stopping_defaults import (
+    DEFAULT_DISTRIBUTION,
+    DEFAULT_MEAN,
+    DEFAULT_SHAPE,
+    default_law,
+)
 from raydp_hpo._validation import coerce_enum, positive_float
 from raydp_hpo.accounting._rdp_kernels import truncated_negative_binomial_gamma
 from raydp_hpo.accounting.mechanisms import Mechanism, PureDP, RandomStopping, StoppingDistribution
 from raydp_hpo.searchers.base import DPSearcher, Phase, PrivacyPlan, Release
 
 __all__ = ["RandomStoppingSearch", "RandomStoppingPreset", "PRESETS", "sample_stopping_k",
-           "stopping_pmf", "stopping_mechanism"]
+           "stopping_pmf", "stopping_mechanism", "DEFAULT_DISTRIBUTION", "DEFAULT_MEAN",
+           "DEFAULT_SHAPE"]
 
 PAPER = (
     "Papernot & Steinke (2022), Hyperparameter Tuning with Rényi Differential Privacy, "
@@ -55,7 +67,9 @@ PAPER = (
 
 class RandomStoppingPreset(Enum):
     """Named settings of :class:`RandomStoppingSearch` (``preset=``; settings given explicitly
-    override a preset's). The defaults are the geometric law with E[K] = 10.
+    override a preset's). The defaults (no preset) are :data:`DEFAULT_DISTRIBUTION`,
+    :data:`DEFAULT_MEAN` and :data:`DEFAULT_SHAPE`: the truncated negative binomial with η = 2 and
+    E[K] = 10 (:mod:`raydp_hpo._stopping_defaults`).
 
     ``TNB20``: ``random_stopping_tnb20`` of ``benchmarks/privacy_utility.py`` — K from Papernot
     & Steinke's truncated negative binomial with η = 2 and E[K] = 20. At ε = 3 it went 81%
@@ -180,10 +194,23 @@ class RandomStoppingSearch(DPSearcher):
     Args (beyond :class:`~raydp_hpo.searchers.base.DPSearcher`):
         preset: a :class:`RandomStoppingPreset` (or its value, e.g. ``"tnb20"``); the
             settings given explicitly override its values.
-        distribution: law of the secret number of trials K.
-        mean: E[K] (≥ 1).
+        distribution: law of the secret number of trials K; by default
+            :data:`DEFAULT_DISTRIBUTION`, Papernot & Steinke's truncated negative binomial
+            (Def. 1), priced by their Thm. 2.
+        mean: E[K] (≥ 1); by default :data:`DEFAULT_MEAN` = 10.
         shape: η of the truncated negative binomial, or the number of draws m of the
-            binomial (an integer >= mean; p = mean/m).
+            binomial (an integer >= mean; p = mean/m). Without ``distribution``, by default
+            :data:`DEFAULT_SHAPE` (η = 2); with a ``distribution`` given, no default (the
+            geometric, logarithmic and Poisson laws take none; the truncated negative
+            binomial and the binomial need one).
+
+    The default law (the truncated negative binomial with η = 2 and E[K] = 10, setting
+    ``rs_tnb2_k10``) was chosen by the defaults study (issue #42, rule 7.2 of
+    ``benchmarks/results/defaults_study/preregistration.md``): it beat the geometric law with
+    E[K] = 10, the default before, on the worst dataset's low tail of seeds. Its selection
+    costs more than the geometric law's over the same trials (Papernot & Steinke 2022, Thm. 2:
+    the (1 + η) factor; 4ε against 3ε for a pure ε-DP trial, their Cor. 4), which the noise
+    calibration pays for; ``distribution="geometric"`` is the law of Liu & Talwar (2019).
 
     The plan is ``RandomStopping(base, distribution, mean, shape)`` where ``base`` is
     ``trial_mechanism(training, score_epsilon)``: the training mechanism (``WorstCase`` over
@@ -201,12 +228,13 @@ class RandomStoppingSearch(DPSearcher):
         self,
         param_space: Mapping[str, Any],
         *,
-        distribution: StoppingDistribution | str = StoppingDistribution.GEOMETRIC,
-        mean: float = 10.0,
+        distribution: StoppingDistribution | str | None = None,
+        mean: float = DEFAULT_MEAN,
         shape: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(param_space, **kwargs)
+        distribution, shape = default_law(distribution, shape)
         self._distribution = _coerce_distribution(distribution)
         self._mean = float(mean) if isinstance(mean, (int, float)) else mean
         self._shape = shape

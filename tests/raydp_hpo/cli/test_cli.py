@@ -57,9 +57,11 @@ def test_account_near_noiseless_mechanism_answers_without_crash(capsys) -> None:
 
 def test_account_prices_a_random_stopping_search_by_privacy_profiles(capsys) -> None:
     """KRW 2024's reference setting (digest): geometric E[K]=10 over σ=1, q=0.01, T=1000 at
-    δ=1e-5 — profile ≈ 2.87 in the digest (we get 2.84), RDP (P&S) 4.10."""
+    δ=1e-5 — profile ≈ 2.87 in the digest (we get 2.84), RDP (P&S) 4.10. (The geometric law
+    is named: the default law is the truncated negative binomial, see the next test.)"""
     rc = main(["account", "--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "1000",
-               "--delta", "1e-5", "--search", "random_stopping", "--mean", "10", "--json"])
+               "--delta", "1e-5", "--search", "random_stopping", "--mean", "10",
+               "--distribution", "geometric", "--json"])
     assert rc == 0
     eps = json.loads(capsys.readouterr().out)["epsilon"]
     assert abs(eps["rdp"] - 4.10) < 0.01
@@ -90,23 +92,32 @@ def test_account_epsilon_inverts_for_one_dp_sgd_run(capsys) -> None:
 
 
 def test_account_epsilon_inverts_a_random_stopping_plan(capsys) -> None:
-    """`account --epsilon E --search random_stopping`: the σ of the whole plan."""
+    """`account --epsilon E --search random_stopping`: the σ of the whole plan, under random
+    stopping's default law (truncated negative binomial, η = 2) when no --distribution is
+    given — the plan `search="random_stopping", search_kwargs={"mean": 10}` runs."""
     from raydp_hpo.accounting.mechanisms import RandomStopping, StoppingDistribution
 
     assert main(["account", "--epsilon", "3", "--sample-rate", "0.01", "--steps", "1000",
                  "--delta", "1e-5", "--search", "random_stopping", "--mean", "10"]) == 0
     text = capsys.readouterr().out
-    assert "σ for the whole search within ε=3" in text and "σ = 0.973" in text
+    assert "σ for the whole search within ε=3" in text and "σ = 0.993" in text
+    assert "TRUNCATED_NEGATIVE_BINOMIAL" in text and "shape=2.0" in text
     assert main(["account", "--epsilon", "3", "--sample-rate", "0.01", "--steps", "1000",
                  "--delta", "1e-5", "--search", "random_stopping", "--mean", "10",
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     plan = RandomStopping(SubsampledGaussian(out["noise_multiplier"], 0.01, 1000),
-                          StoppingDistribution.GEOMETRIC, 10)
+                          StoppingDistribution.TRUNCATED_NEGATIVE_BINOMIAL, 10, 2.0)
     from raydp_hpo.accounting.accountants import epsilon
 
     assert epsilon(plan, 1e-5) <= 3.0 and out["epsilon"]["profile"] <= 3.0
-    assert out["noise_multiplier"] == pytest.approx(0.9731, abs=2e-3)
+    assert out["noise_multiplier"] == pytest.approx(0.9932, abs=2e-3)
+    # the geometric law named: its own, smaller σ (0.9731 before the default changed)
+    assert main(["account", "--epsilon", "3", "--sample-rate", "0.01", "--steps", "1000",
+                 "--delta", "1e-5", "--search", "random_stopping", "--mean", "10",
+                 "--distribution", "geometric", "--json"]) == 0
+    geometric = json.loads(capsys.readouterr().out)
+    assert geometric["noise_multiplier"] == pytest.approx(0.9731, abs=2e-3)
 
 
 def test_account_epsilon_wrong_combinations_exit_2(capsys) -> None:
@@ -118,6 +129,8 @@ def test_account_epsilon_wrong_combinations_exit_2(capsys) -> None:
         (["--epsilon", "3", "--sample-rate", "0.01", "--delta", "1e-5"], "--steps"),
         (["--epsilon", "3", "--sample-rate", "0.01", "--steps", "10", "--delta", "1e-5",
           "--search", "random_stopping"], "--mean"),
+        (["--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "10", "--delta", "1e-5",
+          "--distribution", "poisson"], "add --search random_stopping"),
         (["--epsilon", "-1", "--sample-rate", "0.01", "--steps", "10", "--delta", "1e-5"],
          "argument --epsilon: must be a finite number > 0, got '-1'"),
         (["--epsilon", "3", "--sample-rate", "0.01", "--steps", "10", "--delta", "1e-5",
@@ -205,6 +218,8 @@ def test_account_mechanism_wrong_combinations_exit_2(capsys) -> None:
         (["--mechanism", "gaussian", "--epsilon", "1", "--delta", "1e-5", "--steps", "10"],
          "--steps"),
         (["--mechanism", "laplace", "--epsilon", "1", "--search", "random_stopping"], "--search"),
+        (["--mechanism", "laplace", "--epsilon", "1", "--distribution", "poisson"],
+         "--search/--mean/--distribution/--shape"),
         (["--epsilon", "1", "--delta", "1e-5"], "--mechanism"),
         (["--noise-multiplier", "1", "--delta", "1e-5"], "--sample-rate, --steps"),
         (["--mechanism", "gaussian", "--epsilon", "0", "--delta", "1e-5"], "--epsilon: must be a finite number > 0, got '0'"),

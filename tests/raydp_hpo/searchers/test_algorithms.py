@@ -36,7 +36,12 @@ from raydp_hpo.searchers import (
     RandomStoppingSearch,
     SubsampledTransferSearch,
 )
-from raydp_hpo.searchers.random_stopping import sample_stopping_k, stopping_pmf
+from raydp_hpo.searchers.random_stopping import (
+    DEFAULT_DISTRIBUTION,
+    DEFAULT_SHAPE,
+    sample_stopping_k,
+    stopping_pmf,
+)
 from raydp_hpo.trial.privacy import DEFAULT_SCORE_EPSILON, trial_mechanism
 from tests.raydp_hpo.searchers._results import complete
 
@@ -49,23 +54,29 @@ FIXED = {"lr": tune.loguniform(1e-3, 1.0), "epochs": 1, "sample_rate": 0.01,
 
 # ----------------------------------------------------------------- random stopping
 
+@pytest.mark.parametrize("law", ["default", "geometric"])
 @pytest.mark.parametrize("score_epsilon", [DEFAULT_SCORE_EPSILON, 0.5, None])
 def test_random_stopping_equals_dp_accounting_repeat_and_select(
-    score_epsilon: float | None,
+    score_epsilon: float | None, law: str,
 ) -> None:
-    """P&S's base Q outputs model AND score: Q = training ∘ Laplace(ε_s) (None: training)."""
-    s = RandomStoppingSearch(FIXED, mean=4, score_epsilon=score_epsilon, **KW)
+    """P&S's base Q outputs model AND score: Q = training ∘ Laplace(ε_s) (None: training).
+    The default law (no ``distribution`` given) and the geometric law given explicitly."""
+    given = {} if law == "default" else {"distribution": "geometric"}
+    s = RandomStoppingSearch(FIXED, mean=4, score_epsilon=score_epsilon, **given, **KW)
     train = SubsampledGaussian(1.2, 0.01, 100)
     base = train if score_epsilon is None else Composition((train, Laplace(score_epsilon)))
     assert s.privacy_plan().base == base
-    assert s.privacy_plan().mechanism == RandomStopping(base, StoppingDistribution.GEOMETRIC, 4)
+    expected_plan = (RandomStopping(base, DEFAULT_DISTRIBUTION, 4, DEFAULT_SHAPE) if given == {}
+                     else RandomStopping(base, StoppingDistribution.GEOMETRIC, 4))
+    assert s.privacy_plan().mechanism == expected_plan
     acc = rdp_lib.RdpAccountant(orders=list(DEFAULT_ORDERS))
     event = dp_event.SelfComposedDpEvent(
         dp_event.PoissonSampledDpEvent(0.01, dp_event.GaussianDpEvent(1.2)), 100
     )
     if score_epsilon is not None:  # Laplace with sensitivity 1 and scale 1/ε_s
         event = dp_event.ComposedDpEvent([event, dp_event.LaplaceDpEvent(1.0 / score_epsilon)])
-    acc.compose(dp_event.RepeatAndSelectDpEvent(event, 4, 1))
+    # dp-accounting's shape: η of the truncated negative binomial (1 geometric, ∞ Poisson)
+    acc.compose(dp_event.RepeatAndSelectDpEvent(event, 4, expected_plan.eta))
     expected = acc.get_epsilon(BUDGET.delta)
     got = epsilon(s.privacy_plan().mechanism, BUDGET.delta, Accountant.RDP)  # type: ignore[arg-type]
     assert got == pytest.approx(expected, rel=1e-6)  # tolerance: SG RDP golden-tested to 1e-9
@@ -100,7 +111,8 @@ def test_random_stopping_worst_case_over_privacy_grid() -> None:
     assert not is_covered(trial_mechanism(worst, 2 * DEFAULT_SCORE_EPSILON), base)
     np.testing.assert_array_equal(
         rdp_profile(s.privacy_plan().mechanism).values,  # type: ignore[arg-type]
-        repeat_and_select_rdp(rdp_profile(base).values, 2.0, 1.0),
+        repeat_and_select_rdp(rdp_profile(base).values, 2.0,  # the default law's η
+                              RandomStopping(base, DEFAULT_DISTRIBUTION, 2.0, DEFAULT_SHAPE).eta),
     )
 
 

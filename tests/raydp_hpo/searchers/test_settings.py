@@ -28,6 +28,7 @@ from raydp_hpo.searchers import (
     make_searcher,
 )
 from raydp_hpo.searchers.base import DPSearcher, searcher_settings
+from raydp_hpo.searchers.random_stopping import DEFAULT_DISTRIBUTION, DEFAULT_MEAN, DEFAULT_SHAPE
 from raydp_hpo.trial.privacy import Optimizer
 
 BUDGET = PrivacyBudget(3.0, 1e-5)
@@ -234,9 +235,11 @@ def test_the_tnb20_preset_is_the_benchmarks_law() -> None:
     assert "truncated_negative_binomial(η=2.0) with E[K]=20.0" in s.privacy_plan().description
     s = make_searcher("random_stopping", RANDOM_SPACE, preset="tnb20", mean=5, **KW)
     assert "(η=2.0) with E[K]=5" in s.privacy_plan().description
-    # the default law stays geometric with E[K] = 10
-    assert "geometric with E[K]=10.0" in make_searcher(
-        "random_stopping", RANDOM_SPACE, **KW).privacy_plan().description
+    # without the preset: the default law (truncated negative binomial, η = 2, E[K] = 10;
+    # pinned in tests/raydp_hpo/searchers/test_random_stopping_default.py)
+    eta = "" if DEFAULT_SHAPE is None else f"(η={DEFAULT_SHAPE})"
+    assert (f"{DEFAULT_DISTRIBUTION.value}{eta} with E[K]={DEFAULT_MEAN}"
+            in make_searcher("random_stopping", RANDOM_SPACE, **KW).privacy_plan().description)
 
 
 def test_a_preset_through_set_search_properties_is_the_same_search() -> None:
