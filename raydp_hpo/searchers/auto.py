@@ -22,7 +22,12 @@ table is refused with :class:`AutoTableError`); :func:`choose_auto` applies it:
    ``max_gradient_evaluations`` ÷ one training run's planned gradient evaluations
    (steps · q · n per run, the largest over the space's privacy grid, at the declared public
    training size n: :func:`one_run_gradient_evaluations`), and/or ``max_trials`` (compared
-   with a row's expected trials). Default: none (L = ∞).
+   with a row's expected trials), and/or ``compute_limit`` (L itself; ``"inf"`` for none).
+   :func:`choose_auto` alone defaults to no limit (L = ∞); ``DPTuner(search="auto")``, an
+   experiment file's ``algorithm: auto`` and a search left unnamed (the package default,
+   which *is* auto) default to :data:`DEFAULT_COMPUTE_LIMIT` = 25 one-shot runs, the compute
+   cap of the study's package-default rule (section 7.1) — a newcomer's search never costs
+   more than 25 training runs' worth of compute unless they allow it.
 4. **The row**: of the table's rows at (ε band, space class), the one with the largest compute
    band ≤ L; with ``max_trials``, the largest such band whose setting's expected trials are
    ≤ ``max_trials`` (for a grid search: the user's grid size). Each row's setting is the
@@ -58,6 +63,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AUTO",
     "AUTO_SETTINGS",
+    "DEFAULT_COMPUTE_LIMIT",
     "AutoChoice",
     "AutoRow",
     "AutoTable",
@@ -80,7 +86,11 @@ __all__ = [
 AUTO = "auto"
 #: The settings ``search="auto"`` takes (its compute limit); the chosen searcher's own
 #: settings come from the table.
-AUTO_SETTINGS = ("max_gradient_evaluations", "max_trials")
+AUTO_SETTINGS = ("max_gradient_evaluations", "max_trials", "compute_limit")
+
+#: L of ``search="auto"`` when none of :data:`AUTO_SETTINGS` is given (one-shot runs): the
+#: compute cap G ≤ 25 of the defaults study's package-default rule (preregistration 7.1)
+DEFAULT_COMPUTE_LIMIT = 25.0
 #: The budgets the table was measured at, and the ε range it is said to cover.
 MEASURED_EPSILONS = (1.0, 3.0, 8.0)
 MEASURED_RANGE = (0.5, 16.0)
@@ -578,8 +588,9 @@ def resolve_auto(
     table: AutoTable | str | Path | None = None,
 ) -> AutoChoice:
     """:func:`choose_auto` from ``search="auto"``'s own settings (:data:`AUTO_SETTINGS`:
-    ``max_gradient_evaluations``, ``max_trials``), as ``DPTuner`` and experiment files pass
-    them. ``max_gradient_evaluations`` becomes a compute limit in one-shot units through
+    ``max_gradient_evaluations``, ``max_trials``, ``compute_limit``), as ``DPTuner`` and
+    experiment files pass them; with none of them the compute limit is
+    :data:`DEFAULT_COMPUTE_LIMIT` (the most restrictive of those given applies). ``max_gradient_evaluations`` becomes a compute limit in one-shot units through
     :func:`one_run_gradient_evaluations` at the public training size ``dataset_size``
     (required then). Any other setting is refused: the table fixes the chosen searcher's."""
     from raydp_hpo._validation import did_you_mean
@@ -595,7 +606,12 @@ def resolve_auto(
             "settings from the measured table; to set them, name the searcher "
             "(e.g. search='random_stopping', search_kwargs={...})")
     max_evals = settings.get("max_gradient_evaluations")
-    limit = None
+    limit: float | None = None
+    if not any(settings.get(k) is not None for k in AUTO_SETTINGS):
+        limit = DEFAULT_COMPUTE_LIMIT
+    given = settings.get("compute_limit")
+    if given is not None:
+        limit = math.inf if given in ("inf", math.inf) else _limit(given, "compute_limit")
     if max_evals is not None:
         max_evals = _limit(max_evals, "max_gradient_evaluations")
         if dataset_size is None:
@@ -604,7 +620,7 @@ def resolve_auto(
                 "training-set size (one training run's gradient evaluations are steps · q · n): "
                 "declare it (DPTuner(dataset_size=...), data.declared_train_size)")
         per_run = one_run_gradient_evaluations(space, dataset_size)
-        limit = max_evals / per_run
+        limit = max_evals / per_run if limit is None else min(limit, max_evals / per_run)
     return choose_auto(epsilon, space, limit, max_trials=settings.get("max_trials"),
                        table=table, num_classes=num_classes,
                        max_gradient_evaluations=max_evals)

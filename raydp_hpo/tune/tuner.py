@@ -160,11 +160,11 @@ class DPTuner:
         search: a ``raydp_hpo.searchers.SearchAlgorithm`` (or its value) or a constructed
             ``DPSearcher`` (then ``search_kwargs`` must be empty), with or without its own
             space. The tuner assigns it the ledger name, namespace and experiment name.
-            ``"auto"``: the searcher and its settings are read off the measured table from
-            the search's ε, the space and a compute limit (``search_kwargs``
-            ``max_gradient_evaluations`` and/or ``max_trials``; :mod:`raydp_hpo.searchers.auto`),
-            then run exactly as if named; the certificate's ``auto_search`` says what was
-            chosen and why. An :class:`~raydp_hpo.searchers.auto.AutoChoice`
+            ``"auto"`` (the default): the searcher and its settings are read off the measured
+            table from the search's ε, the space and a compute limit (``search_kwargs``
+            ``compute_limit``, default 25 one-shot runs, ``max_gradient_evaluations``,
+            ``max_trials``; :mod:`raydp_hpo.searchers.auto`), then run exactly as if named;
+            the certificate's ``auto_search`` says what was chosen and why. An :class:`~raydp_hpo.searchers.auto.AutoChoice`
             (``choose_auto(...)``) runs that choice.
         budget: the total (ε, δ) of this experiment.
         tune_config, run_config: Ray Tune's ``ray.tune.TuneConfig`` / ``ray.tune.RunConfig``.
@@ -267,7 +267,7 @@ class DPTuner:
         trainable: Any | None = None,
         *,
         param_space: Mapping[str, Any] | None = None,
-        search: Any,
+        search: Any = "auto",
         budget: PrivacyBudget,
         data: Any,
         tune_config: Any | None = None,

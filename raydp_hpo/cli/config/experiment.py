@@ -33,10 +33,11 @@ The file, with what each key means (``?`` = optional)::
     model:                           # or just `model: mlp`
       name: mlp                      # mlp | cnn1d | cnn2d | linear | random_kernels1d | package.module:Class
       kwargs?: {hidden: [32]}
-    search:
-      algorithm: random_stopping     # a raydp_hpo.searchers.SearchAlgorithm value, or auto:
-                                     # chosen from the measured table by the budget, the
-                                     # space and settings max_gradient_evaluations / max_trials
+    search?:                         # default: {algorithm: auto}
+      algorithm?: auto               # default auto: chosen from the measured table by the
+                                     # budget, the space and settings compute_limit (default
+                                     # 25 one-shot runs) / max_gradient_evaluations / max_trials;
+                                     # or a raydp_hpo.searchers.SearchAlgorithm value
       settings?: {distribution: geometric, mean: 3}   # -> DPTuner(search_kwargs=...)
       preset?: tnb20                 # named settings (raydp_hpo.searchers.PRESETS), which
                                      # settings override: linear_scaling refined | paper
@@ -235,7 +236,7 @@ class ExperimentFile(RunDir, Strict):
                     "then must be kept like the data")
     data: DataModel
     model: Annotated[ModelModel, BeforeValidator(name_shorthand), OrName]
-    search: SearchModel
+    search: SearchModel = Field(default_factory=lambda: SearchModel.model_validate({}))
     space: Space
     budget: Budget
     test_accuracy_epsilon: Positive | None = Field(

@@ -106,9 +106,11 @@ class SearchModel(Strict):
     """The search algorithm and its settings."""
 
     algorithm: Annotated[Text, AfterValidator(_algorithm)] = Field(
-        description="a raydp_hpo.searchers.SearchAlgorithm value, or auto (chosen from "
-                    "the measured table by the budget, the space and settings "
-                    "max_gradient_evaluations / max_trials)",
+        "auto",
+        description="auto (the default: chosen from the measured table by the budget, the "
+                    "space and settings compute_limit — default 25 one-shot runs — / "
+                    "max_gradient_evaluations / max_trials), or a "
+                    "raydp_hpo.searchers.SearchAlgorithm value",
         json_schema_extra=lazy_enum(_algorithm_names))
     settings: dict[str, Any] = Field(
         default_factory=dict,

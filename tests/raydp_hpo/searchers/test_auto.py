@@ -17,6 +17,7 @@ from ray import tune
 from raydp_hpo.errors import InvalidParameterError
 from raydp_hpo.searchers import SearchAlgorithm, check_search_settings
 from raydp_hpo.searchers.auto import (
+    DEFAULT_COMPUTE_LIMIT,
     AutoTableError,
     SpaceClass,
     auto_table_path,
@@ -162,6 +163,48 @@ def test_max_gradient_evaluations_in_one_shot_units(table: Any) -> None:
     with pytest.raises(InvalidParameterError, match="positive number, got -5"):
         resolve_auto(LR_ONLY, 3.0, {"max_gradient_evaluations": -5}, dataset_size=1000,
                      table=table)
+
+
+def test_dptuner_and_files_default_to_a_compute_limit_of_25_one_shot_runs(table: Any) -> None:
+    """With none of auto's limits given (and for a search left unnamed, which is auto), the
+    row is the one of the band 25, not ∞: the package default's compute cap (study rule 7.1).
+    ``compute_limit`` sets L itself ("inf": none); the most restrictive limit given applies."""
+    other = {**LR_ONLY, "momentum": tune.uniform(0.0, 0.9)}  # class other: TNB20 ≤ 25, RS10 ≤ 10
+    default = resolve_auto(other, 8.0, {}, dataset_size=1000, table=table)
+    assert DEFAULT_COMPUTE_LIMIT == 25.0
+    assert default.compute_limit == 25.0 and default.row.compute_limit == 25.0
+    assert default.setting == "rs_tnb2_k20" and "L = 25 one-shot runs" in default.reason
+    unlimited = resolve_auto(other, 8.0, {"compute_limit": "inf"}, dataset_size=1000,
+                             table=table)
+    assert unlimited.row.compute_limit == math.inf
+    assert resolve_auto(other, 8.0, {"compute_limit": 10}, dataset_size=1000,
+                        table=table).setting == "rs_geom_k10"
+    # max_gradient_evaluations alone replaces the default cap; with compute_limit, the smaller
+    assert resolve_auto(other, 8.0, {"max_gradient_evaluations": 60 * 15_000},
+                        dataset_size=1000, table=table).row.compute_limit == 50.0
+    assert resolve_auto(other, 8.0, {"max_gradient_evaluations": 60 * 15_000,
+                                     "compute_limit": 10}, dataset_size=1000,
+                        table=table).row.compute_limit == 10.0
+    # max_trials alone: no compute cap beyond the trials (as before)
+    assert resolve_auto(other, 8.0, {"max_trials": 100}, dataset_size=1000,
+                        table=table).compute_limit == math.inf
+    with pytest.raises(InvalidParameterError, match="compute_limit must be a positive number"):
+        resolve_auto(other, 8.0, {"compute_limit": 0}, dataset_size=1000, table=table)
+
+
+def test_a_search_left_unnamed_is_auto() -> None:
+    """The package-wide default search: DPTuner's ``search`` and an experiment file's
+    ``search.algorithm`` (and a file with no ``search`` at all) default to ``auto``."""
+    import inspect
+
+    from raydp_hpo.cli.config.experiment import ExperimentFile
+    from raydp_hpo.cli.config.search import SearchModel
+    from raydp_hpo.tune.tuner import DPTuner
+
+    assert inspect.signature(DPTuner).parameters["search"].default == "auto"
+    assert SearchModel.model_validate({}).algorithm == "auto"
+    assert ExperimentFile.model_fields["search"].default_factory is not None
+    assert ExperimentFile.model_fields["search"].default_factory().algorithm == "auto"
 
 
 def test_auto_takes_only_its_own_settings(table: Any) -> None:
