@@ -222,7 +222,8 @@ CASES: list[Case] = [
     # -- algorithm settings ---------------------------------------------------------------------
     _exp("algorithm misspelled", ("search.algorithm", "random_stoping"),
          words=("random_stoping", "random_stopping")),
-    _exp("algorithm missing", ("search.algorithm", _D), words=("search", "algorithm")),
+    # (a missing algorithm is no error: it defaults to auto, the package default search)
+    _exp("algorithm null", ("search.algorithm", None), words=("search", "algorithm")),
     _exp("search mode", ("search.mode", "maximise"), words=("maximise", "'max' or 'min'")),
     _exp("search metric empty", ("search.metric", ""), words=("search.metric",)),
     _exp("search concurrency zero", ("search.max_concurrent_trials", 0),

@@ -125,8 +125,8 @@ def test_schema_command_prints_the_schema(capsys: pytest.CaptureFixture[str],
     printed = json.loads(capsys.readouterr().out)
     assert printed == json_schema("experiment")
     assert printed["additionalProperties"] is False
-    assert set(printed["required"]) == {"experiment", "data", "model", "search", "space",
-                                        "budget"}
+    # search: optional since it defaults to {algorithm: auto}, the package default search
+    assert set(printed["required"]) == {"experiment", "data", "model", "space", "budget"}
     assert main(["schema", "--output", str(tmp_path)]) == EXIT_BAD_INPUT  # a directory
     assert "is a directory" in capsys.readouterr().err
 
