@@ -147,6 +147,6 @@ def test_calibration_on_profile_is_what_the_ledger_admits(target: float) -> None
     smaller = RandomStopping(
         Composition((SubsampledGaussian(sigma / (1 + 1.5 * CALIBRATION_RTOL), 0.05, 240),
                      Laplace(searcher.score_epsilon))),  # type: ignore[arg-type]
-        StoppingDistribution.GEOMETRIC, 6.0)
+        plan.distribution, 6.0, plan.shape)  # the searcher's (default) law of K
     assert smaller.base.mechanisms[1:] == plan.base.mechanisms[1:]  # type: ignore[union-attr]
     assert not ledger.would_admit(smaller)

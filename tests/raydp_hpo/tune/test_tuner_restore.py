@@ -8,10 +8,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from raydp_hpo.errors import RayDPHPOError
 from raydp_hpo.ledger.filter import PrivacyLedger
 from raydp_hpo.tune.tuner import DPTuner
 from tests.raydp_hpo.tune._interrupted_run import make_data
@@ -26,6 +28,18 @@ def _completed(audit: Path) -> int:
         return 0
     return sum(json.loads(line)["event"] == "complete" for line in audit.read_text().splitlines())
 
+
+def _wait_until_released(journal: Path, timeout_s: float = 60.0) -> None:
+    """Until no live ledger holds ``journal`` (its exclusive lock), at most ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            PrivacyLedger.open(journal).close()
+            return
+        except RayDPHPOError as exc:
+            if "already open" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 def test_interrupted_search_resumes_without_lost_or_repeated_charges(ray_session, tmp_path):
     experiment = "interrupted"
@@ -53,6 +67,11 @@ def test_interrupted_search_resumes_without_lost_or_repeated_charges(ray_session
     before = [r["charge_id"] for r in records]
     assert before, "the first trial's charge must be journaled before it trained"
     assert not (tmp_path / experiment / "public").exists()
+
+    # the killed run's ledger actor is a Ray worker that notices its raylet's death by polling:
+    # on a loaded machine it may hold the journal's lock a little longer (a user resuming
+    # seconds after a crash would be told the journal is still open, and retry)
+    _wait_until_released(journal)
 
     # the run is continued like a Tune run: from its experiment directory, settings read back
     assert DPTuner.can_restore(tmp_path / experiment)
