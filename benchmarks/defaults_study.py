@@ -706,6 +706,49 @@ def auto_table_document(stats: Mapping[tuple[str, float, str], Mapping[str, Any]
     }
 
 
+#: the docs page that shows the packaged table, between these two lines (``report
+#: --install-auto-table`` rewrites what lies between them: :func:`auto_table_markdown`)
+DOCS_AUTO_TABLE = (ROOT / "docs" / "how-to" / "dptuner.md",
+                   "<!-- AUTO TABLE (written by defaults_study.py report --install-auto-table) -->",
+                   "<!-- END AUTO TABLE -->")
+
+
+def auto_table_markdown(document: Mapping[str, Any]) -> str:
+    """The auto table as the docs show it: one line per (ε band, space class), the setting and
+    its S per compute band (∞ first), and what it was computed from."""
+    bands = sorted((math.inf if b == "inf" else float(b) for b in document["compute_bands"]),
+                   reverse=True)
+    head = ["| ε band | space | " + " | ".join("∞" if math.isinf(b) else f"≤ {b:g}"
+                                              for b in bands) + " |",
+            "| --- | --- |" + " --- |" * len(bands)]
+    cell: dict[tuple[float, float, str], Mapping[str, Any]] = {
+        (float(r["epsilon_band"]),
+         math.inf if r["compute_limit"] == "inf" else float(r["compute_limit"]),
+         r["space_class"]): r for r in document["rows"]}
+    lines = []
+    for eps in document["epsilon_bands"]:
+        for cls in document["space_classes"]:
+            parts = []
+            for b in bands:
+                r = cell.get((float(eps), b, cls))
+                parts.append("—" if r is None or r["setting"] is None
+                             else f"{r['setting']} ({r['score']:.2f})")
+            lines.append(f"| {float(eps):g} | `{cls}` | " + " | ".join(parts) + " |")
+    counts = ", ".join(f"{k} {v}" for k, v in document["searches"].items())
+    status = ("**Provisional**: " if document["provisional"] else "") + \
+        f"computed from {sum(document['searches'].values())} searches ({counts})."
+    return "\n".join(head + lines + ["", status])
+
+
+def install_docs_table(document: Mapping[str, Any]) -> None:
+    """Rewrite the docs' copy of the table (:data:`DOCS_AUTO_TABLE`)."""
+    page, start, end = DOCS_AUTO_TABLE
+    text = page.read_text(encoding="utf-8")
+    i, j = text.index(start) + len(start), text.index(end)
+    page.write_text(text[:i] + "\n" + auto_table_markdown(document) + "\n" + text[j:],
+                    encoding="utf-8")
+
+
 #: where ``report --install-auto-table`` copies the table: the package data that
 #: ``search="auto"`` reads (:mod:`raydp_hpo.searchers.auto`)
 PACKAGED_AUTO_TABLE = ROOT / "raydp_hpo" / "searchers" / "auto_table.json"
@@ -814,12 +857,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     if cli:
         out += ["", "Through `raydp-hpo run` (section 5):", ""] + cli_comparison(rows, cli)
     (args.out / "decisions.md").write_text("\n".join(out) + "\n")
-    table = json.dumps(auto_table_document(stats, rows), indent=1) + "\n"
+    document = auto_table_document(stats, rows)
+    table = json.dumps(document, indent=1) + "\n"
     (args.out / "auto_table.json").write_text(table)
     print("\n".join(lines + [""] + out))
     if args.install_auto_table:  # the package data search="auto" reads
         PACKAGED_AUTO_TABLE.write_text(table)
-        print(f"installed {args.out / 'auto_table.json'} as {PACKAGED_AUTO_TABLE}")
+        install_docs_table(document)
+        print(f"installed {args.out / 'auto_table.json'} as {PACKAGED_AUTO_TABLE} and in "
+              f"{DOCS_AUTO_TABLE[0]}")
     return 0
 
 

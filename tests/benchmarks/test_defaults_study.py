@@ -224,10 +224,27 @@ def test_install_auto_table_copies_the_report_into_the_package(tmp_path: Path,
     target = tmp_path / "package" / "auto_table.json"
     target.parent.mkdir()
     monkeypatch.setattr(ds, "PACKAGED_AUTO_TABLE", target)
+    page = tmp_path / "page.md"
+    _, start, end = ds.DOCS_AUTO_TABLE
+    page.write_text(f"before\n{start}\nold table\n{end}\nafter\n")
+    monkeypatch.setattr(ds, "DOCS_AUTO_TABLE", (page, start, end))
     assert ds.main(["report", "--out", str(tmp_path)]) == 0
     assert not target.exists()  # only when asked
     assert ds.main(["report", "--out", str(tmp_path), "--install-auto-table"]) == 0
     assert target.read_text() == (tmp_path / "auto_table.json").read_text()
+    shown = page.read_text()  # and the docs' copy, between its markers
+    assert shown.startswith(f"before\n{start}\n| ε band | space | ∞ |")
+    assert shown.endswith(f"{end}\nafter\n") and "old table" not in shown
+    assert "| 3 | `lr_only` | ls_refined (" in shown and "**Provisional**" in shown
+
+
+def test_the_docs_show_the_packaged_table() -> None:
+    """docs/how-to/dptuner.md's table is the one search='auto' reads (rendered from it)."""
+    page, start, end = ds.DOCS_AUTO_TABLE
+    text = page.read_text(encoding="utf-8")
+    shown = text[text.index(start) + len(start):text.index(end)].strip()
+    document = json.loads(ds.PACKAGED_AUTO_TABLE.read_text(encoding="utf-8"))
+    assert shown == ds.auto_table_markdown(document)
 
 
 def _committed_runs() -> list[Path]:
