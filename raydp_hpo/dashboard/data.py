@@ -118,6 +118,8 @@ class LedgerSummary:
     remaining_epsilon: float | None = None
     halting_rule: str = ""
     charges: int = 0
+    #: runs whose one release is recorded on the ledger (a marker that charges nothing)
+    releases: int = 0
     last_charge: float | None = None
     created: float | None = None
     charge_rows: list[dict[str, Any]] = field(default_factory=list, repr=False)
@@ -135,6 +137,7 @@ class LedgerSummary:
             "remaining_epsilon": _finite(self.remaining_epsilon),
             "halting_rule": self.halting_rule,
             "charges": self.charges,
+            "releases": self.releases,
             "last_charge": self.last_charge,
             "integrity": {"status": self.integrity.value, "chain": self.chain, "seal": self.seal,
                           "curves": self.curves, "problems": list(self.problems)},
@@ -396,6 +399,7 @@ class Catalogue:
         summary.halting_rule = f"{ledger.adaptivity.value} / {ledger.halting_accountant.value}"
         charges = ledger.charges()
         summary.charges = len(charges)
+        summary.releases = len(ledger.releases())
         summary.last_charge = charges[-1].time if charges else None
         created = scan.header.get("created")
         summary.created = float(created) if isinstance(created, (int, float)) else None

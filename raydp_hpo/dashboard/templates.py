@@ -96,6 +96,7 @@ LEDGER = """{% extends "base.html" %}
 <dt>spent</dt><dd id="spent">ε={{ '%.4f'|format(s.spent_epsilon) }}</dd>
 <dt>remaining</dt><dd><meter min="0" max="1" low="0.2" optimum="1" value="{{ 1 - s.used_fraction }}"></meter> <span id="remaining">ε={{ '%.4f'|format(s.remaining_epsilon) }}</span></dd>
 <dt>charges</dt><dd id="charge-count">{{ s.charges }}</dd>
+<dt>releases</dt><dd id="release-count">{{ s.releases }} <span class="muted">run(s) published (one release per run; charges nothing)</span></dd>
 <dt>last charge</dt><dd>{{ fmt_time(s.last_charge) }}</dd>
 {% endif %}
 </dl></div>

@@ -85,6 +85,7 @@ def test_ledgers_show_the_figures_of_ledger_show(storage: Path,
         assert row["spent_epsilon"] == show["spent_epsilon"]
         assert row["remaining_epsilon"] == show["remaining_epsilon"]
         assert row["charges"] == len(show["charges"])
+        assert row["releases"] == len(show.get("releases", []))
         assert row["last_charge"] == show["charges"][-1]["time"]
         assert row["halting_rule"] == f"{show['adaptivity']} / {show['halting_accountant']}"
         assert row["integrity"]["status"] == "ok"
@@ -96,6 +97,28 @@ def test_ledgers_show_the_figures_of_ledger_show(storage: Path,
     assert rows["store/exp-c/ledger.journal"]["binding"].startswith("experiment exp-c")
     assert rows["store/ledgers/data-digits-0123456789ab.journal"]["binding"] == (
         "dataset ledger data-digits-0123456789ab")
+
+
+def test_a_release_marker_is_shown_as_a_release_not_a_charge(storage: Path) -> None:
+    """A run's release marker (one per run, ε = 0) is counted apart: the ledger's charges,
+    spend and rows are those of its charges alone."""
+    journal = storage / "ledgers" / "data-digits-0123456789ab.journal"
+    client = TestClient(build_app(["store"]))
+    before = {r["ledger"]: r for r in client.get("/api/ledgers").json()["ledgers"]}
+    with PrivacyLedger.open(journal) as ledger:
+        assert ledger.claim_release("exp-a@0123456789abcdef", "host:/runs/exp-a/public").granted
+    client = TestClient(build_app(["store"]))
+    rows = {r["ledger"]: r for r in client.get("/api/ledgers").json()["ledgers"]}
+    row = rows["store/ledgers/data-digits-0123456789ab.journal"]
+    old = before["store/ledgers/data-digits-0123456789ab.journal"]
+    assert old["releases"] == 0 and row["releases"] == 1
+    assert (row["charges"], row["spent_epsilon"]) == (old["charges"], old["spent_epsilon"])
+    assert row["integrity"]["status"] == "ok"
+    page = client.get(f"/ledgers/{row['id']}").text
+    assert '<dd id="release-count">1 ' in page
+    assert f'<dd id="charge-count">{old["charges"]}</dd>' in page
+    data = client.get(f"/api/ledgers/{row['id']}").json()
+    assert all(not r["charge_id"].endswith("/release") for r in data["charge_rows"])
 
 
 def test_a_ledger_page_lists_its_charges_and_experiments(storage: Path,
