@@ -500,7 +500,9 @@ class LinearScalingSearch(DPSearcher):
 
     def _config(self, trial_id: str, r: float, level: int | None) -> dict[str, Any]:
         lr, steps = self.decompose(r)
-        config = {k: v for k, v in self._space.items()}
+        # every other key is a constant (checked in __init__): its one value, also where the
+        # space spells it as a choice / grid of one (the CLI's model_kwargs), never the domain
+        config = {k: finite_values(k, v)[0] for k, v in self._space.items()}  # type: ignore[index]
         config[self._lr_key] = lr
         config["optimizer"] = self._optimizer.value
         if self._full_batch:

@@ -337,3 +337,38 @@ def test_factory_builds_every_algorithm() -> None:
     with pytest.raises(InvalidParameterError, match="'noise_multiplyer'"):
         make_searcher(SearchAlgorithm.ONE_SHOT_RANDOM, param_space=RANDOM_SPACE,
                       noise_multiplyer=1.0, **COMMON)
+
+
+#: a constant spelled as a choice of one value, as the CLI passes a model's kwargs
+ONE_KWARGS = tune.choice([{"hidden": [8]}])
+WITH_KWARGS: dict[str, Callable[[], DPSearcher]] = {
+    "random_stopping": lambda: RandomStoppingSearch(
+        {**RANDOM_SPACE, "model_kwargs": ONE_KWARGS}, mean=3, **COMMON),
+    "subsampled_transfer": lambda: SubsampledTransferSearch(
+        {**RANDOM_SPACE, "model_kwargs": ONE_KWARGS}, subsample_rate=0.2, mean=3, **COMMON),
+    "svt_threshold": lambda: SVTThresholdSearch(
+        {**GRID_SPACE, "model_kwargs": ONE_KWARGS}, num_partitions=20, round_epsilon=0.05,
+        max_rounds=10, **COMMON),
+    "linear_scaling": lambda: LinearScalingSearch(
+        {"momentum": 0.9, "sample_rate": 0.1, "epochs": 1, "model_kwargs": ONE_KWARGS},
+        runs_per_sweep=2, **COMMON),
+    "linear_scaling_paper": lambda: LinearScalingSearch(
+        {"momentum": 0.9, "model_kwargs": ONE_KWARGS}, preset="paper", runs_per_sweep=2,
+        **COMMON),
+    "one_shot_random": lambda: OneShotRandomSearch(
+        {**RANDOM_SPACE, "model_kwargs": ONE_KWARGS}, **COMMON),
+    "grid_composed": lambda: GridSearchComposed(
+        {**GRID_SPACE, "model_kwargs": ONE_KWARGS}, **COMMON),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WITH_KWARGS))
+def test_a_constant_given_as_a_choice_of_one_reaches_trials_as_its_value(name: str) -> None:
+    """Every trial config carries the constant's one value, never the search domain: the CLI
+    passes a model's kwargs as ``tune.choice([{...}])``, and linear scaling once forwarded
+    the Categorical itself, which failed every trial of ``raydp-hpo run`` with a model's
+    kwargs (found by the defaults study's CLI check)."""
+    _, configs = drive(WITH_KWARGS[name]())
+    assert configs
+    for cfg in configs:
+        assert cfg["model_kwargs"] == {"hidden": [8]}, (name, cfg["model_kwargs"])
