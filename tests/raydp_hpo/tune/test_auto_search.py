@@ -165,3 +165,34 @@ def test_auto_in_an_experiment_file_is_checked_by_the_dry_run(
     # the example's space tunes lr and batch_size: 'other'; ε = 8, ≤ 12 trials: rs_geom_k10
     assert "search 'auto' chooses rs_geom_k10: ε = 8 uses the ε = 8 rows; the space is other" \
         in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_file_without_search_runs_the_package_default_on_the_packaged_table(
+        ray_session: Any, tmp_path: Path) -> None:
+    """What a newcomer's file gets: no ``search:`` at all, a model with kwargs, the lr the
+    one tuned key; auto (the package default, L = 25) picks from the shipped table and every
+    trial runs (the CLI's model kwargs once reached linear scaling's trials as a search
+    domain and failed each of them)."""
+    from raydp_hpo.cli.experiment import parse_experiment, run_experiment
+
+    raw = yaml.safe_load((ROOT / "cluster/examples/mnist1d_small.yaml").read_text())
+    del raw["search"]
+    raw.update(experiment=f"newcomer-{uuid.uuid4().hex[:6]}", storage_path=str(tmp_path),
+               budget={"epsilon": 3.0, "delta": 1e-5})
+    raw["data"]["size"] = 1200
+    raw["space"] = {"lr": {"loguniform": [0.01, 2.0]}, "sample_rate": 0.1, "epochs": 1,
+                    "max_grad_norm": 1.0, "optimizer": "sgd"}
+    outcome = run_experiment(parse_experiment(raw), out=lambda line: None)
+    public = json.loads((outcome.run_dir / "public" / "release.json").read_text())
+    import ray
+
+    with contextlib.suppress(ValueError):
+        ray.kill(ray.get_actor(public["certificate"]["dataset_ledger"]["name"],
+                               namespace="raydp_hpo"))
+    chosen = public["auto_search"]
+    assert chosen["table_row"]["space_class"] == "lr_only"
+    assert chosen["table_row"]["compute_band"] == 25.0 and chosen["compute_limit"] == 25.0
+    assert public["certificate"]["algorithm"] == chosen["searcher"]
+    assert public["hyperparameters"] is not None, public
+    assert public["certificate"]["epsilon"]["best"] <= 3.0
