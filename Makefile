@@ -27,7 +27,7 @@ demo: $(STAMP)
 # The fast tier (target: <= 8 min on 2 idle cores, issue #43): every unit and property test and one small
 # end-to-end search per path; pyproject's addopts leave out the slow, cluster and postgres tests.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=10
 	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules raydp_hpo
 
 # The slow tier: the full privacy audits and the audits' power checks, the examples' --smoke
