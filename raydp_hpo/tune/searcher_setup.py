@@ -11,12 +11,9 @@ see :mod:`raydp_hpo.trial.privacy`). :meth:`DPTuner._build_searcher
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from raydp_hpo.errors import InvalidParameterError
-
-if TYPE_CHECKING:
-    from raydp_hpo.accounting.budget import PrivacyBudget
 
 __all__ = [
     "resolve_auto_search",
@@ -28,17 +25,17 @@ __all__ = [
 
 
 def resolve_auto_search(search: Any, search_kwargs: Mapping[str, Any] | None, *,
-                        param_space: Mapping[str, Any] | None, budget: PrivacyBudget,
-                        test_accuracy_epsilon: Any, data: Any, dataset_size: Any,
-                        sizes_public: Any, progress: Callable[[str], None]
+                        param_space: Mapping[str, Any] | None, epsilon: float, data: Any,
+                        dataset_size: int | None, sizes_public: bool,
+                        progress: Callable[[str], None]
                         ) -> tuple[Any, dict[str, Any], Any]:
     """``(search, search_kwargs, choice)``: for ``search="auto"`` the searcher and settings
     :func:`~raydp_hpo.searchers.auto.resolve_auto` reads off the measured table (``choice``, an
     :class:`~raydp_hpo.searchers.auto.AutoChoice`), for an ``AutoChoice`` its searcher and
     settings, else ``search`` and ``search_kwargs`` as given (``choice`` ``None``).
 
-    Auto's inputs are public: the search's ε (the ``budget``'s, less a valid
-    ``test_accuracy_epsilon``; invalid values are refused later, by DPTuner), the space, its own settings
+    Auto's inputs are public: ``epsilon`` (the search's share of the budget, less a DP test
+    accuracy's ε_t: :func:`~raydp_hpo.tune.dataset_points.search_share`), the space, its own settings
     (the compute limit), the training size it converts ``max_gradient_evaluations`` with (the
     ``dataset_size`` keyword, else ``data.declared_sizes``, else — with ``sizes_public`` — the
     realised size) and the number of classes where declared (SVT's u₀)."""
@@ -55,16 +52,13 @@ def resolve_auto_search(search: Any, search_kwargs: Mapping[str, Any] | None, *,
     if param_space is None or not isinstance(param_space, Mapping):
         raise InvalidParameterError(
             "search='auto' chooses from the search space: pass DPTuner(param_space={...})")
-    t_eps = test_accuracy_epsilon if isinstance(test_accuracy_epsilon, (int, float)) \
-        and not isinstance(test_accuracy_epsilon, bool) and test_accuracy_epsilon > 0 else 0
-    epsilon = budget.epsilon - t_eps
-    n = dataset_size if isinstance(dataset_size, int) else None
+    n = dataset_size
     if n is None and data.declared_sizes is not None:
         n = data.declared_sizes.train
-    if n is None and sizes_public is True:
+    if n is None and sizes_public:
         n = max(1, len(data.train))
     classes = (data.train.num_classes
-               if data.train.num_classes_declared or sizes_public is True else None)
+               if data.train.num_classes_declared or sizes_public else None)
     choice = resolve_auto(param_space, epsilon, search_kwargs, dataset_size=n,
                           num_classes=classes)
     progress(f"[raydp-hpo] search='auto' chose {choice.setting}: {choice.reason}")

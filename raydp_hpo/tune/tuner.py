@@ -306,11 +306,27 @@ class DPTuner:
             raise InvalidParameterError(f"budget must be a PrivacyBudget, got {budget!r}")
         if not isinstance(data, DataSplits):
             raise InvalidParameterError(f"data must be raydp_hpo.trainables.DataSplits, got {type(data)!r}")
+        # declared public sizes (None: from the searcher or data.declared_sizes, or refused;
+        # the realised ones only with sizes_public=True: _resolve_sizes)
+        dataset_size, validation_size, test_size = (
+            None if v is None else positive_int(name, v)
+            for name, v in (("dataset_size", dataset_size), ("validation_size", validation_size),
+                            ("test_size", test_size))
+        )
+        self._test_epsilon: float | None = (
+            None if test_accuracy_epsilon is None
+            else positive_float("test_accuracy_epsilon", test_accuracy_epsilon)
+        )
+        self._search_budget = search_share(budget, self._test_epsilon)  # ε − ε_t
+        if not isinstance(sizes_public, bool):
+            raise InvalidParameterError(f"sizes_public must be True or False, got {sizes_public!r}")
+        self._sizes_public = sizes_public
         # search="auto" (or an AutoChoice): the searcher and settings read off the measured
-        # table, from public inputs only; then run exactly as if they had been named
+        # table, from public inputs only (the validated ones above); then run exactly as if
+        # they had been named
         search, search_kwargs, self._auto_choice = resolve_auto_search(
-            search, search_kwargs, param_space=param_space, budget=budget,
-            test_accuracy_epsilon=test_accuracy_epsilon, data=data, dataset_size=dataset_size,
+            search, search_kwargs, param_space=param_space,
+            epsilon=self._search_budget.epsilon, data=data, dataset_size=dataset_size,
             sizes_public=sizes_public, progress=progress or _log.info)
         search = check_search_and_space(search, param_space)
         if ledger is not None and not isinstance(ledger, LedgerHandle):
@@ -369,21 +385,6 @@ class DPTuner:
             raise InvalidParameterError(f"secret_seed must be an int or None, got {secret_seed!r}")
         self._secret_seed = secret_seed
 
-        # declared public sizes (None: from the searcher or data.declared_sizes, or refused;
-        # the realised ones only with sizes_public=True: _resolve_sizes)
-        dataset_size, validation_size, test_size = (
-            None if v is None else positive_int(name, v)
-            for name, v in (("dataset_size", dataset_size), ("validation_size", validation_size),
-                            ("test_size", test_size))
-        )
-        self._test_epsilon: float | None = (
-            None if test_accuracy_epsilon is None
-            else positive_float("test_accuracy_epsilon", test_accuracy_epsilon)
-        )
-        self._search_budget = search_share(budget, self._test_epsilon)  # ε − ε_t
-        if not isinstance(sizes_public, bool):
-            raise InvalidParameterError(f"sizes_public must be True or False, got {sizes_public!r}")
-        self._sizes_public = sizes_public
         sizes = _resolve_sizes(data, search, self._search_kwargs, sizes_public=sizes_public,
                                declared=(dataset_size, validation_size, test_size),
                                test_release=self._test_epsilon is not None)
