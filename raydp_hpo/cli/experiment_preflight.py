@@ -208,13 +208,16 @@ def validate_search(
     ``validation_size`` are the declared public sizes. Raises one :class:`ConfigError` with
     every problem found (or :class:`BudgetTooSmallError` when that is the only one)."""
     problems = _Problems()
-    _validate_search(spec, dataset_size, validation_size, problems)
+    _validate_search(spec, dataset_size, validation_size, problems,
+                     num_classes=getattr(spec.data, "num_classes", None))
     problems.raise_if_any(f"experiment {spec.experiment!r}")
 
 
 def _validate_search(spec: ExperimentFile, dataset_size: int, validation_size: int | None,
-                     problems: _Problems) -> Any:
-    """The checks of :func:`validate_search`; returns ``search: auto``'s choice (or None)."""
+                     problems: _Problems, *, num_classes: int | None = None) -> Any:
+    """The checks of :func:`validate_search`; returns ``search: auto``'s choice (or None).
+    ``num_classes`` is the public class count the run hands auto (declared, or realised
+    under ``sizes_public``), so that the dry run's choice is the run's, u₀ included."""
     from raydp_hpo.errors import SearchSpaceError
     from raydp_hpo.searchers import make_searcher
     from raydp_hpo.searchers.auto import is_auto, resolve_auto
@@ -232,7 +235,7 @@ def _validate_search(spec: ExperimentFile, dataset_size: int, validation_size: i
     if is_auto(algorithm):  # what DPTuner will run: read off the measured table
         try:
             choice = resolve_auto(space, search_budget.epsilon, settings,
-                                  dataset_size=dataset_size)
+                                  dataset_size=dataset_size, num_classes=num_classes)
         except (RayDPHPOError, ValueError) as exc:
             problems.add("search.settings", str(exc))
             return None
@@ -321,7 +324,10 @@ def preflight(spec: ExperimentFile) -> Preflight:
             val_size = max(1, len(data.val))
     choice = None
     if train_size is not None:
-        choice = _validate_search(spec, train_size, val_size, problems)
+        # the class count DPTuner hands search='auto' (resolve_auto_search): public only
+        classes = (data.train.num_classes if data is not None and (
+            data.train.num_classes_declared or spec.data.sizes_accepted) else None)
+        choice = _validate_search(spec, train_size, val_size, problems, num_classes=classes)
     problems.raise_if_any(f"experiment {spec.experiment!r}")
     assert data is not None and train_size is not None  # else a problem was raised
     return Preflight(data, train_size, val_size, choice)

@@ -528,3 +528,28 @@ def test_no_test_split_is_said_not_nan(raw: dict[str, Any]) -> None:
                                      test_split=len(data.test) > 0))
     assert "no test split" in text and "nan" not in text.lower()
     assert "nan" not in json.dumps(result.private_evaluation()).lower()
+
+
+@pytest.mark.parametrize("sizes", ["declared", "sizes_public"])
+def test_dry_run_auto_choice_is_the_runs_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             sizes: str) -> None:
+    """The dry run resolved ``search: auto`` without the public class count the run hands
+    it, so a row choosing SVT (u₀ = 1/classes) printed another u₀ than the run used. Now the
+    preflight passes the count DPTuner passes: declared, or realised under sizes_public."""
+    from raydp_hpo.cli.experiment_preflight import preflight
+    from raydp_hpo.searchers import auto
+    from tests.raydp_hpo.searchers import _auto_tables
+
+    table = _auto_tables.write(tmp_path / "table.json")  # SVT at ε 8 on a finite grid
+    monkeypatch.setattr(auto, "auto_table_path", lambda: table)
+    _write_parquet(tmp_path / "d.parquet", 300, 0)
+    data: dict[str, Any] = {"source": "parquet", "uri": str(tmp_path / "d.parquet"),
+                            "label_column": "y", "val_fraction": 0.2, "test_fraction": 0.1}
+    data.update(_PQ_SIZES if sizes == "declared" else {"sizes_public": True})
+    raw = {"experiment": "auto-svt", "model": "mlp", "data": data,
+           "search": {"algorithm": "auto", "settings": {"compute_limit": "inf"}},
+           "space": {"lr": {"choice": [0.1, 1.0]}, "epochs": 1, "sample_rate": 0.1},
+           "budget": {"epsilon": 8.0, "delta": 1e-5}, "storage_path": str(tmp_path / "store")}
+    choice = preflight(parse_experiment(raw)).auto
+    assert choice is not None and choice.setting == "svt_k20"
+    assert choice.settings["u0"] == pytest.approx(1 / 3, rel=1e-12)  # 3 classes
