@@ -97,7 +97,8 @@ def dataset_ledger_budget(journal: Path, budget: PrivacyBudget, fingerprint: str
     journal without changing it; says on ``out`` which case it is."""
     name = dataset_ledger_name(fingerprint)
     if journal.exists():
-        report = PrivacyLedger.read_only(journal).report()
+        with PrivacyLedger.read_only(journal) as replay:  # stops its curve-check thread
+            report = replay.report()
         out(f"[raydp-hpo] dataset ledger {name!r} ({fingerprint}): total "
             f"ε={report.budget.epsilon:g}, δ={report.budget.delta:g}, already spent "
             f"ε={report.spent_epsilon:.4f}; this experiment may spend at most "
