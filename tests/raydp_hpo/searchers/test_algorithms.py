@@ -213,6 +213,14 @@ def test_subsampled_transfer_plan_equals_koskela_kulkarni(score_epsilon: float |
     assert ex["random_stopping_full_data_gradient_evaluations"] == pytest.approx(5 * N * 1)
 
 
+def test_subsampled_transfer_defaults_are_the_studys_choice() -> None:
+    """No settings: q = 0.3 with geometric K, E[K] = 10 (``st_q03_k10``, issue #42's study)."""
+    s = SubsampledTransferSearch(FIXED, score_epsilon=None, **KW)
+    base = SubsampledGaussian(1.2, 0.01, 100)
+    assert s.privacy_plan().mechanism == SubsampledTuning(
+        RandomStopping(base, StoppingDistribution.GEOMETRIC, 10), base, 0.3)
+
+
 def _run_transfer(optimizer: str) -> tuple[list[dict], dict]:
     s = SubsampledTransferSearch({**FIXED, "optimizer": optimizer}, subsample_rate=0.1, mean=3, **KW)
     tuning: list[dict] = []
