@@ -21,6 +21,7 @@ from raydp_hpo.cli.config import ExperimentFile, config_error
 from raydp_hpo.cli.config.data import DigitsData, Mnist1dData, ParquetData
 from raydp_hpo.cli.config.search import domain_of
 from raydp_hpo.errors import BudgetTooSmallError, ConfigError, RayDPHPOError
+from raydp_hpo.tune.searcher_setup import public_num_classes
 
 __all__ = ["build_param_space", "load_data", "local_resources", "check_resources",
            "validate_search", "Preflight", "preflight", "describe_sizes"]
@@ -324,9 +325,9 @@ def preflight(spec: ExperimentFile) -> Preflight:
             val_size = max(1, len(data.val))
     choice = None
     if train_size is not None:
-        # the class count DPTuner hands search='auto' (resolve_auto_search): public only
-        classes = (data.train.num_classes if data is not None and (
-            data.train.num_classes_declared or spec.data.sizes_accepted) else None)
+        # the class count DPTuner hands search='auto': public only
+        classes = (None if data is None
+                   else public_num_classes(data, spec.data.sizes_accepted))
         choice = _validate_search(spec, train_size, val_size, problems, num_classes=classes)
     problems.raise_if_any(f"experiment {spec.experiment!r}")
     assert data is not None and train_size is not None  # else a problem was raised

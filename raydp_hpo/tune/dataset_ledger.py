@@ -45,7 +45,7 @@ from raydp_hpo.accounting.accountants import Accountant
 from raydp_hpo.accounting.budget import PrivacyBudget
 from raydp_hpo.errors import InvalidParameterError, LedgerMismatchError
 from raydp_hpo.ledger.actor import DEFAULT_NAMESPACE, LedgerHandle, get_ledger
-from raydp_hpo.ledger.filter import Adaptivity, PrivacyLedger
+from raydp_hpo.ledger.filter import Adaptivity, CurveCheck, PrivacyLedger
 from raydp_hpo.ledger.journal import read_header
 from raydp_hpo.trainables.data import dataset_ledger_name
 
@@ -97,8 +97,9 @@ def dataset_ledger_budget(journal: Path, budget: PrivacyBudget, fingerprint: str
     journal without changing it; says on ``out`` which case it is."""
     name = dataset_ledger_name(fingerprint)
     if journal.exists():
-        with PrivacyLedger.read_only(journal) as replay:  # stops its curve-check thread
-            report = replay.report()
+        # ON_DEMAND, as every read-only replay that only reads figures: no background
+        # curve-check thread (the ledger actor that opens the journal checks its curves)
+        report = PrivacyLedger.read_only(journal, curve_check=CurveCheck.ON_DEMAND).report()
         out(f"[raydp-hpo] dataset ledger {name!r} ({fingerprint}): total "
             f"ε={report.budget.epsilon:g}, δ={report.budget.delta:g}, already spent "
             f"ε={report.spent_epsilon:.4f}; this experiment may spend at most "

@@ -83,9 +83,8 @@ def refuse_if_released(ledger: LedgerHandle | None, journal: str | Path | None,
 
         if not is_postgres_uri(journal) and not Path(journal).exists():
             return
-        # closed at once: a PostgreSQL replay holds a connection (journals: a file handle)
-        with PrivacyLedger.read_only(journal, curve_check=CurveCheck.ON_DEMAND) as replay:
-            first = replay.release_of(run)
+        replay = PrivacyLedger.read_only(journal, curve_check=CurveCheck.ON_DEMAND)
+        first = replay.release_of(run)
         where = f"the ledger {journal}"
     else:
         return

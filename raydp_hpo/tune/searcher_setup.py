@@ -16,12 +16,20 @@ from typing import Any
 from raydp_hpo.errors import InvalidParameterError
 
 __all__ = [
+    "public_num_classes",
     "resolve_auto_search",
     "check_search_and_space",
     "check_selection_inputs",
     "make_dp_searcher",
     "searcher_metric_mode",
 ]
+
+
+def public_num_classes(data: Any, sizes_public: bool) -> int | None:
+    """The number of classes ``search="auto"`` may read (SVT's u₀ = 1/classes): the training
+    split's when declared, or realised under ``sizes_public``; else ``None`` (private). The
+    run (:func:`resolve_auto_search`) and ``raydp-hpo run --dry-run`` both use it."""
+    return data.train.num_classes if data.train.num_classes_declared or sizes_public else None
 
 
 def resolve_auto_search(search: Any, search_kwargs: Mapping[str, Any] | None, *,
@@ -57,10 +65,8 @@ def resolve_auto_search(search: Any, search_kwargs: Mapping[str, Any] | None, *,
         n = data.declared_sizes.train
     if n is None and sizes_public:
         n = max(1, len(data.train))
-    classes = (data.train.num_classes
-               if data.train.num_classes_declared or sizes_public else None)
     choice = resolve_auto(param_space, epsilon, search_kwargs, dataset_size=n,
-                          num_classes=classes)
+                          num_classes=public_num_classes(data, sizes_public))
     progress(f"[raydp-hpo] search='auto' chose {choice.setting}: {choice.reason}")
     return choice.algorithm, dict(choice.settings), choice
 
